@@ -1,0 +1,3 @@
+pub mod inspect;
+pub mod pull;
+pub mod tokenize;

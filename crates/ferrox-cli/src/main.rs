@@ -1,0 +1,42 @@
+//! The `ferrox` command line.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ferrox",
+    version,
+    about = "Run open-weight language models on the CPU"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Download a model from the catalog (or hf:OWNER/REPO/FILE.gguf) and print its path.
+    Pull(cmd::pull::Args),
+    /// Print a GGUF file's metadata and tensor table.
+    Inspect(cmd::inspect::Args),
+    /// Print the token ids (and pieces) of a text.
+    Tokenize(cmd::tokenize::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FERROX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Pull(a) => cmd::pull::run(a),
+        Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Tokenize(a) => cmd::tokenize::run(a),
+    }
+}

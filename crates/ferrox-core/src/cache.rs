@@ -1,0 +1,172 @@
+//! Per-layer key/value cache. Keys and values are stored position-major:
+//! `[pos][kv_head][head_dim]`, so appending a token is one contiguous write and `truncate` is
+//! O(1) (speculative rejection relies on that).
+
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    n_kv_heads: usize,
+    head_dim: usize,
+    /// Width of one position's value row; equals `n_kv_heads * head_dim` unless reshaped (MLA
+    /// caches hold only a latent key row and no values).
+    v_width: usize,
+    len: usize,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("KV cache holds {len} positions of shape {have:?}; cannot reshape to {want:?}")]
+pub struct CacheShapeError {
+    pub len: usize,
+    pub have: (usize, usize, usize),
+    pub want: (usize, usize, usize),
+}
+
+impl KvCache {
+    pub fn new(n_kv_heads: usize, head_dim: usize) -> Self {
+        KvCache {
+            n_kv_heads,
+            head_dim,
+            v_width: n_kv_heads * head_dim,
+            len: 0,
+            keys: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Positions stored.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn n_kv_heads(&self) -> usize {
+        self.n_kv_heads
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// Width of one position's key row.
+    pub fn k_width(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    pub fn v_width(&self) -> usize {
+        self.v_width
+    }
+
+    /// Drops every position at or after `len` (no-op when already shorter). Keeps capacity.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len {
+            self.len = len;
+            self.keys.truncate(len * self.k_width());
+            self.values.truncate(len * self.v_width);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// Reserves room for `n` positions in total.
+    pub fn reserve(&mut self, n: usize) {
+        let extra = n.saturating_sub(self.len);
+        self.keys.reserve(extra * self.k_width());
+        self.values.reserve(extra * self.v_width);
+    }
+
+    /// The geometry the model needs takes precedence over the declared one while the cache is
+    /// empty: a cache built as `KvCache::new(n_kv_heads, head_dim)` from a config whose
+    /// attention is MLA becomes a latent cache on first use.
+    pub fn ensure_shape(
+        &mut self,
+        n_kv_heads: usize,
+        head_dim: usize,
+        v_width: usize,
+    ) -> Result<(), CacheShapeError> {
+        let want = (n_kv_heads, head_dim, v_width);
+        let have = (self.n_kv_heads, self.head_dim, self.v_width);
+        if have == want {
+            return Ok(());
+        }
+        if self.len != 0 {
+            return Err(CacheShapeError {
+                len: self.len,
+                have,
+                want,
+            });
+        }
+        self.n_kv_heads = n_kv_heads;
+        self.head_dim = head_dim;
+        self.v_width = v_width;
+        self.keys.clear();
+        self.values.clear();
+        Ok(())
+    }
+
+    /// Appends one position: `k` is `k_width()` values, `v` is `v_width()`.
+    pub fn append(&mut self, k: &[f32], v: &[f32]) {
+        assert_eq!(k.len(), self.k_width(), "KvCache::append: key width");
+        assert_eq!(v.len(), self.v_width, "KvCache::append: value width");
+        self.keys.extend_from_slice(k);
+        self.values.extend_from_slice(v);
+        self.len += 1;
+    }
+
+    /// All keys, `[len][k_width]`.
+    pub fn keys(&self) -> &[f32] {
+        &self.keys
+    }
+
+    /// All values, `[len][v_width]`.
+    pub fn values(&self) -> &[f32] {
+        &self.values
+    }
+
+    /// Key row of position `pos`.
+    pub fn key(&self, pos: usize) -> &[f32] {
+        let w = self.k_width();
+        &self.keys[pos * w..(pos + 1) * w]
+    }
+
+    /// Value row of position `pos`.
+    pub fn value(&self, pos: usize) -> &[f32] {
+        &self.values[pos * self.v_width..(pos + 1) * self.v_width]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn append_truncate_keeps_prefix() {
+        let mut c = KvCache::new(2, 3);
+        for p in 0..5 {
+            let k: Vec<f32> = (0..6).map(|i| (p * 10 + i) as f32).collect();
+            c.append(&k, &k);
+        }
+        assert_eq!(c.len(), 5);
+        c.truncate(2);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.key(1)[0], 10.0);
+        c.truncate(7);
+        assert_eq!(c.len(), 2);
+        let k = vec![99.0; 6];
+        c.append(&k, &k);
+        assert_eq!(c.key(2)[5], 99.0);
+    }
+
+    #[test]
+    fn empty_cache_takes_model_geometry() {
+        let mut c = KvCache::new(2, 4);
+        c.ensure_shape(1, 12, 0).unwrap();
+        c.append(&[0.0; 12], &[]);
+        assert!(c.ensure_shape(2, 4, 8).is_err());
+    }
+}

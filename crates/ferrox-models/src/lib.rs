@@ -1,0 +1,6 @@
+//! ferrox-models: model files (GGUF, safetensors), tokenizers, chat templates, architectures,
+//! the decoder, sampling, speculative decoding and generation.
+
+pub mod gguf;
+pub mod hub;
+pub mod tokenizer;

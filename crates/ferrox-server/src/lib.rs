@@ -1,0 +1,1 @@
+//! ferrox-server: the OpenAI-compatible HTTP server.
