@@ -183,7 +183,7 @@ impl GgmlType {
     /// or the size overflows.
     pub fn row_bytes(self, cols: usize) -> Option<usize> {
         let (bs, ts) = self.block_layout();
-        if cols % bs != 0 {
+        if !cols.is_multiple_of(bs) {
             return None;
         }
         (cols / bs).checked_mul(ts)
