@@ -77,9 +77,11 @@ block!(
     BlockQ5_1, GgmlType::Q5_1, 32, 24, { d: [u8; 2], m: [u8; 2], qh: [u8; 4], qs: [u8; 16] });
 block!(
     /// 8-bit, scale only (weights and the activation side of Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4).
+    #[derive(Default)]
     BlockQ8_0, GgmlType::Q8_0, 32, 34, { d: [u8; 2], qs: [i8; 32] });
 block!(
     /// 8-bit with `s = d * sum(qs)` (activation side of Q4_1/Q5_1).
+    #[derive(Default)]
     BlockQ8_1, GgmlType::Q8_1, 32, 36, { d: [u8; 2], s: [u8; 2], qs: [i8; 32] });
 block!(
     /// 2-bit K-quant: 16 sub-blocks of 16, 4-bit scale and min each.
@@ -129,25 +131,6 @@ impl Default for BlockQ8K {
             d: 0.0,
             qs: [0; QK_K],
             bsums: [0; QK_K / 16],
-        }
-    }
-}
-
-impl Default for BlockQ8_0 {
-    fn default() -> Self {
-        BlockQ8_0 {
-            d: [0; 2],
-            qs: [0; 32],
-        }
-    }
-}
-
-impl Default for BlockQ8_1 {
-    fn default() -> Self {
-        BlockQ8_1 {
-            d: [0; 2],
-            s: [0; 2],
-            qs: [0; 32],
         }
     }
 }
