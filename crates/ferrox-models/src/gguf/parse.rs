@@ -377,7 +377,7 @@ fn validate_tensor(
     }
     let (block, type_size) = ty.block_layout();
     let cols = t.dims.first().copied().unwrap_or(1);
-    if cols % block as u64 != 0 {
+    if !cols.is_multiple_of(block as u64) {
         return Err(bad(
             &t.name,
             TensorProblem::NotBlockMultiple {
@@ -390,7 +390,7 @@ fn validate_tensor(
     let n_bytes = (n_elements / block as u64)
         .checked_mul(type_size as u64)
         .ok_or_else(|| bad(&t.name, TensorProblem::SizeOverflow(t.dims.clone())))?;
-    if t.offset % align != 0 {
+    if !t.offset.is_multiple_of(align) {
         return Err(bad(
             &t.name,
             TensorProblem::Misaligned {
