@@ -8,6 +8,7 @@
 //! `tokenizer.ggml.pre`). BOS/EOS are added per the GGUF flags.
 
 mod bpe;
+mod from_gguf;
 mod hf;
 mod pretok;
 mod spm;
