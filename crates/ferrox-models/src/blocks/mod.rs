@@ -1,0 +1,5 @@
+//! Shared layer building blocks.
+
+pub mod dsa;
+pub mod mla;
+pub mod moe;
