@@ -104,7 +104,10 @@ impl Cfg<'_> {
 
 /// RoPE parameters: the transformers 5 `rope_parameters` dict (possibly keyed by layer type, as
 /// Gemma 3 does) or the legacy `rope_theta` / `rope_scaling` fields.
-fn rope_params<'a>(c: &'a Cfg<'a>, layer_type: Option<&str>) -> (Option<&'a Map<String, Value>>, f32) {
+fn rope_params<'a>(
+    c: &'a Cfg<'a>,
+    layer_type: Option<&str>,
+) -> (Option<&'a Map<String, Value>>, f32) {
     let legacy_theta = c.f32("rope_theta");
     if let Some(p) = c.get("rope_parameters").and_then(Value::as_object) {
         let p = match layer_type.and_then(|t| p.get(t)).and_then(Value::as_object) {
@@ -142,8 +145,7 @@ fn rope_scaling(p: Option<&Map<String, Value>>, max_pos: usize) -> Result<RopeSc
             factor: f("factor").ok_or(HfConfigError::Missing("rope factor"))?,
             low_freq_factor: f("low_freq_factor").unwrap_or(1.0),
             high_freq_factor: f("high_freq_factor").unwrap_or(4.0),
-            original_max_position: f("original_max_position_embeddings").unwrap_or(8192.0)
-                as usize,
+            original_max_position: f("original_max_position_embeddings").unwrap_or(8192.0) as usize,
         },
         "yarn" => RopeScaling::Yarn {
             factor: f("factor").ok_or(HfConfigError::Missing("rope factor"))?,
@@ -192,7 +194,10 @@ fn layer_kinds(list: &[String], n_layers: usize, key: &'static str) -> Result<Ve
             list.len()
         )));
     }
-    Ok(list.iter().map(|s| s.contains("sliding") || s == "sparse").collect())
+    Ok(list
+        .iter()
+        .map(|s| s.contains("sliding") || s == "sparse")
+        .collect())
 }
 
 fn build(arch: Arch, c: &Cfg) -> Result<ModelConfig> {
@@ -409,7 +414,7 @@ fn moe_config(arch: Arch, c: &Cfg, hidden: usize) -> Result<MoeConfig> {
             m.n_experts_active, m.n_experts
         )));
     }
-    if m.n_experts % m.n_group != 0 || m.topk_group > m.n_group {
+    if !m.n_experts.is_multiple_of(m.n_group) || m.topk_group > m.n_group {
         return Err(HfConfigError::Invalid(format!(
             "{} experts in {} groups, {} kept",
             m.n_experts, m.n_group, m.topk_group
@@ -431,7 +436,11 @@ fn moe_layers(arch: Arch, c: &Cfg, n_layers: usize, n_experts: usize) -> Result<
             let only: Vec<usize> = c
                 .get("mlp_only_layers")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|v| v.as_u64().map(|v| v as usize)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_u64().map(|v| v as usize))
+                        .collect()
+                })
                 .unwrap_or_default();
             let step = c.usize("decoder_sparse_step").unwrap_or(1).max(1);
             (0..n_layers)
@@ -549,7 +558,10 @@ mod tests {
     fn freq_rule_matches_transformers() {
         use IndexerKind::*;
         // The shared-indexer fixture: freq 2, offset 2 -> [full, full, shared, full].
-        assert_eq!(indexer_types_from_freq(4, 2, 2), vec![Full, Full, Shared, Full]);
+        assert_eq!(
+            indexer_types_from_freq(4, 2, 2),
+            vec![Full, Full, Shared, Full]
+        );
         assert_eq!(indexer_types_from_freq(3, 1, 2), vec![Full; 3]);
     }
 
@@ -557,7 +569,9 @@ mod tests {
     fn dense_families() {
         let l = fixture("llama");
         assert_eq!((l.arch, l.head_dim, l.n_kv_heads), (Arch::Llama, 16, 2));
-        assert!(matches!(l.rope.scaling, RopeScaling::Llama3 { factor, original_max_position: 32, .. } if factor == 8.0));
+        assert!(
+            matches!(l.rope.scaling, RopeScaling::Llama3 { factor, original_max_position: 32, .. } if factor == 8.0)
+        );
         assert!(!l.tie_embeddings && !l.is_moe_layer(0));
 
         let q2 = fixture("qwen2");
@@ -597,17 +611,30 @@ mod tests {
         assert_eq!(m.moe.scoring, RouterScoring::Sigmoid);
         assert_eq!((m.moe.n_group, m.moe.topk_group), (4, 2));
         assert_eq!((m.moe.n_experts, m.moe.n_experts_active), (16, 4));
-        assert_eq!((m.moe.shared_ffn_dim, m.moe.routed_scaling_factor), (32, 2.5));
+        assert_eq!(
+            (m.moe.shared_ffn_dim, m.moe.routed_scaling_factor),
+            (32, 2.5)
+        );
 
         let q = fixture("qwen3_moe");
         assert_eq!(q.moe.scoring, RouterScoring::Softmax);
-        assert_eq!((q.moe.n_experts, q.moe.n_experts_active, q.moe.n_shared_experts), (8, 2, 0));
+        assert_eq!(
+            (
+                q.moe.n_experts,
+                q.moe.n_experts_active,
+                q.moe.n_shared_experts
+            ),
+            (8, 2, 0)
+        );
         assert!(q.moe.norm_topk_prob && !q.moe.has_correction_bias);
         assert_eq!(q.layer_moe, vec![false, true, true]);
         assert_eq!(q.layer_attn, vec![AttnKind::Sliding; 3]);
 
         let x = fixture("mixtral");
-        assert_eq!((x.head_dim, x.moe.n_experts, x.moe.expert_ffn_dim), (16, 4, 128));
+        assert_eq!(
+            (x.head_dim, x.moe.n_experts, x.moe.expert_ffn_dim),
+            (16, 4, 128)
+        );
         assert!(x.moe.norm_topk_prob && x.layer_moe.iter().all(|&b| b));
         assert_eq!(x.layer_attn, vec![AttnKind::Sliding; 2]);
     }
@@ -617,10 +644,20 @@ mod tests {
         let d = fixture("deepseek_v3");
         let mla = d.mla.unwrap();
         assert_eq!(mla.q_lora_rank, Some(32));
-        assert_eq!((mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim), (16, 16, 8, 16));
+        assert_eq!(
+            (
+                mla.kv_lora_rank,
+                mla.qk_nope_head_dim,
+                mla.qk_rope_head_dim,
+                mla.v_head_dim
+            ),
+            (16, 16, 8, 16)
+        );
         assert_eq!((d.head_dim, d.rope.rotary_dim), (8, 8));
         assert!(d.rope.interleaved && d.dsa.is_none());
-        assert!(matches!(d.rope.scaling, RopeScaling::Yarn { factor, original_max_position: 64, mscale_all_dim, .. } if factor == 4.0 && mscale_all_dim == 1.0));
+        assert!(
+            matches!(d.rope.scaling, RopeScaling::Yarn { factor, original_max_position: 64, mscale_all_dim, .. } if factor == 4.0 && mscale_all_dim == 1.0)
+        );
         assert_eq!(d.moe.shared_ffn_dim, 64);
 
         let lite = fixture("glm4_moe_lite");
@@ -629,7 +666,10 @@ mod tests {
 
         let g = fixture("glm_moe_dsa");
         let dsa = g.dsa.clone().unwrap();
-        assert_eq!((dsa.index_n_heads, dsa.index_head_dim, dsa.index_topk), (16, 16, 8));
+        assert_eq!(
+            (dsa.index_n_heads, dsa.index_head_dim, dsa.index_topk),
+            (16, 16, 8)
+        );
         assert!(dsa.rope_interleaved);
         assert_eq!(dsa.indexer_types, vec![IndexerKind::Full; 4]);
         assert_eq!(g.layer_moe, vec![false, true, true, true]);

@@ -7,12 +7,12 @@
 //! see at most `index_topk`). The indexer keys `k_i` (LayerNorm + RoPE on the first dims) live
 //! in the layer's `KvCache` as its auxiliary row, so truncation keeps them aligned.
 
-use super::mla::{dot, RopeTable};
+use super::mla::dot;
+use super::{PassState, Rope};
 use ferrox_core::matmul::WeightMatrix;
 
-/// Per query row of a batch: the chosen key positions in ascending order, or `None` for all
-/// causal keys.
-pub type Selection = Vec<Option<Vec<usize>>>;
+/// Padding in `PassState::topk` rows that hold fewer than `topk` positions.
+pub const NO_KEY: usize = usize::MAX;
 
 #[derive(Debug, Clone)]
 pub struct Indexer {
@@ -27,8 +27,9 @@ pub struct Indexer {
     pub weights_proj: WeightMatrix,
     pub n_heads: usize,
     pub topk: usize,
-    /// Adjacent-pair RoPE (GLM-5) or half split (DeepSeek-V3.2).
-    pub rope_interleaved: bool,
+    /// RoPE on the first `qk_rope_head_dim` dims of each head: adjacent pairs (GLM-5) or
+    /// halves (DeepSeek-V3.2).
+    pub rope: Rope,
 }
 
 const KEY_NORM_EPS: f32 = 1e-6;
@@ -39,19 +40,21 @@ impl Indexer {
     }
 
     /// Indexer keys `[n, Di]` for rows of the normed hidden state at positions `pos..`.
-    pub fn keys(&self, h: &[f32], n: usize, pos: usize, rope: &RopeTable) -> Vec<f32> {
+    pub fn keys(&self, h: &[f32], n: usize, pos: usize) -> Vec<f32> {
         let di = self.head_dim();
         let mut k = vec![0f32; n * di];
         self.wk.gemm(h, n, &mut k);
         for (t, row) in k.chunks_mut(di).enumerate() {
             layer_norm(row, &self.k_norm_w, &self.k_norm_b, KEY_NORM_EPS);
-            rope.apply(row, pos + t, self.rope_interleaved);
+            self.rope.apply(row, 1, di, pos + t);
         }
         k
     }
 
     /// Top-k key positions for each of the `n` query rows at `pos..`, given every cached
-    /// indexer key (`[len, Di]`, this batch included).
+    /// indexer key (`[len, Di]`, this batch included), written to `state.topk` as `n` rows of
+    /// `topk` ascending positions padded with [`NO_KEY`]. A row that sees at most `topk` keys
+    /// lists all of them.
     pub fn select(
         &self,
         h: &[f32],
@@ -59,11 +62,19 @@ impl Indexer {
         n: usize,
         pos: usize,
         keys: &[f32],
-        rope: &RopeTable,
-    ) -> Selection {
-        let (hi, di) = (self.n_heads, self.head_dim());
-        if pos + n <= self.topk {
-            return vec![None; n];
+        state: &mut PassState,
+    ) {
+        let (hi, di, k) = (self.n_heads, self.head_dim(), self.topk);
+        state.topk_width = k;
+        state.topk.clear();
+        state.topk.resize(n * k, NO_KEY);
+        if pos + n <= k {
+            for t in 0..n {
+                for j in 0..=pos + t {
+                    state.topk[t * k + j] = j;
+                }
+            }
+            return;
         }
         let mut q = vec![0f32; n * hi * di];
         self.wq_b.gemm(q_resid, n, &mut q);
@@ -71,18 +82,18 @@ impl Indexer {
         self.weights_proj.gemm(h, n, &mut w);
         let wscale = (hi as f32).powf(-0.5);
         let sscale = (di as f32).powf(-0.5);
-        let mut out = Vec::with_capacity(n);
         let mut scores: Vec<(usize, f32)> = Vec::new();
         for t in 0..n {
             let last = pos + t;
-            if last < self.topk {
-                out.push(None);
+            let row = &mut state.topk[t * k..(t + 1) * k];
+            if last < k {
+                for (j, r) in row.iter_mut().enumerate().take(last + 1) {
+                    *r = j;
+                }
                 continue;
             }
             let qt = &mut q[t * hi * di..(t + 1) * hi * di];
-            for head in qt.chunks_mut(di) {
-                rope.apply(head, last, self.rope_interleaved);
-            }
+            self.rope.apply(qt, hi, di, last);
             scores.clear();
             for j in 0..=last {
                 let k = &keys[j * di..(j + 1) * di];
@@ -93,11 +104,11 @@ impl Indexer {
                 scores.push((j, s));
             }
             scores.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            let mut chosen: Vec<usize> = scores[..self.topk].iter().map(|s| s.0).collect();
-            chosen.sort_unstable();
-            out.push(Some(chosen));
+            for (r, s) in row.iter_mut().zip(&scores[..k]) {
+                *r = s.0;
+            }
+            row.sort_unstable();
         }
-        out
     }
 }
 
@@ -135,30 +146,33 @@ mod tests {
             weights_proj: mat(hi, d, 3),
             n_heads: hi,
             topk: 3,
-            rope_interleaved: true,
-        };
-        let rope = RopeTable::new(
-            2,
-            &RopeConfig {
+            rope: Rope::new(&RopeConfig {
                 theta: 10_000.0,
                 scaling: RopeScaling::None,
                 rotary_dim: 2,
                 interleaved: true,
-            },
-        );
+            }),
+        };
         let n = 6;
-        let h: Vec<f32> = (0..n * d).map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0).collect();
-        let qr: Vec<f32> = (0..n * rq).map(|i| ((i * 3 % 7) as f32 - 3.0) / 3.0).collect();
-        let keys = ix.keys(&h, n, 0, &rope);
-        let sel = ix.select(&h, &qr, n, 0, &keys, &rope);
-        assert!(sel[..3].iter().all(Option::is_none));
-        for (t, s) in sel.iter().enumerate().skip(3) {
-            let s = s.as_ref().unwrap();
-            assert_eq!(s.len(), 3);
-            assert!(s.windows(2).all(|w| w[0] < w[1]) && *s.last().unwrap() <= t);
+        let h: Vec<f32> = (0..n * d)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)
+            .collect();
+        let qr: Vec<f32> = (0..n * rq)
+            .map(|i| ((i * 3 % 7) as f32 - 3.0) / 3.0)
+            .collect();
+        let keys = ix.keys(&h, n, 0);
+        let mut st = PassState::default();
+        ix.select(&h, &qr, n, 0, &keys, &mut st);
+        assert_eq!(st.topk_width, 3);
+        assert_eq!(&st.topk[..3], &[0, NO_KEY, NO_KEY]);
+        assert_eq!(&st.topk[6..9], &[0, 1, 2]);
+        for t in 3..n {
+            let s = &st.topk[t * 3..(t + 1) * 3];
+            assert!(s.windows(2).all(|w| w[0] < w[1]) && s[2] <= t, "{s:?}");
         }
         // Incremental: the last row alone gives the same choice.
-        let one = ix.select(&h[5 * d..], &qr[5 * rq..], 1, 5, &keys, &rope);
-        assert_eq!(one[0], sel[5]);
+        let mut one = PassState::default();
+        ix.select(&h[5 * d..], &qr[5 * rq..], 1, 5, &keys, &mut one);
+        assert_eq!(one.topk, st.topk[15..18]);
     }
 }

@@ -6,119 +6,20 @@
 //! (`v = W_uv · Σ p c`). Every path (prefill, decode, verify) uses this same form, so a row's
 //! result does not depend on the batch it came in.
 //!
-//! RoPE tables here cover default, linear, Llama-3 and YaRN scaling (transformers
-//! `modeling_rope_utils`), including YaRN's attention factor on cos/sin and the `mscale²` softmax
-//! correction of DeepSeek-V3.
+//! With YaRN, the softmax scale gets DeepSeek-V3's `mscale(factor, mscale_all_dim)²` correction on
+//! top of the RoPE attention factor.
 
-use super::dsa::{Indexer, Selection};
+use super::dsa::Indexer;
+use super::{AttentionBlock, PassState, Rope};
 use crate::config::{ModelConfig, RopeConfig, RopeScaling};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
 
-/// Inverse frequencies for `dim` rotated dims plus the cos/sin multiplier.
-#[derive(Debug, Clone)]
-pub struct RopeTable {
-    inv_freq: Vec<f32>,
-    attn_factor: f32,
-}
-
-fn yarn_mscale(scale: f32, m: f32) -> f32 {
+pub(crate) fn yarn_mscale(scale: f32, m: f32) -> f32 {
     if scale <= 1.0 {
         1.0
     } else {
         0.1 * m * scale.ln() + 1.0
-    }
-}
-
-impl RopeTable {
-    pub fn new(dim: usize, rope: &RopeConfig) -> Self {
-        let base = rope.theta as f64;
-        let half = dim / 2;
-        let plain: Vec<f64> = (0..half)
-            .map(|i| 1.0 / base.powf((2 * i) as f64 / dim as f64))
-            .collect();
-        let mut attn_factor = 1.0;
-        let inv: Vec<f64> = match rope.scaling {
-            RopeScaling::None => plain,
-            RopeScaling::Linear { factor } => plain.iter().map(|f| f / factor as f64).collect(),
-            RopeScaling::Llama3 {
-                factor,
-                low_freq_factor,
-                high_freq_factor,
-                original_max_position,
-            } => {
-                let (factor, lo, hi) = (factor as f64, low_freq_factor as f64, high_freq_factor as f64);
-                let old = original_max_position as f64;
-                plain
-                    .iter()
-                    .map(|&f| {
-                        let wavelen = 2.0 * std::f64::consts::PI / f;
-                        if wavelen > old / lo {
-                            f / factor
-                        } else if wavelen < old / hi {
-                            f
-                        } else {
-                            let s = (old / wavelen - lo) / (hi - lo);
-                            (1.0 - s) * f / factor + s * f
-                        }
-                    })
-                    .collect()
-            }
-            RopeScaling::Yarn {
-                factor,
-                original_max_position,
-                beta_fast,
-                beta_slow,
-                mscale,
-                mscale_all_dim,
-            } => {
-                attn_factor = if mscale != 0.0 && mscale_all_dim != 0.0 {
-                    yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
-                } else {
-                    yarn_mscale(factor, 1.0)
-                };
-                let corr = |rot: f64| {
-                    dim as f64
-                        * (original_max_position as f64 / (rot * 2.0 * std::f64::consts::PI)).ln()
-                        / (2.0 * base.ln())
-                };
-                let low = corr(beta_fast as f64).floor().max(0.0);
-                let high = corr(beta_slow as f64).ceil().min(dim as f64 - 1.0);
-                let high = if low == high { high + 0.001 } else { high };
-                plain
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &f)| {
-                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
-                        let extrap = 1.0 - ramp;
-                        (f / factor as f64) * (1.0 - extrap) + f * extrap
-                    })
-                    .collect()
-            }
-        };
-        RopeTable {
-            inv_freq: inv.iter().map(|&v| v as f32).collect(),
-            attn_factor,
-        }
-    }
-
-    pub fn dim(&self) -> usize {
-        self.inv_freq.len() * 2
-    }
-
-    /// Rotates the first `dim()` values of `x` for position `pos`: adjacent pairs when
-    /// `interleaved`, else the two halves (NeoX `rotate_half`).
-    pub fn apply(&self, x: &mut [f32], pos: usize, interleaved: bool) {
-        let half = self.inv_freq.len();
-        for (i, &f) in self.inv_freq.iter().enumerate() {
-            let angle = pos as f32 * f;
-            let (s, c) = (angle as f64).sin_cos();
-            let (c, s) = (c as f32 * self.attn_factor, s as f32 * self.attn_factor);
-            let (a, b) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
-            let (xa, xb) = (x[a], x[b]);
-            x[a] = xa * c - xb * s;
-            x[b] = xb * c + xa * s;
-        }
     }
 }
 
@@ -174,8 +75,7 @@ pub struct Mla {
     w_uk_t: Vec<WeightMatrix>,
     /// Per head `W_uv` `[dv, rkv]`: maps an attended latent to the head's value.
     w_uv: Vec<WeightMatrix>,
-    rope: RopeTable,
-    interleaved: bool,
+    rope: Rope,
     scale: f32,
     /// This layer's own DSA indexer (`None` on shared-indexer layers and non-DSA models).
     pub indexer: Option<Indexer>,
@@ -233,7 +133,10 @@ impl Mla {
                 scale *= ms * ms;
             }
         }
-        let sparse = cfg.dsa.as_ref().is_some_and(|d| d.indexer_types.len() > layer);
+        let sparse = cfg
+            .dsa
+            .as_ref()
+            .is_some_and(|d| d.indexer_types.len() > layer);
         Mla {
             n_heads: h,
             dn,
@@ -243,8 +146,10 @@ impl Mla {
             w,
             w_uk_t,
             w_uv,
-            rope: RopeTable::new(dr, &cfg.rope),
-            interleaved: cfg.rope.interleaved,
+            rope: Rope::new(&RopeConfig {
+                rotary_dim: dr,
+                ..cfg.rope
+            }),
             scale,
             indexer,
             sparse,
@@ -255,21 +160,23 @@ impl Mla {
     pub fn cache_width(&self) -> usize {
         self.rkv + self.dr
     }
+}
 
-    pub fn rope(&self) -> &RopeTable {
-        &self.rope
+impl AttentionBlock for Mla {
+    fn cache_shape(&self) -> (usize, usize, usize) {
+        (1, self.rkv + self.dr, 0)
     }
 
     /// Attention over `n` rows of the normed hidden state `h` at positions `pos..pos + n`.
-    /// `selection` carries the DSA top-k from layer to layer: a layer with its own indexer
+    /// `state.topk` carries the DSA selection from layer to layer: a layer with its own indexer
     /// overwrites it, a shared-indexer layer reads the previous one.
-    pub fn forward(
+    fn forward(
         &self,
         h: &[f32],
         n: usize,
         pos: usize,
         cache: &mut KvCache,
-        selection: &mut Option<Selection>,
+        state: &mut PassState,
         out: &mut [f32],
     ) {
         let (nh, dn, dr, dv, rkv) = (self.n_heads, self.dn, self.dr, self.dv, self.rkv);
@@ -303,16 +210,20 @@ impl Mla {
         for (t, row) in ckv.chunks_mut(rkv + dr).enumerate() {
             let (c, kpe) = row.split_at_mut(rkv);
             rms_norm(c, &self.w.kv_a_norm, LATENT_EPS);
-            self.rope.apply(kpe, pos + t, self.interleaved);
+            self.rope.apply(kpe, 1, dr, pos + t);
         }
-        cache
-            .ensure_shape(1, rkv + dr, 0)
-            .expect("MLA cache: a non-empty cache of another shape");
-        assert!(cache.len() >= pos, "Mla: cache has {} positions, forward at {pos}", cache.len());
+        if let Err(e) = cache.ensure_shape(1, rkv + dr, 0) {
+            panic!("MLA cache: {e}");
+        }
+        assert!(
+            cache.len() >= pos,
+            "Mla: cache has {} positions, forward at {pos}",
+            cache.len()
+        );
         cache.truncate(pos);
         match &self.indexer {
             Some(ix) => {
-                let keys = ix.keys(h, n, pos, &self.rope);
+                let keys = ix.keys(h, n, pos);
                 cache
                     .ensure_aux_width(ix.head_dim())
                     .expect("MLA cache: indexer width changed on a non-empty cache");
@@ -325,24 +236,21 @@ impl Mla {
                     );
                 }
                 let qr = q_resid.as_deref().expect("DSA indexer needs q_lora_rank");
-                *selection = Some(ix.select(h, qr, n, pos, cache.aux(), &self.rope));
+                ix.select(h, qr, n, pos, cache.aux(), state);
             }
             None => {
                 for row in ckv.chunks(rkv + dr) {
                     cache.append(row, &[]);
                 }
-                if !self.sparse {
-                    *selection = None;
-                }
             }
         }
-        let sel = if self.sparse { selection.as_ref() } else { None };
+        let width = if self.sparse { state.topk_width } else { 0 };
 
         // Rope the query's rope part; absorb W_uk into the nope part, head by head.
         for t in 0..n {
             for hd in 0..nh {
                 let off = (t * nh + hd) * dq + dn;
-                self.rope.apply(&mut q[off..off + dr], pos + t, self.interleaved);
+                self.rope.apply(&mut q[off..off + dr], 1, dr, pos + t);
             }
         }
         let mut q_lat = vec![0f32; nh * n * rkv]; // [head][t][rkv]
@@ -364,9 +272,11 @@ impl Mla {
         for t in 0..n {
             let last = pos + t;
             idx.clear();
-            match sel.and_then(|s| s.get(t)).and_then(|r| r.as_ref()) {
-                Some(list) => idx.extend(list.iter().copied().filter(|&j| j <= last)),
-                None => idx.extend(0..=last),
+            if width > 0 {
+                let row = &state.topk[t * width..(t + 1) * width];
+                idx.extend(row.iter().copied().filter(|&j| j <= last));
+            } else {
+                idx.extend(0..=last);
             }
             for hd in 0..nh {
                 let ql = &q_lat[(hd * n + t) * rkv..(hd * n + t + 1) * rkv];
@@ -413,51 +323,4 @@ impl Mla {
 
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn yarn_matches_hand_computation() {
-        // DeepSeek-V3 tiny: dim 8, factor 4, original 64, beta 32/1, theta 1e4.
-        let rope = RopeConfig {
-            theta: 10_000.0,
-            scaling: RopeScaling::Yarn {
-                factor: 4.0,
-                original_max_position: 64,
-                beta_fast: 32.0,
-                beta_slow: 1.0,
-                mscale: 1.0,
-                mscale_all_dim: 1.0,
-            },
-            rotary_dim: 8,
-            interleaved: true,
-        };
-        let t = RopeTable::new(8, &rope);
-        assert_eq!(t.attn_factor, 1.0);
-        // low = floor(8 ln(64/(64π)) / (2 ln 1e4)) = floor(-0.497) -> 0 ; high = ceil(8 ln(64/2π)/(2 ln 1e4)) = 2
-        let plain: Vec<f32> = (0..4).map(|i| 10_000f32.powf(-(2 * i) as f32 / 8.0)).collect();
-        assert!((t.inv_freq[0] - plain[0]).abs() < 1e-7);
-        assert!((t.inv_freq[1] - (0.5 * plain[1] / 4.0 + 0.5 * plain[1])).abs() < 1e-7);
-        assert!((t.inv_freq[3] - plain[3] / 4.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn rotation_preserves_norm_and_pairs() {
-        let rope = RopeConfig {
-            theta: 10_000.0,
-            scaling: RopeScaling::None,
-            rotary_dim: 4,
-            interleaved: true,
-        };
-        let t = RopeTable::new(4, &rope);
-        let mut a = [1.0, 0.0, 0.0, 1.0];
-        t.apply(&mut a, 1, true);
-        assert!((a[0] - 1f32.cos()).abs() < 1e-6 && (a[1] - 1f32.sin()).abs() < 1e-6);
-        let mut b = [1.0, 0.0, 0.0, 1.0];
-        t.apply(&mut b, 1, false);
-        assert!((b[0] - 1f32.cos()).abs() < 1e-6 && (b[2] - 1f32.sin()).abs() < 1e-6);
-    }
 }

@@ -8,45 +8,12 @@
 //! `gemm` per projection), and each token sums its experts in ascending expert order, so a
 //! token's output does not depend on what else is in the batch.
 
-use crate::config::{Activation, MoeConfig, RouterScoring};
+use super::{FfnBlock, GatedMlp};
+use crate::config::{MoeConfig, RouterScoring};
 use ferrox_core::matmul::WeightMatrix;
 
-/// One gated FFN: `down(act(gate x) * up x)`.
-#[derive(Debug, Clone)]
-pub struct Expert {
-    pub gate: WeightMatrix,
-    pub up: WeightMatrix,
-    pub down: WeightMatrix,
-}
-
-impl Expert {
-    pub fn ffn_dim(&self) -> usize {
-        self.gate.rows()
-    }
-
-    /// `out[n, hidden] = down(act(gate x) * up x)` for `n` rows of `x`.
-    pub fn forward(&self, act: Activation, x: &[f32], n: usize, out: &mut [f32]) {
-        let f = self.ffn_dim();
-        let mut g = vec![0f32; n * f];
-        let mut u = vec![0f32; n * f];
-        self.gate.gemm(x, n, &mut g);
-        self.up.gemm(x, n, &mut u);
-        for (gv, uv) in g.iter_mut().zip(&u) {
-            *gv = activate(act, *gv) * uv;
-        }
-        self.down.gemm(&g, n, out);
-    }
-}
-
-pub fn activate(act: Activation, x: f32) -> f32 {
-    match act {
-        Activation::Silu => x / (1.0 + (-x).exp()),
-        Activation::GeluTanh => {
-            const C: f32 = 0.797_884_6; // sqrt(2/pi)
-            0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
-        }
-    }
-}
+/// One routed or shared expert: a gated FFN.
+pub type Expert = GatedMlp;
 
 /// Router settings (copied from [`MoeConfig`]).
 #[derive(Debug, Clone, PartialEq)]
@@ -72,9 +39,7 @@ impl Routing {
     }
 }
 
-#[derive(Debug, Clone)]
 pub struct MoeBlock {
-    pub act: Activation,
     /// `[n_experts, hidden]`; `None` only for the one-expert (dense) case.
     pub router: Option<WeightMatrix>,
     /// Added to the scores to choose experts, never to weight them.
@@ -88,9 +53,8 @@ pub struct MoeBlock {
 
 impl MoeBlock {
     /// A dense FFN: every token goes to the single expert with weight 1.
-    pub fn dense(act: Activation, ffn: Expert) -> Self {
+    pub fn dense(ffn: Expert) -> Self {
         MoeBlock {
-            act,
             router: None,
             correction_bias: None,
             experts: vec![ffn],
@@ -117,7 +81,7 @@ impl MoeBlock {
     }
 
     /// `out[n, hidden] = MoE(x[n, hidden])`.
-    pub fn forward(&self, x: &[f32], n: usize, out: &mut [f32]) {
+    pub fn forward_rows(&self, x: &[f32], n: usize, out: &mut [f32]) {
         let d = self.hidden_dim();
         assert_eq!(x.len(), n * d, "MoeBlock: input shape");
         assert_eq!(out.len(), n * d, "MoeBlock: output shape");
@@ -152,7 +116,7 @@ impl MoeBlock {
             }
             ys.clear();
             ys.resize(m * d, 0.0);
-            self.experts[e].forward(self.act, &xs, m, &mut ys);
+            self.experts[e].forward(&xs, m, &mut ys);
             for (i, &(t, w)) in toks.iter().enumerate() {
                 let dst = &mut out[t * d..(t + 1) * d];
                 for (o, y) in dst.iter_mut().zip(&ys[i * d..(i + 1) * d]) {
@@ -163,7 +127,7 @@ impl MoeBlock {
 
         if let Some(shared) = &self.shared {
             let mut ys = vec![0f32; n * d];
-            shared.forward(self.act, x, n, &mut ys);
+            shared.forward(x, n, &mut ys);
             let mut gate = vec![1f32; n];
             if let Some(g) = &self.shared_gate {
                 g.gemm(x, n, &mut gate);
@@ -178,6 +142,12 @@ impl MoeBlock {
                 }
             }
         }
+    }
+}
+
+impl FfnBlock for MoeBlock {
+    fn forward(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        self.forward_rows(x, n, out)
     }
 }
 
@@ -243,6 +213,7 @@ pub fn route(r: &Routing, bias: Option<&[f32]>, logits: &[f32]) -> Vec<(usize, f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Activation;
 
     fn mat(rows: usize, cols: usize, seed: u32) -> WeightMatrix {
         let v: Vec<f32> = (0..rows * cols)
@@ -255,17 +226,17 @@ mod tests {
     }
 
     fn expert(d: usize, f: usize, seed: u32) -> Expert {
-        Expert {
-            gate: mat(f, d, seed),
-            up: mat(f, d, seed + 1),
-            down: mat(d, f, seed + 2),
-        }
+        GatedMlp::new(
+            mat(f, d, seed),
+            mat(f, d, seed + 1),
+            mat(d, f, seed + 2),
+            Activation::Silu,
+        )
     }
 
     fn block(scoring: RouterScoring, n_group: usize, shared: bool) -> MoeBlock {
         let (d, f, e) = (12, 8, 8);
         MoeBlock {
-            act: Activation::Silu,
             router: Some(mat(e, d, 99)),
             correction_bias: (scoring == RouterScoring::Sigmoid)
                 .then(|| (0..e).map(|i| (i as f32 - 3.5) * 0.05).collect()),
@@ -294,14 +265,14 @@ mod tests {
             b.router.as_ref().unwrap().gemv(xt, &mut logits);
             for (ei, w) in b.route(&logits) {
                 let mut y = vec![0f32; d];
-                b.experts[ei].forward(b.act, xt, 1, &mut y);
+                b.experts[ei].forward(xt, 1, &mut y);
                 for i in 0..d {
                     out[t * d + i] += w * y[i];
                 }
             }
             if let Some(s) = &b.shared {
                 let mut y = vec![0f32; d];
-                s.forward(b.act, xt, 1, &mut y);
+                s.forward(xt, 1, &mut y);
                 for i in 0..d {
                     out[t * d + i] += y[i];
                 }
@@ -318,9 +289,11 @@ mod tests {
         ] {
             let b = block(scoring, groups, shared);
             let n = 7;
-            let x: Vec<f32> = (0..n * 12).map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0).collect();
+            let x: Vec<f32> = (0..n * 12)
+                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
+                .collect();
             let mut out = vec![0f32; n * 12];
-            b.forward(&x, n, &mut out);
+            b.forward_rows(&x, n, &mut out);
             let want = reference(&b, &x, n);
             let max = out
                 .iter()
@@ -330,7 +303,7 @@ mod tests {
             assert!(max < 1e-5, "{scoring:?}: {max}");
             // Batch invariance: token 3 alone gives the same bits.
             let mut one = vec![0f32; 12];
-            b.forward(&x[36..48], 1, &mut one);
+            b.forward_rows(&x[36..48], 1, &mut one);
             assert_eq!(&out[36..48], &one[..]);
         }
     }
@@ -375,12 +348,12 @@ mod tests {
     #[test]
     fn dense_is_one_expert() {
         let e = expert(12, 8, 5);
-        let b = MoeBlock::dense(Activation::Silu, e.clone());
+        let b = MoeBlock::dense(expert(12, 8, 5));
         let x: Vec<f32> = (0..24).map(|i| i as f32 / 10.0 - 1.0).collect();
         let mut a = vec![0f32; 24];
         let mut want = vec![0f32; 24];
-        b.forward(&x, 2, &mut a);
-        e.forward(Activation::Silu, &x, 2, &mut want);
+        b.forward_rows(&x, 2, &mut a);
+        e.forward(&x, 2, &mut want);
         assert_eq!(a, want);
     }
 }
