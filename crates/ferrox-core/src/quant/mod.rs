@@ -3,6 +3,14 @@
 
 use thiserror::Error;
 
+pub mod act;
+pub mod blocks;
+pub mod dequant;
+pub mod dot;
+
+use blocks::*;
+use dequant::dequantize_blocks;
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum QuantError {
     #[error("unknown ggml type id {0}")]
@@ -211,15 +219,214 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
         }
         GgmlType::F16 => {
             for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                *o = f16_to_f32([c[0], c[1]]);
             }
         }
         GgmlType::BF16 => {
             for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *o = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+            }
+        }
+        GgmlType::Q4_0 => dequantize_blocks::<BlockQ4_0>(bytes, out),
+        GgmlType::Q4_1 => dequantize_blocks::<BlockQ4_1>(bytes, out),
+        GgmlType::Q5_0 => dequantize_blocks::<BlockQ5_0>(bytes, out),
+        GgmlType::Q5_1 => dequantize_blocks::<BlockQ5_1>(bytes, out),
+        GgmlType::Q8_0 => dequantize_blocks::<BlockQ8_0>(bytes, out),
+        GgmlType::Q8_1 => dequantize_blocks::<BlockQ8_1>(bytes, out),
+        GgmlType::Q2K => dequantize_blocks::<BlockQ2K>(bytes, out),
+        GgmlType::Q3K => dequantize_blocks::<BlockQ3K>(bytes, out),
+        GgmlType::Q4K => dequantize_blocks::<BlockQ4K>(bytes, out),
+        GgmlType::Q5K => dequantize_blocks::<BlockQ5K>(bytes, out),
+        GgmlType::Q6K => dequantize_blocks::<BlockQ6K>(bytes, out),
+        GgmlType::IQ4NL => dequantize_blocks::<BlockIQ4NL>(bytes, out),
+        GgmlType::IQ4XS => dequantize_blocks::<BlockIQ4XS>(bytes, out),
+        GgmlType::MXFP4 => dequantize_blocks::<BlockMXFP4>(bytes, out),
+        GgmlType::Q8K => {
+            for (b, o) in bytes.chunks_exact(292).zip(out.chunks_exact_mut(QK_K)) {
+                BlockQ8K::from_bytes(b).dequantize(o);
             }
         }
         other => return Err(QuantError::Unsupported(other, "dequantization")),
     }
     Ok(())
+}
+
+/// The activation format a weight type's integer dot product consumes (ggml's `vec_dot_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActType {
+    F32,
+    Q8_0,
+    Q8_1,
+    Q8K,
+}
+
+impl GgmlType {
+    /// Activation format paired with this weight type; `None` when there is no dot product.
+    pub fn act_type(self) -> Option<ActType> {
+        use GgmlType::*;
+        Some(match self {
+            F32 | F16 | BF16 => ActType::F32,
+            Q4_0 | Q5_0 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => ActType::Q8_0,
+            Q4_1 | Q5_1 => ActType::Q8_1,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => ActType::Q8K,
+            _ => return None,
+        })
+    }
+}
+
+/// One activation row in the format its weight type's dot product consumes.
+#[derive(Debug, Clone, Copy)]
+pub enum ActRow<'a> {
+    F32(&'a [f32]),
+    Q8_0(&'a [BlockQ8_0]),
+    Q8_1(&'a [BlockQ8_1]),
+    Q8K(&'a [BlockQ8K]),
+}
+
+impl ActRow<'_> {
+    pub fn act_type(&self) -> ActType {
+        match self {
+            ActRow::F32(_) => ActType::F32,
+            ActRow::Q8_0(_) => ActType::Q8_0,
+            ActRow::Q8_1(_) => ActType::Q8_1,
+            ActRow::Q8K(_) => ActType::Q8K,
+        }
+    }
+
+    /// Number of activation elements.
+    pub fn len(&self) -> usize {
+        match self {
+            ActRow::F32(x) => x.len(),
+            ActRow::Q8_0(b) => b.len() * 32,
+            ActRow::Q8_1(b) => b.len() * 32,
+            ActRow::Q8K(b) => b.len() * QK_K,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Owned quantized activations: `n` rows of `cols` elements in one format. Reused as scratch.
+#[derive(Debug, Default)]
+pub struct ActBuf {
+    ty: Option<ActType>,
+    cols: usize,
+    f32: Vec<f32>,
+    q8_0: Vec<BlockQ8_0>,
+    q8_1: Vec<BlockQ8_1>,
+    q8k: Vec<BlockQ8K>,
+}
+
+impl ActBuf {
+    /// Quantizes `n` rows of `x` (each `cols` long) to `ty`, reusing the buffers.
+    pub fn quantize(&mut self, ty: ActType, x: &[f32], cols: usize) {
+        assert!(cols > 0 && x.len().is_multiple_of(cols), "ActBuf: shape");
+        self.ty = Some(ty);
+        self.cols = cols;
+        match ty {
+            ActType::F32 => {
+                self.f32.clear();
+                self.f32.extend_from_slice(x);
+            }
+            ActType::Q8_0 => {
+                self.q8_0.resize(x.len() / 32, BlockQ8_0::default());
+                for (xr, br) in x
+                    .chunks_exact(cols)
+                    .zip(self.q8_0.chunks_exact_mut(cols / 32))
+                {
+                    act::quantize_row_q8_0(xr, br);
+                }
+            }
+            ActType::Q8_1 => {
+                self.q8_1.resize(x.len() / 32, BlockQ8_1::default());
+                for (xr, br) in x
+                    .chunks_exact(cols)
+                    .zip(self.q8_1.chunks_exact_mut(cols / 32))
+                {
+                    act::quantize_row_q8_1(xr, br);
+                }
+            }
+            ActType::Q8K => {
+                self.q8k.resize(x.len() / QK_K, BlockQ8K::default());
+                for (xr, br) in x
+                    .chunks_exact(cols)
+                    .zip(self.q8k.chunks_exact_mut(cols / QK_K))
+                {
+                    act::quantize_row_q8_k(xr, br);
+                }
+            }
+        }
+    }
+
+    /// Row `i` of the last `quantize` call.
+    pub fn row(&self, i: usize) -> ActRow<'_> {
+        let c = self.cols;
+        match self.ty.expect("ActBuf::row before quantize") {
+            ActType::F32 => ActRow::F32(&self.f32[i * c..(i + 1) * c]),
+            ActType::Q8_0 => ActRow::Q8_0(&self.q8_0[i * c / 32..(i + 1) * c / 32]),
+            ActType::Q8_1 => ActRow::Q8_1(&self.q8_1[i * c / 32..(i + 1) * c / 32]),
+            ActType::Q8K => ActRow::Q8K(&self.q8k[i * c / QK_K..(i + 1) * c / QK_K]),
+        }
+    }
+}
+
+/// Scalar reference dot product of one weight row (raw bytes of type `ty`) with an activation
+/// row of the paired format.
+pub fn dot_row_ref(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> Result<f32, QuantError> {
+    let expected = ty.row_bytes(a.len()).ok_or(QuantError::Misaligned {
+        ty,
+        cols: a.len(),
+        block: ty.block_size(),
+    })?;
+    if w.len() != expected {
+        return Err(QuantError::Length {
+            got: w.len(),
+            expected,
+        });
+    }
+    fn b<B: Block>(w: &[u8]) -> &[B] {
+        as_blocks(w).expect("length checked")
+    }
+    use GgmlType as T;
+    Ok(match (ty, a) {
+        (T::F32 | T::F16 | T::BF16, ActRow::F32(x)) => {
+            let mut acc = 0f32;
+            let es = ty.type_size();
+            for (c, &xv) in w.chunks_exact(es).zip(x) {
+                let wv = match ty {
+                    T::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    T::F16 => f16_to_f32([c[0], c[1]]),
+                    _ => f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16),
+                };
+                acc += wv * xv;
+            }
+            acc
+        }
+        (T::Q4_0, ActRow::Q8_0(y)) => dot::dot_q4_0_q8_0(b(w), y),
+        (T::Q5_0, ActRow::Q8_0(y)) => dot::dot_q5_0_q8_0(b(w), y),
+        (T::Q8_0, ActRow::Q8_0(y)) => dot::dot_q8_0_q8_0(b(w), y),
+        (T::Q8_1, ActRow::Q8_0(y)) => dot::dot_q8_1_q8_0(b(w), y),
+        (T::IQ4NL, ActRow::Q8_0(y)) => dot::dot_iq4nl_q8_0(b(w), y),
+        (T::MXFP4, ActRow::Q8_0(y)) => dot::dot_mxfp4_q8_0(b(w), y),
+        (T::Q4_1, ActRow::Q8_1(y)) => dot::dot_q4_1_q8_1(b(w), y),
+        (T::Q5_1, ActRow::Q8_1(y)) => dot::dot_q5_1_q8_1(b(w), y),
+        (T::Q2K, ActRow::Q8K(y)) => dot::dot_q2k_q8k(b(w), y),
+        (T::Q3K, ActRow::Q8K(y)) => dot::dot_q3k_q8k(b(w), y),
+        (T::Q4K, ActRow::Q8K(y)) => dot::dot_q4k_q8k(b(w), y),
+        (T::Q5K, ActRow::Q8K(y)) => dot::dot_q5k_q8k(b(w), y),
+        (T::Q6K, ActRow::Q8K(y)) => dot::dot_q6k_q8k(b(w), y),
+        (T::IQ4XS, ActRow::Q8K(y)) => dot::dot_iq4xs_q8k(b(w), y),
+        (T::Q8K, ActRow::Q8K(y)) => {
+            let wb: Vec<BlockQ8K> = w.chunks_exact(292).map(BlockQ8K::from_bytes).collect();
+            dot::dot_q8k_q8k(&wb, y)
+        }
+        _ => {
+            return Err(QuantError::Unsupported(
+                ty,
+                "dot product with this activation",
+            ))
+        }
+    })
 }

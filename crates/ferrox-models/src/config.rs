@@ -1,0 +1,283 @@
+//! Model hyper-parameters: one `ModelConfig` for every supported family, with small
+//! architectural differences expressed as flags (compare llama.cpp's hparams and calm's
+//! `Config`). Field names follow the seed's API (`hidden_dim`, `n_heads`, `n_kv_heads`,
+//! `head_dim`, `moe.*`); MLA and DSA dimensions live in their own optional sections.
+//!
+//! MLA and the KV cache: MLA layers cache one compressed latent row per position
+//! (`kv_lora_rank + qk_rope_head_dim` wide, no values) instead of per-head keys and values. Callers
+//! may build caches as `KvCache::new(config.n_kv_heads, config.head_dim)` (as the seed's tests
+//! do); the decoder reshapes an *empty* cache to the geometry its layer needs
+//! (`KvCache::ensure_shape`) and refuses a non-empty cache of the wrong shape. So `n_kv_heads` and
+//! `head_dim` keep their plain meaning for standard attention and are only a declared default for
+//! MLA layers.
+
+/// Which layer recipe a checkpoint uses. Unknown architectures are refused by name at load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma3,
+    Glm4,
+    Glm4Moe,
+    Glm4MoeLite,
+    GlmMoeDsa,
+    DeepseekV3,
+    DeepseekV32,
+    Qwen3Moe,
+    Mixtral,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: silu(gate) * up.
+    Silu,
+    /// GeGLU with the tanh approximation (Gemma).
+    GeluTanh,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormKind {
+    /// x / rms(x) * w
+    Rms,
+    /// x / rms(x) * (1 + w): Gemma's zero-centred weights, as stored by HF checkpoints. (GGUF
+    /// files already store 1 + w, so a GGUF-loaded Gemma uses `Rms`.)
+    RmsOffsetOne,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor`.
+    Linear {
+        factor: f32,
+    },
+    /// Llama 3.1 frequency-dependent scaling.
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: usize,
+    },
+    /// YaRN (DeepSeek-V3): frequency ramp plus attention-scale correction (`mscale`).
+    Yarn {
+        factor: f32,
+        original_max_position: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        mscale: f32,
+        mscale_all_dim: f32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f32,
+    pub scaling: RopeScaling,
+    /// Rotated dimensions per head (partial rotary: fewer than the head dim).
+    pub rotary_dim: usize,
+    /// Rotate adjacent pairs (x0,x1),(x2,x3)… (GPT-J / GLM / DeepSeek `rope_interleave`) instead
+    /// of the two halves (NeoX / `rotate_half`).
+    pub interleaved: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnKind {
+    Full,
+    /// Attends to the last `sliding_window` positions only.
+    Sliding,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouterScoring {
+    Softmax,
+    Sigmoid,
+}
+
+/// Mixture-of-experts block. A dense FFN is the one-expert case.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    /// Model width seen by the router (equals `ModelConfig::hidden_dim`).
+    pub hidden_dim: usize,
+    /// Routed experts; 0 for a dense model.
+    pub n_experts: usize,
+    pub n_experts_active: usize,
+    pub n_shared_experts: usize,
+    /// Intermediate width of one routed expert.
+    pub expert_ffn_dim: usize,
+    /// Intermediate width of the shared expert MLP (DeepSeek: `expert_ffn_dim * n_shared_experts`).
+    pub shared_ffn_dim: usize,
+    pub scoring: RouterScoring,
+    /// `e_score_correction_bias`: added to scores to choose experts, not to weight them.
+    pub has_correction_bias: bool,
+    /// Grouped top-k: experts split in `n_group` groups, the best `topk_group` groups kept.
+    pub n_group: usize,
+    pub topk_group: usize,
+    pub norm_topk_prob: bool,
+    pub routed_scaling_factor: f32,
+    /// Qwen2-MoE style sigmoid gate on the shared expert output.
+    pub shared_expert_gate: bool,
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3, GLM-5).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MlaConfig {
+    /// `None`: queries projected directly from the hidden state.
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexerKind {
+    /// The layer runs its own indexer.
+    Full,
+    /// The layer reuses the previous indexer layer's top-k (GLM-5.2 index sharing).
+    Shared,
+}
+
+/// DeepSeek sparse attention indexer (DeepSeek-V3.2, GLM-5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DsaConfig {
+    pub index_n_heads: usize,
+    pub index_head_dim: usize,
+    pub index_topk: usize,
+    /// Per layer.
+    pub indexer_types: Vec<IndexerKind>,
+    /// Interleaved RoPE in the indexer (GLM-5) or half-split (DeepSeek-V3.2).
+    pub rope_interleaved: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub hidden_dim: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Dense FFN intermediate width.
+    pub ffn_dim: usize,
+    pub max_seq_len: usize,
+    pub norm_eps: f32,
+    pub norm: NormKind,
+    pub activation: Activation,
+    pub rope: RopeConfig,
+    /// RoPE of sliding-window layers when it differs (Gemma 3: base 10000 locally, 1e6 globally).
+    pub rope_local: Option<RopeConfig>,
+    pub sliding_window: Option<usize>,
+    /// Per layer.
+    pub layer_attn: Vec<AttnKind>,
+    /// Per layer: true where the FFN is the MoE block, false where dense.
+    pub layer_moe: Vec<bool>,
+    /// Bias on q/k/v projections (Qwen2, GLM-4).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3, GLM-4.5).
+    pub qk_norm: bool,
+    /// Norms on the attention and FFN outputs before the residual add (Gemma 3, GLM-4).
+    pub post_norms: bool,
+    /// Softmax scale override (Gemma 3: `query_pre_attn_scalar^-0.5`); default head_dim^-0.5.
+    pub attn_scale: Option<f32>,
+    /// Multiply embeddings by sqrt(hidden_dim) (Gemma).
+    pub embed_scale: bool,
+    pub tie_embeddings: bool,
+    pub final_logit_softcap: Option<f32>,
+    pub attn_logit_softcap: Option<f32>,
+    pub moe: MoeConfig,
+    pub mla: Option<MlaConfig>,
+    pub dsa: Option<DsaConfig>,
+}
+
+impl ModelConfig {
+    /// Attention kind of layer `l` (full when the per-layer list is shorter).
+    pub fn attn_kind(&self, l: usize) -> AttnKind {
+        self.layer_attn.get(l).copied().unwrap_or(AttnKind::Full)
+    }
+
+    /// Whether layer `l` uses the MoE block.
+    pub fn is_moe_layer(&self, l: usize) -> bool {
+        self.moe.n_experts > 0 && self.layer_moe.get(l).copied().unwrap_or(true)
+    }
+}
+
+/// GLM-5.2 (`glm_moe_dsa`): MLA + DSA indexer + MoE, the shape the engine was designed around.
+/// Dimensions are transformers' `GlmMoeDsaConfig` defaults (GLM-5); GLM-5.2 adds indexer
+/// sharing across layers (`index_topk_freq = 2`: every other layer after the first reuses the
+/// previous layer's top-k).
+pub fn glm_5_2() -> ModelConfig {
+    let n_layers = 78;
+    let first_k_dense = 3;
+    let qk_rope = 64;
+    ModelConfig {
+        arch: Arch::GlmMoeDsa,
+        vocab_size: 154_880,
+        hidden_dim: 6144,
+        n_layers,
+        n_heads: 64,
+        n_kv_heads: 64,
+        head_dim: qk_rope,
+        ffn_dim: 12_288,
+        max_seq_len: 202_752,
+        norm_eps: 1e-5,
+        norm: NormKind::Rms,
+        activation: Activation::Silu,
+        rope: RopeConfig {
+            theta: 1_000_000.0,
+            scaling: RopeScaling::None,
+            rotary_dim: qk_rope,
+            interleaved: true,
+        },
+        rope_local: None,
+        sliding_window: None,
+        layer_attn: vec![AttnKind::Full; n_layers],
+        layer_moe: (0..n_layers).map(|l| l >= first_k_dense).collect(),
+        qkv_bias: false,
+        qk_norm: false,
+        post_norms: false,
+        attn_scale: None,
+        embed_scale: false,
+        tie_embeddings: false,
+        final_logit_softcap: None,
+        attn_logit_softcap: None,
+        moe: MoeConfig {
+            hidden_dim: 6144,
+            n_experts: 256,
+            n_experts_active: 8,
+            n_shared_experts: 1,
+            expert_ffn_dim: 2048,
+            shared_ffn_dim: 2048,
+            scoring: RouterScoring::Sigmoid,
+            has_correction_bias: true,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: true,
+            routed_scaling_factor: 2.5,
+            shared_expert_gate: false,
+        },
+        mla: Some(MlaConfig {
+            q_lora_rank: Some(2048),
+            kv_lora_rank: 512,
+            qk_nope_head_dim: 192,
+            qk_rope_head_dim: qk_rope,
+            v_head_dim: 256,
+        }),
+        dsa: Some(DsaConfig {
+            index_n_heads: 32,
+            index_head_dim: 128,
+            index_topk: 2048,
+            indexer_types: (0..n_layers)
+                .map(|l| {
+                    if l < 2 || l % 2 == 1 {
+                        IndexerKind::Full
+                    } else {
+                        IndexerKind::Shared
+                    }
+                })
+                .collect(),
+            rope_interleaved: true,
+        }),
+    }
+}
