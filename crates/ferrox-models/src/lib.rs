@@ -1,9 +1,13 @@
 //! ferrox-models: model files (GGUF, safetensors), tokenizers, chat templates, architectures,
 //! the decoder, sampling, speculative decoding and generation.
 
+pub mod arch;
+pub mod blocks;
 pub mod config;
+pub mod decoder;
 pub mod gguf;
 pub mod hub;
 pub mod tokenizer;
+pub mod weights;
 
 pub use config::ModelConfig;

@@ -1,0 +1,120 @@
+//! Gemma 3 (text): embeddings × √hidden, four RMSNorms per layer (before and after attention and
+//! FFN), per-head QK RMSNorm, GeGLU (GELU-tanh) FFN, interleaved sliding-window and global
+//! layers with their own RoPE (local base 10k, global base 1e6 with optional linear scaling),
+//! softmax scale `query_pre_attn_scalar^-0.5`, tied embeddings.
+//! Reference: transformers `modeling_gemma3.py`; llama.cpp `LLM_ARCH_GEMMA3`.
+//! HF checkpoints store norms as `w` in `x * (1 + w)`; GGUF stores `1 + w`.
+
+use super::{build_dense, dense_config_from_hf, HfConfig};
+use crate::config::{Activation, Arch, ModelConfig, NormKind};
+use crate::decoder::Decoder;
+use crate::weights::{opt, req, Dim::*, LoadError, TensorSpec, WeightSource};
+
+pub const GLOBAL: &[TensorSpec] = &[
+    req(
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+        &[Vocab, Hidden],
+    ),
+    req("output_norm.weight", "model.norm.weight", &[Hidden]),
+    opt("output.weight", "lm_head.weight", &[Vocab, Hidden]),
+];
+
+pub const LAYER: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_norm.weight",
+        "model.layers.{}.input_layernorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.attn_q.weight",
+        "model.layers.{}.self_attn.q_proj.weight",
+        &[QDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_k.weight",
+        "model.layers.{}.self_attn.k_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_v.weight",
+        "model.layers.{}.self_attn.v_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_output.weight",
+        "model.layers.{}.self_attn.o_proj.weight",
+        &[Hidden, QDim],
+    ),
+    req(
+        "blk.{}.attn_q_norm.weight",
+        "model.layers.{}.self_attn.q_norm.weight",
+        &[HeadDim],
+    ),
+    req(
+        "blk.{}.attn_k_norm.weight",
+        "model.layers.{}.self_attn.k_norm.weight",
+        &[HeadDim],
+    ),
+    req(
+        "blk.{}.post_attention_norm.weight",
+        "model.layers.{}.post_attention_layernorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.ffn_norm.weight",
+        "model.layers.{}.pre_feedforward_layernorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.post_ffw_norm.weight",
+        "model.layers.{}.post_feedforward_layernorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.ffn_gate.weight",
+        "model.layers.{}.mlp.gate_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    req(
+        "blk.{}.ffn_up.weight",
+        "model.layers.{}.mlp.up_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    req(
+        "blk.{}.ffn_down.weight",
+        "model.layers.{}.mlp.down_proj.weight",
+        &[Hidden, Ffn],
+    ),
+];
+
+pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = dense_config_from_hf(hf, Arch::Gemma3)?;
+    let hd = cfg.head_dim;
+    cfg.norm = NormKind::RmsOffsetOne;
+    cfg.activation = Activation::GeluTanh;
+    cfg.qk_norm = true;
+    cfg.post_norms = true;
+    cfg.embed_scale = true;
+    cfg.tie_embeddings = hf.bool("tie_word_embeddings", true);
+    let scalar = hf.opt_f32("query_pre_attn_scalar").unwrap_or(hd as f32);
+    cfg.attn_scale = Some(1.0 / scalar.sqrt());
+    let nested = hf
+        .get("rope_parameters")
+        .is_some_and(|p| p.get("full_attention").is_some());
+    if nested {
+        cfg.rope = hf.rope(Some("full_attention"), hd, false)?;
+        cfg.rope_local = Some(hf.rope(Some("sliding_attention"), hd, false)?);
+    } else {
+        // Older configs: `rope_theta` (global) + `rope_local_base_freq`.
+        let mut local = cfg.rope;
+        local.theta = hf.opt_f32("rope_local_base_freq").unwrap_or(10_000.0);
+        local.scaling = crate::config::RopeScaling::None;
+        cfg.rope_local = Some(local);
+    }
+    Ok(cfg)
+}
+
+pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
+    build_dense(cfg, src, GLOBAL, LAYER)
+}

@@ -1,0 +1,317 @@
+//! Architectures: each file turns a checkpoint's metadata into a `ModelConfig` and declares its
+//! tensor table; the dense ones share `build_dense`. Unknown architectures are refused by name.
+
+pub mod gemma3;
+pub mod llama;
+pub mod qwen2;
+pub mod qwen3;
+
+use crate::blocks::{GatedMlp, RmsNorm, Rope, StandardAttention};
+use crate::config::{
+    Activation, Arch, AttnKind, ModelConfig, MoeConfig, NormKind, RopeConfig, RopeScaling,
+    RouterScoring,
+};
+use crate::decoder::{Decoder, Layer, ModelSource};
+use crate::weights::{
+    read_to_string, Bound, Dim, LoadError, SafetensorsDir, TensorSpec, WeightSource,
+};
+use serde_json::Value;
+use std::path::Path;
+
+/// Loads a Hugging Face directory or a GGUF file.
+pub fn load(path: &Path) -> Result<Decoder, LoadError> {
+    if path.is_dir() {
+        load_hf_dir(path)
+    } else {
+        Err(LoadError::Format {
+            path: path.to_path_buf(),
+            msg: "GGUF loading is not available yet".into(),
+        })
+    }
+}
+
+fn load_hf_dir(dir: &Path) -> Result<Decoder, LoadError> {
+    let cfg_path = dir.join("config.json");
+    let text = read_to_string(&cfg_path)?;
+    let json: Value = serde_json::from_str(&text).map_err(|e| LoadError::Format {
+        path: cfg_path.clone(),
+        msg: e.to_string(),
+    })?;
+    let hf = HfConfig(json);
+    let model_type = hf.str("model_type").unwrap_or_default();
+    let src = SafetensorsDir::open(dir)?;
+    let mut dec = match model_type.as_str() {
+        "llama" => llama::build(llama::config_from_hf(&hf)?, &src)?,
+        "qwen2" => qwen2::build(qwen2::config_from_hf(&hf)?, &src)?,
+        "qwen3" => qwen3::build(qwen3::config_from_hf(&hf)?, &src)?,
+        "gemma3_text" | "gemma3" => gemma3::build(gemma3::config_from_hf(&hf)?, &src)?,
+        other => return Err(LoadError::UnsupportedArch(other.to_string())),
+    };
+    dec.source = ModelSource {
+        path: dir.to_path_buf(),
+        is_gguf: false,
+    };
+    Ok(dec)
+}
+
+/// A parsed `config.json` with typed accessors.
+pub struct HfConfig(pub Value);
+
+impl HfConfig {
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.0.get(key).filter(|v| !v.is_null())
+    }
+    pub fn str(&self, key: &str) -> Option<String> {
+        self.get(key).and_then(|v| v.as_str()).map(String::from)
+    }
+    pub fn usize(&self, key: &str) -> Result<usize, LoadError> {
+        self.opt_usize(key)
+            .ok_or_else(|| LoadError::Config(format!("config.json: missing integer `{key}`")))
+    }
+    pub fn opt_usize(&self, key: &str) -> Option<usize> {
+        self.get(key).and_then(|v| v.as_u64()).map(|v| v as usize)
+    }
+    pub fn opt_f32(&self, key: &str) -> Option<f32> {
+        self.get(key).and_then(|v| v.as_f64()).map(|v| v as f32)
+    }
+    pub fn bool(&self, key: &str, default: bool) -> bool {
+        self.get(key).and_then(|v| v.as_bool()).unwrap_or(default)
+    }
+
+    /// Per-layer attention kinds from `layer_types`, else from the Qwen2-style
+    /// `use_sliding_window` / `max_window_layers` switches.
+    pub fn layer_attn(&self, n_layers: usize) -> Vec<AttnKind> {
+        if let Some(list) = self.get("layer_types").and_then(|v| v.as_array()) {
+            return list
+                .iter()
+                .map(|t| match t.as_str() {
+                    Some("sliding_attention") => AttnKind::Sliding,
+                    _ => AttnKind::Full,
+                })
+                .collect();
+        }
+        if self.bool("use_sliding_window", false) && self.get("sliding_window").is_some() {
+            let m = self.opt_usize("max_window_layers").unwrap_or(0);
+            return (0..n_layers)
+                .map(|l| {
+                    if l >= m {
+                        AttnKind::Sliding
+                    } else {
+                        AttnKind::Full
+                    }
+                })
+                .collect();
+        }
+        vec![AttnKind::Full; n_layers]
+    }
+
+    /// RoPE parameters: transformers 5 `rope_parameters` (optionally keyed by layer type), or
+    /// the older `rope_theta` + `rope_scaling`.
+    pub fn rope(
+        &self,
+        layer_type: Option<&str>,
+        rotary_dim: usize,
+        interleaved: bool,
+    ) -> Result<RopeConfig, LoadError> {
+        let mut params = self
+            .get("rope_parameters")
+            .or_else(|| self.get("rope_scaling"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        if let Some(lt) = layer_type {
+            if let Some(p) = params.get(lt) {
+                params = p.clone();
+            }
+        }
+        let f = |k: &str| params.get(k).and_then(|v| v.as_f64()).map(|v| v as f32);
+        let theta = f("rope_theta")
+            .or_else(|| self.opt_f32("rope_theta"))
+            .unwrap_or(10_000.0);
+        let kind = params
+            .get("rope_type")
+            .or_else(|| params.get("type"))
+            .and_then(|v| v.as_str())
+            .unwrap_or("default");
+        let need =
+            |k: &str| f(k).ok_or_else(|| LoadError::Config(format!("rope `{kind}` needs `{k}`")));
+        let scaling = match kind {
+            "default" => RopeScaling::None,
+            "linear" => RopeScaling::Linear {
+                factor: need("factor")?,
+            },
+            "llama3" => RopeScaling::Llama3 {
+                factor: need("factor")?,
+                low_freq_factor: need("low_freq_factor")?,
+                high_freq_factor: need("high_freq_factor")?,
+                original_max_position: need("original_max_position_embeddings")? as usize,
+            },
+            "yarn" => RopeScaling::Yarn {
+                factor: need("factor")?,
+                original_max_position: need("original_max_position_embeddings")? as usize,
+                beta_fast: f("beta_fast").unwrap_or(32.0),
+                beta_slow: f("beta_slow").unwrap_or(1.0),
+                mscale: f("mscale").unwrap_or(0.0),
+                mscale_all_dim: f("mscale_all_dim").unwrap_or(0.0),
+            },
+            other => {
+                return Err(LoadError::Config(format!(
+                    "unsupported rope_type `{other}`"
+                )))
+            }
+        };
+        Ok(RopeConfig {
+            theta,
+            scaling,
+            rotary_dim,
+            interleaved,
+        })
+    }
+}
+
+/// The dense-model `ModelConfig` skeleton from the fields every HF config shares.
+pub fn dense_config_from_hf(hf: &HfConfig, arch: Arch) -> Result<ModelConfig, LoadError> {
+    let hidden = hf.usize("hidden_size")?;
+    let n_layers = hf.usize("num_hidden_layers")?;
+    let n_heads = hf.usize("num_attention_heads")?;
+    let n_kv_heads = hf.opt_usize("num_key_value_heads").unwrap_or(n_heads);
+    let head_dim = hf.opt_usize("head_dim").unwrap_or(hidden / n_heads);
+    let rope = hf.rope(None, head_dim, false)?;
+    Ok(ModelConfig {
+        arch,
+        vocab_size: hf.usize("vocab_size")?,
+        hidden_dim: hidden,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ffn_dim: hf.usize("intermediate_size")?,
+        max_seq_len: hf.opt_usize("max_position_embeddings").unwrap_or(4096),
+        norm_eps: hf.opt_f32("rms_norm_eps").unwrap_or(1e-6),
+        norm: NormKind::Rms,
+        activation: Activation::Silu,
+        rope,
+        rope_local: None,
+        sliding_window: hf.opt_usize("sliding_window"),
+        layer_attn: hf.layer_attn(n_layers),
+        layer_moe: vec![false; n_layers],
+        qkv_bias: false,
+        qk_norm: false,
+        post_norms: false,
+        attn_scale: None,
+        embed_scale: false,
+        tie_embeddings: hf.bool("tie_word_embeddings", false),
+        final_logit_softcap: hf.opt_f32("final_logit_softcapping"),
+        attn_logit_softcap: hf.opt_f32("attn_logit_softcapping"),
+        moe: dense_moe(hidden),
+        mla: None,
+        dsa: None,
+    })
+}
+
+/// The MoE section of a dense model: no experts.
+pub fn dense_moe(hidden: usize) -> MoeConfig {
+    MoeConfig {
+        hidden_dim: hidden,
+        n_experts: 0,
+        n_experts_active: 0,
+        n_shared_experts: 0,
+        expert_ffn_dim: 0,
+        shared_ffn_dim: 0,
+        scoring: RouterScoring::Softmax,
+        has_correction_bias: false,
+        n_group: 1,
+        topk_group: 1,
+        norm_topk_prob: false,
+        routed_scaling_factor: 1.0,
+        shared_expert_gate: false,
+    }
+}
+
+/// Resolves table dimensions against a config.
+pub fn resolver(cfg: &ModelConfig) -> impl Fn(Dim) -> usize + '_ {
+    move |d| match d {
+        Dim::Hidden => cfg.hidden_dim,
+        Dim::Vocab => cfg.vocab_size,
+        Dim::QDim => cfg.n_heads * cfg.head_dim,
+        Dim::KvDim => cfg.n_kv_heads * cfg.head_dim,
+        Dim::HeadDim => cfg.head_dim,
+        Dim::Ffn => cfg.ffn_dim,
+        Dim::Fixed(n) => n,
+    }
+}
+
+/// Builds a dense decoder (standard attention + gated MLP in every layer) from a table.
+/// Logical names follow llama.cpp; optional tensors switch features on when present.
+pub fn build_dense(
+    cfg: ModelConfig,
+    src: &dyn WeightSource,
+    global: &[TensorSpec],
+    per_layer: &[TensorSpec],
+) -> Result<Decoder, LoadError> {
+    let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, global, per_layer)?;
+    let offset = cfg.norm == NormKind::RmsOffsetOne;
+    let eps = cfg.norm_eps;
+    let norm = |name: &str| -> Result<RmsNorm, LoadError> {
+        Ok(RmsNorm::new(b.vector(name)?, eps, offset))
+    };
+    let opt_norm = |name: &str| -> Result<Option<RmsNorm>, LoadError> {
+        Ok(b.opt_vector(name)?.map(|w| RmsNorm::new(w, eps, offset)))
+    };
+    let embed = b.matrix("token_embd.weight")?;
+    let lm_head = match b.opt_matrix("output.weight")? {
+        Some(m) => m,
+        None if cfg.tie_embeddings => embed.clone(),
+        None => return Err(LoadError::MissingTensor("output.weight".into())),
+    };
+    let mut layers = Vec::with_capacity(cfg.n_layers);
+    for l in 0..cfg.n_layers {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let sliding = cfg.attn_kind(l) == AttnKind::Sliding;
+        let rope_cfg = match (sliding, &cfg.rope_local) {
+            (true, Some(r)) => r,
+            _ => &cfg.rope,
+        };
+        let mut attn = StandardAttention::new(
+            b.matrix(&n("attn_q.weight"))?,
+            b.matrix(&n("attn_k.weight"))?,
+            b.matrix(&n("attn_v.weight"))?,
+            b.matrix(&n("attn_output.weight"))?,
+            cfg.n_heads,
+            cfg.n_kv_heads,
+            cfg.head_dim,
+            Rope::new(rope_cfg),
+        );
+        attn.bq = b.opt_vector(&n("attn_q.bias"))?;
+        attn.bk = b.opt_vector(&n("attn_k.bias"))?;
+        attn.bv = b.opt_vector(&n("attn_v.bias"))?;
+        attn.q_norm = opt_norm(&n("attn_q_norm.weight"))?;
+        attn.k_norm = opt_norm(&n("attn_k_norm.weight"))?;
+        if let Some(s) = cfg.attn_scale {
+            attn.scale = s;
+        }
+        attn.softcap = cfg.attn_logit_softcap;
+        attn.window = if sliding { cfg.sliding_window } else { None };
+        let mlp = GatedMlp::new(
+            b.matrix(&n("ffn_gate.weight"))?,
+            b.matrix(&n("ffn_up.weight"))?,
+            b.matrix(&n("ffn_down.weight"))?,
+            cfg.activation,
+        );
+        layers.push(Layer {
+            attn_norm: norm(&n("attn_norm.weight"))?,
+            attn: Box::new(attn),
+            post_attn_norm: opt_norm(&n("post_attention_norm.weight"))?,
+            ffn_norm: norm(&n("ffn_norm.weight"))?,
+            ffn: Box::new(mlp),
+            post_ffn_norm: opt_norm(&n("post_ffw_norm.weight"))?,
+        });
+    }
+    let output_norm = norm("output_norm.weight")?;
+    Ok(Decoder::from_parts(
+        cfg,
+        embed,
+        layers,
+        output_norm,
+        lm_head,
+    ))
+}

@@ -1,0 +1,219 @@
+//! Standard multi-head attention with grouped KV heads (GQA, Ainslie et al. 2023): optional
+//! q/k/v bias (Qwen2), per-head QK RMSNorm before RoPE (Qwen3, Gemma 3), custom softmax scale,
+//! logit soft-capping (Gemma 2) and a sliding window (key `j` visible from query `p` when
+//! `p - j < window`, as transformers' and llama.cpp's masks).
+//!
+//! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
+//! so batched and single-token forwards agree bit for bit.
+
+use super::{AttentionBlock, PassState, RmsNorm, Rope};
+use ferrox_core::cache::KvCache;
+use ferrox_core::matmul::WeightMatrix;
+use rayon::prelude::*;
+use std::sync::Mutex;
+
+pub struct StandardAttention {
+    pub wq: WeightMatrix,
+    pub wk: WeightMatrix,
+    pub wv: WeightMatrix,
+    pub wo: WeightMatrix,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<RmsNorm>,
+    pub k_norm: Option<RmsNorm>,
+    pub rope: Rope,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
+    scratch: Mutex<Scratch>,
+}
+
+#[derive(Default)]
+struct Scratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    scores: Vec<f32>,
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// Below this many score entries per row (heads × keys) attention runs on one thread.
+const PAR_MIN_WORK: usize = 4096;
+
+impl StandardAttention {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        wq: WeightMatrix,
+        wk: WeightMatrix,
+        wv: WeightMatrix,
+        wo: WeightMatrix,
+        n_heads: usize,
+        n_kv_heads: usize,
+        head_dim: usize,
+        rope: Rope,
+    ) -> Self {
+        StandardAttention {
+            wq,
+            wk,
+            wv,
+            wo,
+            bq: None,
+            bk: None,
+            bv: None,
+            q_norm: None,
+            k_norm: None,
+            rope,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: None,
+            softcap: None,
+            scratch: Mutex::new(Scratch::default()),
+        }
+    }
+}
+
+fn add_bias(y: &mut [f32], b: &Option<Vec<f32>>) {
+    if let Some(b) = b {
+        for row in y.chunks_exact_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, &bb)| *v += bb);
+        }
+    }
+}
+
+impl AttentionBlock for StandardAttention {
+    fn forward(
+        &self,
+        x: &[f32],
+        n: usize,
+        pos: usize,
+        cache: &mut KvCache,
+        _state: &mut PassState,
+        out: &mut [f32],
+    ) {
+        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let (qd, kvd) = (nh * hd, nkv * hd);
+        assert_eq!(
+            cache.len(),
+            pos,
+            "KV cache length must equal the start position"
+        );
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        let q = grow(&mut s.q, n * qd);
+        let k = grow(&mut s.k, n * kvd);
+        let v = grow(&mut s.v, n * kvd);
+        self.wq.gemm(x, n, q);
+        self.wk.gemm(x, n, k);
+        self.wv.gemm(x, n, v);
+        add_bias(q, &self.bq);
+        add_bias(k, &self.bk);
+        add_bias(v, &self.bv);
+        for i in 0..n {
+            let (qi, ki) = (&mut q[i * qd..(i + 1) * qd], &mut k[i * kvd..(i + 1) * kvd]);
+            if let Some(norm) = &self.q_norm {
+                norm.forward_inplace(qi);
+            }
+            if let Some(norm) = &self.k_norm {
+                norm.forward_inplace(ki);
+            }
+            self.rope.apply(qi, nh, hd, pos + i);
+            self.rope.apply(ki, nkv, hd, pos + i);
+            cache.append(ki, &v[i * kvd..(i + 1) * kvd]);
+        }
+
+        let total = pos + n;
+        let att = grow(&mut s.att, n * qd);
+        let scores = grow(&mut s.scores, nh * total);
+        let keys = cache.keys();
+        let values = cache.values();
+        let group = nh / nkv;
+        for i in 0..n {
+            let p = pos + i;
+            let start = match self.window {
+                Some(w) => (p + 1).saturating_sub(w),
+                None => 0,
+            };
+            let len = p + 1 - start;
+            let qi = &q[i * qd..(i + 1) * qd];
+            let head = |(h, (o, sc)): (usize, (&mut [f32], &mut [f32]))| {
+                let g = h / group;
+                let qh = &qi[h * hd..(h + 1) * hd];
+                let sc = &mut sc[..len];
+                let mut max = f32::NEG_INFINITY;
+                for (t, sv) in sc.iter_mut().enumerate() {
+                    let j = start + t;
+                    let kj = &keys[j * kvd + g * hd..j * kvd + (g + 1) * hd];
+                    let mut d = dot(qh, kj) * self.scale;
+                    if let Some(cap) = self.softcap {
+                        d = cap * (d / cap).tanh();
+                    }
+                    *sv = d;
+                    max = max.max(d);
+                }
+                let mut sum = 0f32;
+                for sv in sc.iter_mut() {
+                    *sv = (*sv - max).exp();
+                    sum += *sv;
+                }
+                let inv = 1.0 / sum;
+                o.fill(0.0);
+                for (t, &sv) in sc.iter().enumerate() {
+                    let j = start + t;
+                    let pj = sv * inv;
+                    let vj = &values[j * kvd + g * hd..j * kvd + (g + 1) * hd];
+                    o.iter_mut().zip(vj).for_each(|(a, &b)| *a += pj * b);
+                }
+            };
+            let oi = &mut att[i * qd..(i + 1) * qd];
+            if nh * len >= PAR_MIN_WORK {
+                oi.par_chunks_mut(hd)
+                    .zip(scores.par_chunks_mut(total))
+                    .enumerate()
+                    .for_each(head);
+            } else {
+                oi.chunks_mut(hd)
+                    .zip(scores.chunks_mut(total))
+                    .enumerate()
+                    .for_each(head);
+            }
+        }
+        self.wo.gemm(att, n, out);
+    }
+
+    fn cache_shape(&self) -> (usize, usize, usize) {
+        (
+            self.n_kv_heads,
+            self.head_dim,
+            self.n_kv_heads * self.head_dim,
+        )
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]);
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += x * y;
+    }
+    s
+}

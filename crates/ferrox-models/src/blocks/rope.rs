@@ -1,0 +1,128 @@
+//! Rotary position embedding (Su et al. 2021, RoFormer), with the frequency rules of
+//! transformers' `ROPE_INIT_FUNCTIONS`: default, linear, llama3 and YaRN (DeepSeek-V3).
+//! Rotates the first `rotary_dim` dims of each head, either as two halves (NeoX,
+//! `rotate_half`) or as adjacent pairs (GPT-J / interleaved).
+
+use crate::config::{RopeConfig, RopeScaling};
+
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f32>,
+    rotary_dim: usize,
+    interleaved: bool,
+    /// Multiplies cos and sin (YaRN's attention factor; 1 otherwise).
+    pub attn_factor: f32,
+}
+
+impl Rope {
+    pub fn new(cfg: &RopeConfig) -> Self {
+        let d = cfg.rotary_dim;
+        let base: Vec<f64> = (0..d / 2)
+            .map(|i| 1.0 / (cfg.theta as f64).powf((2 * i) as f64 / d as f64))
+            .collect();
+        let mut attn_factor = 1.0f32;
+        let inv: Vec<f64> = match cfg.scaling {
+            RopeScaling::None => base,
+            RopeScaling::Linear { factor } => base.iter().map(|f| f / factor as f64).collect(),
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position,
+            } => {
+                let (factor, lo, hi) = (
+                    factor as f64,
+                    low_freq_factor as f64,
+                    high_freq_factor as f64,
+                );
+                let old = original_max_position as f64;
+                let low_wavelen = old / lo;
+                let high_wavelen = old / hi;
+                base.iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (old / wavelen - lo) / (hi - lo);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect()
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position,
+                beta_fast,
+                beta_slow,
+                mscale,
+                mscale_all_dim,
+            } => {
+                let get_mscale = |scale: f64, m: f64| {
+                    if scale <= 1.0 {
+                        1.0
+                    } else {
+                        0.1 * m * scale.ln() + 1.0
+                    }
+                };
+                let factor = factor as f64;
+                attn_factor = if mscale != 0.0 && mscale_all_dim != 0.0 {
+                    (get_mscale(factor, mscale as f64) / get_mscale(factor, mscale_all_dim as f64))
+                        as f32
+                } else {
+                    get_mscale(factor, 1.0) as f32
+                };
+                let theta = cfg.theta as f64;
+                let dim = d as f64;
+                let correction = |rot: f64| {
+                    dim * (original_max_position as f64 / (rot * 2.0 * std::f64::consts::PI)).ln()
+                        / (2.0 * theta.ln())
+                };
+                let low = correction(beta_fast as f64).floor().max(0.0);
+                let high = correction(beta_slow as f64).ceil().min(dim - 1.0);
+                let high = if low == high { high + 0.001 } else { high };
+                base.iter()
+                    .enumerate()
+                    .map(|(i, &f)| {
+                        let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                        let extrapolation = 1.0 - ramp;
+                        (f / factor) * (1.0 - extrapolation) + f * extrapolation
+                    })
+                    .collect()
+            }
+        };
+        Rope {
+            inv_freq: inv.iter().map(|&f| f as f32).collect(),
+            rotary_dim: d,
+            interleaved: cfg.interleaved,
+            attn_factor,
+        }
+    }
+
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim
+    }
+
+    /// Rotates `n_heads` heads of `head_dim` laid out contiguously in `x`, at position `pos`.
+    pub fn apply(&self, x: &mut [f32], n_heads: usize, head_dim: usize, pos: usize) {
+        let half = self.rotary_dim / 2;
+        let p = pos as f32;
+        for (i, &f) in self.inv_freq.iter().enumerate() {
+            let (s, c) = (p * f).sin_cos();
+            let (s, c) = (s * self.attn_factor, c * self.attn_factor);
+            for h in 0..n_heads {
+                let head = &mut x[h * head_dim..(h + 1) * head_dim];
+                let (a, b) = if self.interleaved {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
+                let (xa, xb) = (head[a], head[b]);
+                head[a] = xa * c - xb * s;
+                head[b] = xb * c + xa * s;
+            }
+        }
+    }
+}

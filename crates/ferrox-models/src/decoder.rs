@@ -1,0 +1,222 @@
+//! The decoder: token embedding, a stack of pre-norm layers (attention + FFN, each optionally
+//! post-normed), final norm and LM head. Layers hold their attention and FFN as trait objects
+//! (`blocks::AttentionBlock`, `blocks::FfnBlock`), so standard GQA, MLA, dense MLP and MoE mix
+//! freely per layer.
+//!
+//! Every forward processes a batch of consecutive positions; a single token is the batch of
+//! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
+
+use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm};
+use crate::config::ModelConfig;
+use crate::weights::LoadError;
+use ferrox_core::cache::KvCache;
+use ferrox_core::matmul::WeightMatrix;
+use std::path::Path;
+use std::sync::Mutex;
+
+pub struct Layer {
+    pub attn_norm: RmsNorm,
+    pub attn: Box<dyn AttentionBlock>,
+    /// Norm of the attention output before the residual add (Gemma 3, GLM-4).
+    pub post_attn_norm: Option<RmsNorm>,
+    pub ffn_norm: RmsNorm,
+    pub ffn: Box<dyn FfnBlock>,
+    pub post_ffn_norm: Option<RmsNorm>,
+}
+
+/// Facts about where the model came from, for tokenizer and template lookup.
+#[derive(Debug, Clone, Default)]
+pub struct ModelSource {
+    pub path: std::path::PathBuf,
+    pub is_gguf: bool,
+}
+
+pub struct Decoder {
+    pub config: ModelConfig,
+    /// `[vocab, hidden]`, looked up row by row.
+    pub embed: WeightMatrix,
+    /// Multiplies embeddings (Gemma: `sqrt(hidden)`; 1 otherwise).
+    pub embed_scale: f32,
+    pub layers: Vec<Layer>,
+    pub output_norm: RmsNorm,
+    /// `[vocab, hidden]`; shares the embedding's bytes when tied.
+    pub lm_head: WeightMatrix,
+    pub source: ModelSource,
+    scratch: Mutex<Scratch>,
+}
+
+#[derive(Default)]
+struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    t: Vec<f32>,
+    state: PassState,
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+impl Decoder {
+    /// Assembles a decoder from built parts (architectures and random test models use this).
+    pub fn from_parts(
+        config: ModelConfig,
+        embed: WeightMatrix,
+        layers: Vec<Layer>,
+        output_norm: RmsNorm,
+        lm_head: WeightMatrix,
+    ) -> Self {
+        let embed_scale = if config.embed_scale {
+            (config.hidden_dim as f32).sqrt()
+        } else {
+            1.0
+        };
+        Decoder {
+            config,
+            embed,
+            embed_scale,
+            layers,
+            output_norm,
+            lm_head,
+            source: ModelSource::default(),
+            scratch: Mutex::new(Scratch::default()),
+        }
+    }
+
+    /// Loads a GGUF file or a Hugging Face directory (`config.json` + safetensors).
+    pub fn load(path: impl AsRef<Path>) -> Result<Decoder, LoadError> {
+        crate::arch::load(path.as_ref())
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.lm_head.rows()
+    }
+
+    /// One empty cache per layer, shaped as each layer stores positions.
+    pub fn new_caches(&self) -> Vec<KvCache> {
+        self.layers
+            .iter()
+            .map(|l| {
+                let (h, d, v) = l.attn.cache_shape();
+                let mut c = KvCache::new(h, d);
+                c.ensure_shape(h, d, v)
+                    .expect("empty cache takes any shape");
+                c
+            })
+            .collect()
+    }
+
+    /// Logits for one token at position `pos`.
+    pub fn forward_token(&self, token: usize, pos: usize, caches: &mut [KvCache]) -> Vec<f32> {
+        let mut out = Vec::new();
+        self.forward_into(&[token], pos, caches, 0, &mut out);
+        out
+    }
+
+    /// Logits for every position of `tokens` (placed at `pos..pos + len`).
+    pub fn forward_batch(
+        &self,
+        tokens: &[usize],
+        pos: usize,
+        caches: &mut [KvCache],
+    ) -> Vec<Vec<f32>> {
+        self.forward_from(tokens, pos, caches, 0)
+    }
+
+    /// Prefill: logits only for rows `first_logit_row..tokens.len()` (the LM head over a
+    /// 150k-word vocabulary is wasted on rows nobody samples from). Returns those rows.
+    pub fn forward_from(
+        &self,
+        tokens: &[usize],
+        pos: usize,
+        caches: &mut [KvCache],
+        first_logit_row: usize,
+    ) -> Vec<Vec<f32>> {
+        let mut flat = Vec::new();
+        self.forward_into(tokens, pos, caches, first_logit_row, &mut flat);
+        let v = self.vocab_size();
+        flat.chunks_exact(v).map(|r| r.to_vec()).collect()
+    }
+
+    /// Core forward. Appends `tokens` to the caches at `pos` (dropping any cached positions at
+    /// or after `pos`) and writes logits of rows `first_logit_row..` into `logits`
+    /// (`[rows, vocab]`, resized; no allocation once warm).
+    pub fn forward_into(
+        &self,
+        tokens: &[usize],
+        pos: usize,
+        caches: &mut [KvCache],
+        first_logit_row: usize,
+        logits: &mut Vec<f32>,
+    ) {
+        let n = tokens.len();
+        let d = self.config.hidden_dim;
+        let vocab = self.vocab_size();
+        assert_eq!(
+            caches.len(),
+            self.layers.len(),
+            "one KV cache per layer is needed"
+        );
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            let (h, hd, v) = layer.attn.cache_shape();
+            if let Err(e) = cache.ensure_shape(h, hd, v) {
+                panic!("{e}");
+            }
+            assert!(
+                cache.len() >= pos,
+                "position {pos} is past the cached length {}",
+                cache.len()
+            );
+            cache.truncate(pos);
+        }
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        let x = grow(&mut s.x, n * d);
+        let h = grow(&mut s.h, n * d);
+        let t = grow(&mut s.t, n * d);
+        for (i, &tok) in tokens.iter().enumerate() {
+            assert!(
+                tok < self.embed.rows(),
+                "token id {tok} outside the vocabulary"
+            );
+            let row = &mut x[i * d..(i + 1) * d];
+            self.embed
+                .dequantize_row(tok, row)
+                .expect("embedding rows validated at load");
+            if self.embed_scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= self.embed_scale);
+            }
+        }
+        s.state.topk.clear();
+        s.state.topk_width = 0;
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+            layer.attn_norm.forward(x, h);
+            layer.attn.forward(h, n, pos, cache, &mut s.state, t);
+            if let Some(norm) = &layer.post_attn_norm {
+                norm.forward_inplace(t);
+            }
+            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
+            layer.ffn_norm.forward(x, h);
+            layer.ffn.forward(h, n, t);
+            if let Some(norm) = &layer.post_ffn_norm {
+                norm.forward_inplace(t);
+            }
+            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
+        }
+        let first = first_logit_row.min(n);
+        let m = n - first;
+        logits.resize(m * vocab, 0.0);
+        if m == 0 {
+            return;
+        }
+        let hx = &mut h[..m * d];
+        self.output_norm.forward(&x[first * d..], hx);
+        self.lm_head.gemm(hx, m, logits);
+        if let Some(cap) = self.config.final_logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! Weight sources: one view over a GGUF file or a Hugging Face safetensors directory
+//! (safetensors format: <https://github.com/huggingface/safetensors>; sharding through
+//! `model.safetensors.index.json`). Tensors stay in their stored type (quantized, f16, bf16, f32)
+//! and are borrowed from the memory map.
+//!
+//! Architectures bind tensors through a declarative table of [`TensorSpec`]s: a logical tensor
+//! has a GGUF name (llama.cpp's `blk.N.attn_q.weight`), a Hugging Face name and a shape; a
+//! missing required tensor or a misshapen one is an error naming it.
+
+use ferrox_core::matmul::WeightMatrix;
+use ferrox_core::quant::{self, GgmlType};
+use ferrox_core::storage::Bytes;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {msg}")]
+    Format { path: PathBuf, msg: String },
+    #[error("missing tensor `{0}`")]
+    MissingTensor(String),
+    #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
+    Shape {
+        name: String,
+        got: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    #[error("tensor `{name}`: {msg}")]
+    Tensor { name: String, msg: String },
+    #[error("unsupported architecture `{0}`")]
+    UnsupportedArch(String),
+    #[error("model config: {0}")]
+    Config(String),
+}
+
+/// Which naming scheme a source uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Naming {
+    Gguf,
+    HuggingFace,
+}
+
+/// One stored tensor. `shape` is row-major, outermost first (a linear weight is
+/// `[out_features, in_features]` in both formats once GGUF's reversed dims are flipped).
+#[derive(Debug, Clone)]
+pub struct TensorRef {
+    pub name: String,
+    pub ty: GgmlType,
+    pub shape: Vec<usize>,
+    pub data: Bytes,
+}
+
+impl TensorRef {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// A 2-D tensor as a weight matrix (`rows = shape[0]`), zero-copy.
+    pub fn matrix(&self) -> Result<WeightMatrix, LoadError> {
+        let (rows, cols) = match self.shape[..] {
+            [r, c] => (r, c),
+            _ => return Err(self.err(format!("expected 2-D, got {:?}", self.shape))),
+        };
+        WeightMatrix::new(self.ty, rows, cols, self.data.clone()).map_err(|e| self.err(e))
+    }
+
+    /// The tensor as `[rows, cols]` where `rows` = product of all but the last dim.
+    pub fn matrix_flat(&self) -> Result<WeightMatrix, LoadError> {
+        let cols = *self.shape.last().unwrap_or(&1);
+        let rows = self.numel() / cols.max(1);
+        WeightMatrix::new(self.ty, rows, cols, self.data.clone()).map_err(|e| self.err(e))
+    }
+
+    /// Dequantized to f32 (norm weights, biases).
+    pub fn to_f32(&self) -> Result<Vec<f32>, LoadError> {
+        let n = self.numel();
+        let mut out = vec![0f32; n];
+        quant::dequantize_row(self.ty, &self.data, &mut out).map_err(|e| self.err(e))?;
+        Ok(out)
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> LoadError {
+        LoadError::Tensor {
+            name: self.name.clone(),
+            msg: e.to_string(),
+        }
+    }
+}
+
+/// Anything tensors can be read from.
+pub trait WeightSource: Send + Sync {
+    fn naming(&self) -> Naming;
+    /// The tensor stored under `name` (in this source's naming), if any.
+    fn tensor(&self, name: &str) -> Option<TensorRef>;
+    /// Every stored tensor name.
+    fn names(&self) -> Vec<String>;
+}
+
+/// Safetensors files of a Hugging Face model directory, memory-mapped.
+pub struct SafetensorsDir {
+    pub dir: PathBuf,
+    tensors: HashMap<String, TensorRef>,
+}
+
+impl SafetensorsDir {
+    pub fn open(dir: &Path) -> Result<Self, LoadError> {
+        let index = dir.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if index.exists() {
+            let text = read_to_string(&index)?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| LoadError::Format {
+                    path: index.clone(),
+                    msg: e.to_string(),
+                })?;
+            let map = v
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| LoadError::Format {
+                    path: index.clone(),
+                    msg: "no weight_map".into(),
+                })?;
+            let mut fs: Vec<String> = map
+                .values()
+                .filter_map(|f| f.as_str().map(String::from))
+                .collect();
+            fs.sort();
+            fs.dedup();
+            fs.into_iter().map(|f| dir.join(f)).collect()
+        } else {
+            let single = dir.join("model.safetensors");
+            if !single.exists() {
+                return Err(LoadError::Format {
+                    path: dir.to_path_buf(),
+                    msg: "no model.safetensors or model.safetensors.index.json".into(),
+                });
+            }
+            vec![single]
+        };
+        let mut tensors = HashMap::new();
+        for f in files {
+            Self::map_file(&f, &mut tensors)?;
+        }
+        Ok(SafetensorsDir {
+            dir: dir.to_path_buf(),
+            tensors,
+        })
+    }
+
+    fn map_file(path: &Path, out: &mut HashMap<String, TensorRef>) -> Result<(), LoadError> {
+        let file = std::fs::File::open(path).map_err(|e| LoadError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        // SAFETY: the file is opened read-only and model files are not modified while mapped.
+        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| LoadError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        let fmt_err = |msg: String| LoadError::Format {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let (header_len, meta) =
+            safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| fmt_err(e.to_string()))?;
+        let base = 8 + header_len;
+        let bytes = Bytes::new(Arc::new(mmap));
+        for (name, info) in meta.tensors() {
+            let ty = match info.dtype {
+                safetensors::Dtype::F32 => GgmlType::F32,
+                safetensors::Dtype::F16 => GgmlType::F16,
+                safetensors::Dtype::BF16 => GgmlType::BF16,
+                other => return Err(fmt_err(format!("tensor `{name}`: dtype {other:?}"))),
+            };
+            let (s, e) = info.data_offsets;
+            let data = bytes
+                .slice(base + s, e - s)
+                .ok_or_else(|| fmt_err(format!("tensor `{name}` out of bounds")))?;
+            out.insert(
+                name.clone(),
+                TensorRef {
+                    name: name.clone(),
+                    ty,
+                    shape: info.shape.clone(),
+                    data,
+                },
+            );
+        }
+        Ok(())
+    }
+}
+
+impl WeightSource for SafetensorsDir {
+    fn naming(&self) -> Naming {
+        Naming::HuggingFace
+    }
+    fn tensor(&self, name: &str) -> Option<TensorRef> {
+        self.tensors.get(name).cloned()
+    }
+    fn names(&self) -> Vec<String> {
+        self.tensors.keys().cloned().collect()
+    }
+}
+
+pub(crate) fn read_to_string(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|e| LoadError::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })
+}
+
+/// Symbolic dimension in a tensor table, resolved against the config.
+#[derive(Debug, Clone, Copy)]
+pub enum Dim {
+    Hidden,
+    Vocab,
+    /// `n_heads * head_dim`
+    QDim,
+    /// `n_kv_heads * head_dim`
+    KvDim,
+    HeadDim,
+    Ffn,
+    Fixed(usize),
+}
+
+/// One row of an architecture's tensor table. `{}` in a name stands for the layer index.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorSpec {
+    pub gguf: &'static str,
+    pub hf: &'static str,
+    pub shape: &'static [Dim],
+    pub required: bool,
+}
+
+pub const fn req(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) -> TensorSpec {
+    TensorSpec {
+        gguf,
+        hf,
+        shape,
+        required: true,
+    }
+}
+
+pub const fn opt(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) -> TensorSpec {
+    TensorSpec {
+        gguf,
+        hf,
+        shape,
+        required: false,
+    }
+}
+
+/// Tensors bound from a table, looked up by GGUF-style logical name (`blk.3.attn_q.weight`).
+pub struct Bound {
+    map: HashMap<String, TensorRef>,
+}
+
+impl Bound {
+    /// Binds `global` once and `per_layer` for every layer, checking presence and shape.
+    pub fn bind(
+        src: &dyn WeightSource,
+        resolve: &dyn Fn(Dim) -> usize,
+        n_layers: usize,
+        global: &[TensorSpec],
+        per_layer: &[TensorSpec],
+    ) -> Result<Bound, LoadError> {
+        let mut map = HashMap::new();
+        let mut one = |spec: &TensorSpec, layer: Option<usize>| -> Result<(), LoadError> {
+            let fill = |s: &str| match layer {
+                Some(l) => s.replace("{}", &l.to_string()),
+                None => s.to_string(),
+            };
+            let logical = fill(spec.gguf);
+            let stored = match src.naming() {
+                Naming::Gguf => logical.clone(),
+                Naming::HuggingFace => fill(spec.hf),
+            };
+            let Some(t) = src.tensor(&stored) else {
+                if spec.required {
+                    return Err(LoadError::MissingTensor(stored));
+                }
+                return Ok(());
+            };
+            let expected: Vec<usize> = spec.shape.iter().map(|&d| resolve(d)).collect();
+            if t.shape != expected {
+                return Err(LoadError::Shape {
+                    name: stored,
+                    got: t.shape.clone(),
+                    expected,
+                });
+            }
+            map.insert(logical, t);
+            Ok(())
+        };
+        for spec in global {
+            one(spec, None)?;
+        }
+        for l in 0..n_layers {
+            for spec in per_layer {
+                one(spec, Some(l))?;
+            }
+        }
+        Ok(Bound { map })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&TensorRef> {
+        self.map.get(name)
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    fn must(&self, name: &str) -> Result<&TensorRef, LoadError> {
+        self.map
+            .get(name)
+            .ok_or_else(|| LoadError::MissingTensor(name.to_string()))
+    }
+
+    pub fn matrix(&self, name: &str) -> Result<WeightMatrix, LoadError> {
+        self.must(name)?.matrix()
+    }
+
+    pub fn vector(&self, name: &str) -> Result<Vec<f32>, LoadError> {
+        self.must(name)?.to_f32()
+    }
+
+    pub fn opt_matrix(&self, name: &str) -> Result<Option<WeightMatrix>, LoadError> {
+        self.map.get(name).map(|t| t.matrix()).transpose()
+    }
+
+    pub fn opt_vector(&self, name: &str) -> Result<Option<Vec<f32>>, LoadError> {
+        self.map.get(name).map(|t| t.to_f32()).transpose()
+    }
+}

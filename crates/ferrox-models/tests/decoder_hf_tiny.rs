@@ -1,0 +1,121 @@
+//! Dense architectures against transformers fp32 on the tiny reference checkpoints: logits at
+//! every position within 1e-4, greedy continuation exact, batch rows equal token-by-token rows.
+
+mod common;
+use common::*;
+use ferrox_models::decoder::Decoder;
+
+fn check_logits(arch: &str) {
+    let dir = fixture(&format!("hf-tiny/{arch}"));
+    let dec = Decoder::load(&dir).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let input = ids(&read_json(&dir.join("input_ids.json")));
+    let (shape, want) = read_npy_f32(&dir.join("logits.npy"));
+    assert_eq!(shape, vec![input.len(), dec.vocab_size()]);
+    let mut caches = dec.new_caches();
+    let got = dec.forward_batch(&input, 0, &mut caches);
+    let v = dec.vocab_size();
+    let mut worst = 0f32;
+    for (i, row) in got.iter().enumerate() {
+        worst = worst.max(max_abs_diff(row, &want[i * v..(i + 1) * v]));
+    }
+    eprintln!("{arch}: max abs logit diff {worst:e}");
+    assert!(worst < 1e-4, "{arch}: max abs logit diff {worst}");
+
+    // Token by token through the cache: bit-identical to the batch.
+    let mut caches = dec.new_caches();
+    for (p, &t) in input.iter().enumerate() {
+        let row = dec.forward_token(t, p, &mut caches);
+        assert_eq!(row, got[p], "{arch}: token path differs from batch at {p}");
+    }
+}
+
+fn check_greedy(arch: &str) {
+    let dir = fixture(&format!("hf-tiny/{arch}"));
+    let dec = Decoder::load(&dir).unwrap();
+    let g = read_json(&dir.join("greedy.json"));
+    let prompt = ids(&g["prompt_ids"]);
+    let want = ids(&g["new_ids"]);
+    let mut caches = dec.new_caches();
+    let mut logits = dec.forward_from(&prompt, 0, &mut caches, prompt.len() - 1);
+    let mut got = Vec::new();
+    for p in prompt.len()..prompt.len() + want.len() {
+        let t = argmax(logits.last().unwrap());
+        got.push(t);
+        logits = vec![dec.forward_token(t, p, &mut caches)];
+    }
+    assert_eq!(got, want, "{arch}: greedy continuation");
+}
+
+#[test]
+fn llama_logits() {
+    check_logits("llama");
+}
+#[test]
+fn llama_greedy() {
+    check_greedy("llama");
+}
+#[test]
+fn qwen2_logits() {
+    check_logits("qwen2");
+}
+#[test]
+fn qwen2_greedy() {
+    check_greedy("qwen2");
+}
+#[test]
+fn qwen3_logits() {
+    check_logits("qwen3");
+}
+#[test]
+fn qwen3_greedy() {
+    check_greedy("qwen3");
+}
+#[test]
+fn gemma3_logits() {
+    check_logits("gemma3_text");
+}
+#[test]
+fn gemma3_greedy() {
+    check_greedy("gemma3_text");
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let src = fixture("hf-tiny/llama");
+    let tmp = std::env::temp_dir().join(format!("ferrox-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::copy(src.join("config.json"), tmp.join("config.json")).unwrap();
+    // Rewrite the safetensors file without one tensor.
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let kept: Vec<(String, safetensors::tensor::TensorView)> = st
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| n != "model.layers.1.mlp.up_proj.weight")
+        .collect();
+    safetensors::serialize_to_file(kept, None, &tmp.join("model.safetensors")).unwrap();
+    let err = Decoder::load(&tmp)
+        .err()
+        .expect("load must fail")
+        .to_string();
+    std::fs::remove_dir_all(&tmp).ok();
+    assert!(err.contains("model.layers.1.mlp.up_proj.weight"), "{err}");
+}
+
+#[test]
+fn unknown_architecture_is_refused_by_name() {
+    let tmp = std::env::temp_dir().join(format!("ferrox-unknown-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::write(tmp.join("config.json"), r#"{"model_type": "frobnicator"}"#).unwrap();
+    std::fs::copy(
+        fixture("hf-tiny/llama/model.safetensors"),
+        tmp.join("model.safetensors"),
+    )
+    .unwrap();
+    let err = Decoder::load(&tmp)
+        .err()
+        .expect("load must fail")
+        .to_string();
+    std::fs::remove_dir_all(&tmp).ok();
+    assert!(err.contains("frobnicator"), "{err}");
+}
