@@ -1,5 +1,6 @@
 //! Every SIMD kernel against the scalar reference on random rows (ordinary and extreme scales),
 //! and batch invariance of `dot_rows`: any token grouping gives bit-identical outputs.
+#![allow(clippy::needless_range_loop)]
 
 use ferrox_core::kernels::{dot_rows, Isa};
 use ferrox_core::quant::{dequantize_row, ActBuf, GgmlType};
