@@ -12,6 +12,9 @@ pub struct KvCache {
     len: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
+    /// Optional extra row per position kept in step with keys/values (DSA indexer keys).
+    aux_width: usize,
+    aux: Vec<f32>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -31,6 +34,8 @@ impl KvCache {
             len: 0,
             keys: Vec::new(),
             values: Vec::new(),
+            aux_width: 0,
+            aux: Vec::new(),
         }
     }
 
@@ -66,6 +71,7 @@ impl KvCache {
             self.len = len;
             self.keys.truncate(len * self.k_width());
             self.values.truncate(len * self.v_width);
+            self.aux.truncate(len * self.aux_width);
         }
     }
 
@@ -109,8 +115,49 @@ impl KvCache {
         Ok(())
     }
 
+    /// Width of the auxiliary row stored per position (0: none).
+    pub fn aux_width(&self) -> usize {
+        self.aux_width
+    }
+
+    /// Gives every position an auxiliary row of `width` values (e.g. the DSA indexer key), kept
+    /// consistent by `truncate`. Like `ensure_shape`, only an empty cache may change it.
+    pub fn ensure_aux_width(&mut self, width: usize) -> Result<(), CacheShapeError> {
+        if self.aux_width == width {
+            return Ok(());
+        }
+        if self.len != 0 {
+            let have = (self.n_kv_heads, self.head_dim, self.v_width);
+            return Err(CacheShapeError {
+                len: self.len,
+                have,
+                want: have,
+            });
+        }
+        self.aux_width = width;
+        self.aux.clear();
+        Ok(())
+    }
+
+    /// Appends one position with its auxiliary row (`aux_width()` values).
+    pub fn append_with_aux(&mut self, k: &[f32], v: &[f32], aux: &[f32]) {
+        assert_eq!(aux.len(), self.aux_width, "KvCache::append: aux width");
+        self.aux.extend_from_slice(aux);
+        self.push(k, v);
+    }
+
+    /// All auxiliary rows, `[len][aux_width]`.
+    pub fn aux(&self) -> &[f32] {
+        &self.aux
+    }
+
     /// Appends one position: `k` is `k_width()` values, `v` is `v_width()`.
     pub fn append(&mut self, k: &[f32], v: &[f32]) {
+        assert_eq!(self.aux_width, 0, "KvCache::append: cache needs aux rows");
+        self.push(k, v);
+    }
+
+    fn push(&mut self, k: &[f32], v: &[f32]) {
         assert_eq!(k.len(), self.k_width(), "KvCache::append: key width");
         assert_eq!(v.len(), self.v_width, "KvCache::append: value width");
         self.keys.extend_from_slice(k);
@@ -168,5 +215,23 @@ mod tests {
         c.ensure_shape(1, 12, 0).unwrap();
         c.append(&[0.0; 12], &[]);
         assert!(c.ensure_shape(2, 4, 8).is_err());
+    }
+
+    #[test]
+    fn aux_rows_follow_truncate() {
+        let mut c = KvCache::new(1, 2);
+        c.ensure_aux_width(3).unwrap();
+        for p in 0..4 {
+            let x = p as f32;
+            c.append_with_aux(&[x, x], &[x, x], &[x, x, x]);
+        }
+        c.truncate(2);
+        assert_eq!(c.aux().len(), 6);
+        c.append_with_aux(&[9.0; 2], &[9.0; 2], &[9.0; 3]);
+        assert_eq!(&c.aux()[6..], &[9.0; 3]);
+        assert!(c.ensure_aux_width(4).is_err());
+        c.clear();
+        c.ensure_aux_width(0).unwrap();
+        c.append(&[1.0; 2], &[1.0; 2]);
     }
 }

@@ -6,6 +6,7 @@ pub mod blocks;
 pub mod config;
 pub mod decoder;
 pub mod gguf;
+pub mod hf_config;
 pub mod hub;
 pub mod tokenizer;
 pub mod weights;

@@ -226,6 +226,8 @@ pub enum Dim {
     HeadDim,
     Ffn,
     Fixed(usize),
+    /// Any other size derived from the config (MoE, MLA and DSA dimensions).
+    Of(fn(&crate::config::ModelConfig) -> usize),
 }
 
 /// One row of an architecture's tensor table. `{}` in a name stands for the layer index.

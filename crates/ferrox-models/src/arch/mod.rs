@@ -1,10 +1,18 @@
 //! Architectures: each file turns a checkpoint's metadata into a `ModelConfig` and declares its
 //! tensor table; the dense ones share `build_dense`. Unknown architectures are refused by name.
 
+pub mod deepseek_v3;
 pub mod gemma3;
+pub mod glm4;
+pub mod glm4_moe;
+pub mod glm_moe_dsa;
 pub mod llama;
+pub mod mixtral;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
+pub mod random;
+pub mod sparse;
 
 use crate::blocks::{GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{
@@ -45,6 +53,14 @@ fn load_hf_dir(dir: &Path) -> Result<Decoder, LoadError> {
         "qwen2" => qwen2::build(qwen2::config_from_hf(&hf)?, &src)?,
         "qwen3" => qwen3::build(qwen3::config_from_hf(&hf)?, &src)?,
         "gemma3_text" | "gemma3" => gemma3::build(gemma3::config_from_hf(&hf)?, &src)?,
+        "glm4" => glm4::build(glm4::config_from_hf(&text)?, &src)?,
+        "glm4_moe" | "glm4_moe_lite" => glm4_moe::build(glm4_moe::config_from_hf(&text)?, &src)?,
+        "glm_moe_dsa" | "deepseek_v32" => {
+            glm_moe_dsa::build(glm_moe_dsa::config_from_hf(&text)?, &src)?
+        }
+        "deepseek_v3" => deepseek_v3::build(deepseek_v3::config_from_hf(&text)?, &src)?,
+        "qwen3_moe" => qwen3_moe::build(qwen3_moe::config_from_hf(&text)?, &src)?,
+        "mixtral" => mixtral::build(mixtral::config_from_hf(&text)?, &src)?,
         other => return Err(LoadError::UnsupportedArch(other.to_string())),
     };
     dec.source = ModelSource {
@@ -237,6 +253,7 @@ pub fn resolver(cfg: &ModelConfig) -> impl Fn(Dim) -> usize + '_ {
         Dim::HeadDim => cfg.head_dim,
         Dim::Ffn => cfg.ffn_dim,
         Dim::Fixed(n) => n,
+        Dim::Of(f) => f(cfg),
     }
 }
 

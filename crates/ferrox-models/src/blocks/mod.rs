@@ -3,7 +3,10 @@
 //! (MLA, DSA, MoE) live in their own files without touching the decoder.
 
 pub mod attention;
+pub mod dsa;
+pub mod mla;
 pub mod mlp;
+pub mod moe;
 pub mod norm;
 pub mod rope;
 

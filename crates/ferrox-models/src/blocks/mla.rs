@@ -1,0 +1,326 @@
+//! Multi-head latent attention (DeepSeek-V2 §2.1 "MLA"; DeepSeek-V3, GLM-4.7-Flash, GLM-5),
+//! following transformers' `DeepseekV3Attention` / `GlmMoeDsaAttention` (fixtures/hf-tiny/FORWARD.md
+//! §5 "MLA attention") but in the *absorbed* form: the cache holds only the normalised latent
+//! `c` (`kv_lora_rank`) and the roped shared key `k_pe` (`qk_rope_head_dim`) per position, and
+//! `kv_b_proj` is folded into the query (`q_lat = W_ukᵀ q_nope`) and the output
+//! (`v = W_uv · Σ p c`). Every path (prefill, decode, verify) uses this same form, so a row's
+//! result does not depend on the batch it came in.
+//!
+//! With YaRN, the softmax scale gets DeepSeek-V3's `mscale(factor, mscale_all_dim)²` correction on
+//! top of the RoPE attention factor.
+
+use super::dsa::Indexer;
+use super::{AttentionBlock, PassState, Rope};
+use crate::config::{ModelConfig, RopeConfig, RopeScaling};
+use ferrox_core::cache::KvCache;
+use ferrox_core::matmul::WeightMatrix;
+
+pub(crate) fn yarn_mscale(scale: f32, m: f32) -> f32 {
+    if scale <= 1.0 {
+        1.0
+    } else {
+        0.1 * m * scale.ln() + 1.0
+    }
+}
+
+/// `x / rms(x) * w` in place.
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let r = 1.0 / (ms + eps).sqrt();
+    for (v, w) in x.iter_mut().zip(w) {
+        *v = *v * r * w;
+    }
+}
+
+pub(crate) fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
+    if let Some(b) = bias {
+        for row in y.chunks_mut(b.len()) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v += b;
+            }
+        }
+    }
+}
+
+/// Checkpoint tensors of one MLA layer (HF names in comments).
+#[derive(Debug, Clone)]
+pub struct MlaWeights {
+    /// `q_a_proj` `[q_lora_rank, hidden]` with `q_a_layernorm`; `None` when queries are
+    /// projected directly (`q_proj`).
+    pub q_a: Option<(WeightMatrix, Vec<f32>)>,
+    pub q_a_bias: Option<Vec<f32>>,
+    /// `q_b_proj` `[H*(dn+dr), q_lora_rank]` or `q_proj` `[H*(dn+dr), hidden]`.
+    pub q_b: WeightMatrix,
+    /// `kv_a_proj_with_mqa` `[kv_lora_rank + dr, hidden]`.
+    pub kv_a: WeightMatrix,
+    pub kv_a_bias: Option<Vec<f32>>,
+    /// `kv_a_layernorm` `[kv_lora_rank]`.
+    pub kv_a_norm: Vec<f32>,
+    /// `kv_b_proj` `[H*(dn+dv), kv_lora_rank]`.
+    pub kv_b: WeightMatrix,
+    /// `o_proj` `[hidden, H*dv]`.
+    pub o: WeightMatrix,
+    pub o_bias: Option<Vec<f32>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Mla {
+    n_heads: usize,
+    dn: usize,
+    dr: usize,
+    dv: usize,
+    rkv: usize,
+    w: MlaWeights,
+    /// Per head `W_ukᵀ` `[rkv, dn]`: maps `q_nope` into latent space.
+    w_uk_t: Vec<WeightMatrix>,
+    /// Per head `W_uv` `[dv, rkv]`: maps an attended latent to the head's value.
+    w_uv: Vec<WeightMatrix>,
+    rope: Rope,
+    scale: f32,
+    /// This layer's own DSA indexer (`None` on shared-indexer layers and non-DSA models).
+    pub indexer: Option<Indexer>,
+    /// Whether this layer's attention is restricted to an indexer selection.
+    pub sparse: bool,
+}
+
+/// Latent-space eps of `q_a_layernorm` / `kv_a_layernorm` (built without `eps` in transformers).
+const LATENT_EPS: f32 = 1e-6;
+
+impl Mla {
+    pub fn new(cfg: &ModelConfig, layer: usize, w: MlaWeights, indexer: Option<Indexer>) -> Self {
+        let m = cfg.mla.expect("Mla::new on a config without MLA");
+        let (h, dn, dr, dv, rkv) = (
+            cfg.n_heads,
+            m.qk_nope_head_dim,
+            m.qk_rope_head_dim,
+            m.v_head_dim,
+            m.kv_lora_rank,
+        );
+        // Split kv_b per head into the key (first dn rows) and value (next dv rows) parts.
+        let mut row = vec![0f32; rkv];
+        let mut w_uk_t = Vec::with_capacity(h);
+        let mut w_uv = Vec::with_capacity(h);
+        for head in 0..h {
+            let base = head * (dn + dv);
+            let mut kt = vec![0f32; rkv * dn];
+            for d in 0..dn {
+                w.kv_b
+                    .dequantize_row(base + d, &mut row)
+                    .expect("kv_b rows validated at load");
+                for (r, v) in row.iter().enumerate() {
+                    kt[r * dn + d] = *v;
+                }
+            }
+            let mut uv = Vec::with_capacity(dv * rkv);
+            for d in 0..dv {
+                w.kv_b
+                    .dequantize_row(base + dn + d, &mut row)
+                    .expect("kv_b rows validated at load");
+                uv.extend_from_slice(&row);
+            }
+            w_uk_t.push(WeightMatrix::from_f32(rkv, dn, &kt));
+            w_uv.push(WeightMatrix::from_f32(dv, rkv, &uv));
+        }
+        let mut scale = ((dn + dr) as f32).powf(-0.5);
+        if let RopeScaling::Yarn {
+            factor,
+            mscale_all_dim,
+            ..
+        } = cfg.rope.scaling
+        {
+            if mscale_all_dim != 0.0 {
+                let ms = yarn_mscale(factor, mscale_all_dim);
+                scale *= ms * ms;
+            }
+        }
+        let sparse = cfg
+            .dsa
+            .as_ref()
+            .is_some_and(|d| d.indexer_types.len() > layer);
+        Mla {
+            n_heads: h,
+            dn,
+            dr,
+            dv,
+            rkv,
+            w,
+            w_uk_t,
+            w_uv,
+            rope: Rope::new(&RopeConfig {
+                rotary_dim: dr,
+                ..cfg.rope
+            }),
+            scale,
+            indexer,
+            sparse,
+        }
+    }
+
+    /// Width of the cache row: latent plus rope key.
+    pub fn cache_width(&self) -> usize {
+        self.rkv + self.dr
+    }
+}
+
+impl AttentionBlock for Mla {
+    fn cache_shape(&self) -> (usize, usize, usize) {
+        (1, self.rkv + self.dr, 0)
+    }
+
+    /// Attention over `n` rows of the normed hidden state `h` at positions `pos..pos + n`.
+    /// `state.topk` carries the DSA selection from layer to layer: a layer with its own indexer
+    /// overwrites it, a shared-indexer layer reads the previous one.
+    fn forward(
+        &self,
+        h: &[f32],
+        n: usize,
+        pos: usize,
+        cache: &mut KvCache,
+        state: &mut PassState,
+        out: &mut [f32],
+    ) {
+        let (nh, dn, dr, dv, rkv) = (self.n_heads, self.dn, self.dr, self.dv, self.rkv);
+        let dq = dn + dr;
+        let d_model = self.w.o.rows();
+        assert_eq!(h.len(), n * d_model, "Mla: input shape");
+
+        // Queries.
+        let mut q = vec![0f32; n * nh * dq];
+        let q_resid = match &self.w.q_a {
+            Some((qa, norm)) => {
+                let mut r = vec![0f32; n * qa.rows()];
+                qa.gemm(h, n, &mut r);
+                add_bias(&mut r, self.w.q_a_bias.as_ref());
+                for row in r.chunks_mut(qa.rows()) {
+                    rms_norm(row, norm, LATENT_EPS);
+                }
+                self.w.q_b.gemm(&r, n, &mut q);
+                Some(r)
+            }
+            None => {
+                self.w.q_b.gemm(h, n, &mut q);
+                None
+            }
+        };
+
+        // Compressed KV: normed latent + roped shared key, one cache row per position.
+        let mut ckv = vec![0f32; n * (rkv + dr)];
+        self.w.kv_a.gemm(h, n, &mut ckv);
+        add_bias(&mut ckv, self.w.kv_a_bias.as_ref());
+        for (t, row) in ckv.chunks_mut(rkv + dr).enumerate() {
+            let (c, kpe) = row.split_at_mut(rkv);
+            rms_norm(c, &self.w.kv_a_norm, LATENT_EPS);
+            self.rope.apply(kpe, 1, dr, pos + t);
+        }
+        if let Err(e) = cache.ensure_shape(1, rkv + dr, 0) {
+            panic!("MLA cache: {e}");
+        }
+        assert!(
+            cache.len() >= pos,
+            "Mla: cache has {} positions, forward at {pos}",
+            cache.len()
+        );
+        cache.truncate(pos);
+        match &self.indexer {
+            Some(ix) => {
+                let keys = ix.keys(h, n, pos);
+                cache
+                    .ensure_aux_width(ix.head_dim())
+                    .expect("MLA cache: indexer width changed on a non-empty cache");
+                for t in 0..n {
+                    let kw = ix.head_dim();
+                    cache.append_with_aux(
+                        &ckv[t * (rkv + dr)..(t + 1) * (rkv + dr)],
+                        &[],
+                        &keys[t * kw..(t + 1) * kw],
+                    );
+                }
+                let qr = q_resid.as_deref().expect("DSA indexer needs q_lora_rank");
+                ix.select(h, qr, n, pos, cache.aux(), state);
+            }
+            None => {
+                for row in ckv.chunks(rkv + dr) {
+                    cache.append(row, &[]);
+                }
+            }
+        }
+        let width = if self.sparse { state.topk_width } else { 0 };
+
+        // Rope the query's rope part; absorb W_uk into the nope part, head by head.
+        for t in 0..n {
+            for hd in 0..nh {
+                let off = (t * nh + hd) * dq + dn;
+                self.rope.apply(&mut q[off..off + dr], 1, dr, pos + t);
+            }
+        }
+        let mut q_lat = vec![0f32; nh * n * rkv]; // [head][t][rkv]
+        let mut qn = vec![0f32; n * dn];
+        for hd in 0..nh {
+            for t in 0..n {
+                let off = (t * nh + hd) * dq;
+                qn[t * dn..(t + 1) * dn].copy_from_slice(&q[off..off + dn]);
+            }
+            self.w_uk_t[hd].gemm(&qn, n, &mut q_lat[hd * n * rkv..(hd + 1) * n * rkv]);
+        }
+
+        // Scores against the latent cache; attended latent per head.
+        let keys = cache.keys();
+        let kw = rkv + dr;
+        let mut o_lat = vec![0f32; nh * n * rkv]; // [head][t][rkv]
+        let mut idx: Vec<usize> = Vec::new();
+        let mut p: Vec<f32> = Vec::new();
+        for t in 0..n {
+            let last = pos + t;
+            idx.clear();
+            if width > 0 {
+                let row = &state.topk[t * width..(t + 1) * width];
+                idx.extend(row.iter().copied().filter(|&j| j <= last));
+            } else {
+                idx.extend(0..=last);
+            }
+            for hd in 0..nh {
+                let ql = &q_lat[(hd * n + t) * rkv..(hd * n + t + 1) * rkv];
+                let qoff = (t * nh + hd) * dq + dn;
+                let qpe = &q[qoff..qoff + dr];
+                p.clear();
+                let mut max = f32::NEG_INFINITY;
+                for &j in &idx {
+                    let k = &keys[j * kw..(j + 1) * kw];
+                    let s = (dot(ql, &k[..rkv]) + dot(qpe, &k[rkv..])) * self.scale;
+                    max = max.max(s);
+                    p.push(s);
+                }
+                let mut sum = 0f32;
+                for v in p.iter_mut() {
+                    *v = (*v - max).exp();
+                    sum += *v;
+                }
+                let ol = &mut o_lat[(hd * n + t) * rkv..(hd * n + t + 1) * rkv];
+                for (&j, &pj) in idx.iter().zip(&p) {
+                    let c = &keys[j * kw..j * kw + rkv];
+                    let w = pj / sum;
+                    for (o, cv) in ol.iter_mut().zip(c) {
+                        *o += w * cv;
+                    }
+                }
+            }
+        }
+
+        // Values per head, then the output projection.
+        let mut attn = vec![0f32; n * nh * dv];
+        let mut vh = vec![0f32; n * dv];
+        for hd in 0..nh {
+            self.w_uv[hd].gemm(&o_lat[hd * n * rkv..(hd + 1) * n * rkv], n, &mut vh);
+            for t in 0..n {
+                attn[(t * nh + hd) * dv..(t * nh + hd + 1) * dv]
+                    .copy_from_slice(&vh[t * dv..(t + 1) * dv]);
+            }
+        }
+        self.w.o.gemm(&attn, n, out);
+        add_bias(out, self.w.o_bias.as_ref());
+    }
+}
+
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
