@@ -1,0 +1,761 @@
+//! Tokenizers that give exactly llama.cpp's token ids for a GGUF file (llama.cpp
+//! `src/llama-vocab.cpp`: vocabulary loading, special-token partition, SPM and BPE sessions,
+//! `token_to_piece`), plus HF `tokenizer.json` directories behind the same type.
+//!
+//! Encoding: special/control tokens found in the text are cut out first (longest token first, as
+//! `tokenizer_st_partition`), then each remaining text fragment goes through the model: SPM (score
+//! merges, `▁` for spaces, optional space prefix) or byte-level BPE (pre-tokenizer chosen by
+//! `tokenizer.ggml.pre`). BOS/EOS are added per the GGUF flags.
+
+mod bpe;
+mod from_gguf;
+mod hf;
+mod pretok;
+mod spm;
+mod stream;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use ahash::AHashMap;
+use aho_corasick::AhoCorasick;
+
+pub use stream::StreamDecoder;
+
+/// Errors building or using a tokenizer.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("unknown tokenizer model {0:?} (supported: llama, gpt2)")]
+    UnknownModel(String),
+    #[error("unknown pre-tokenizer type {0:?}")]
+    UnknownPre(String),
+    #[error("tokenizer metadata is missing {0}")]
+    Missing(String),
+    #[error("duplicate token {text:?} in vocabulary at ids {first} and {second}")]
+    DuplicateToken {
+        text: String,
+        first: u32,
+        second: u32,
+    },
+    #[error("invalid tokenizer metadata: {0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Hf(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("GGUF: {0}")]
+    Gguf(String),
+}
+
+/// Token attributes (llama.cpp `llama_token_attr`).
+pub mod attr {
+    pub const UNKNOWN: u8 = 1 << 0;
+    pub const UNUSED: u8 = 1 << 1;
+    pub const NORMAL: u8 = 1 << 2;
+    pub const CONTROL: u8 = 1 << 3;
+    pub const USER_DEFINED: u8 = 1 << 4;
+    pub const BYTE: u8 = 1 << 5;
+}
+
+/// A vocabulary as GGUF stores it (`tokenizer.ggml.*`), independent of the file reader.
+#[derive(Debug, Clone, Default)]
+pub struct TokenizerSpec {
+    /// `tokenizer.ggml.model`: `llama` (SentencePiece) or `gpt2` (byte-level BPE).
+    pub model: String,
+    /// `tokenizer.ggml.pre`.
+    pub pre: Option<String>,
+    pub tokens: Vec<String>,
+    pub scores: Option<Vec<f32>>,
+    /// GGUF token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
+    pub token_types: Option<Vec<i32>>,
+    pub merges: Option<Vec<String>>,
+    pub bos_id: Option<u32>,
+    pub eos_id: Option<u32>,
+    pub eot_id: Option<u32>,
+    pub eom_id: Option<u32>,
+    pub unk_id: Option<u32>,
+    pub sep_id: Option<u32>,
+    pub pad_id: Option<u32>,
+    pub mask_id: Option<u32>,
+    pub fim_pre_id: Option<u32>,
+    pub fim_suf_id: Option<u32>,
+    pub fim_mid_id: Option<u32>,
+    pub fim_pad_id: Option<u32>,
+    pub fim_rep_id: Option<u32>,
+    pub fim_sep_id: Option<u32>,
+    pub add_bos: Option<bool>,
+    pub add_eos: Option<bool>,
+    pub add_space_prefix: Option<bool>,
+    /// `tokenizer.chat_template`.
+    pub chat_template: Option<String>,
+}
+
+/// Special token ids of a vocabulary.
+#[derive(Debug, Clone, Default)]
+pub struct SpecialTokens {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub eot: Option<u32>,
+    pub eom: Option<u32>,
+    pub unk: Option<u32>,
+    pub pad: Option<u32>,
+}
+
+enum Model {
+    Spm {
+        scores: Vec<f32>,
+        byte_tokens: Box<[Option<u32>; 256]>,
+    },
+    Bpe(Box<bpe::ByteLevelBpe>),
+    Hf(Box<hf::HfModel>),
+}
+
+/// A tokenizer: text ↔ token ids, exactly as llama.cpp for GGUF vocabularies.
+pub struct Tokenizer {
+    model: Model,
+    texts: Vec<String>,
+    attrs: Vec<u8>,
+    token_to_id: AHashMap<String, u32>,
+    /// `token_to_piece(special = true)` bytes of every token, concatenated.
+    pieces: Vec<u8>,
+    piece_offsets: Vec<u32>,
+    special: SpecialTokens,
+    eog: Vec<u32>,
+    add_bos: bool,
+    add_eos: bool,
+    add_space_prefix: bool,
+    /// Special-token matcher: pattern i is `special_ids[i]` (longest first).
+    special_ids: Vec<u32>,
+    special_matcher: Option<AhoCorasick>,
+    chat_template: Option<String>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.texts.len())
+            .field("special", &self.special)
+            .field("eog", &self.eog)
+            .finish()
+    }
+}
+
+// Text lists llama.cpp uses to find end-of-turn / FIM / end-of-generation tokens.
+const EOT_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
+];
+const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
+const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
+const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+const FIM_OTHER_TEXTS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+];
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
+fn gguf_type_to_attr(t: i32) -> u8 {
+    match t {
+        1 => attr::NORMAL,
+        2 => attr::UNKNOWN,
+        3 => attr::CONTROL,
+        4 => attr::USER_DEFINED,
+        5 => attr::UNUSED,
+        6 => attr::BYTE,
+        _ => 0,
+    }
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer llama.cpp builds from this vocabulary.
+    pub fn from_spec(spec: TokenizerSpec) -> Result<Self, TokenizerError> {
+        let n = spec.tokens.len();
+        if n == 0 {
+            return Err(TokenizerError::Missing("tokenizer.ggml.tokens".into()));
+        }
+        let is_spm = match spec.model.as_str() {
+            "llama" => true,
+            "gpt2" => false,
+            other => return Err(TokenizerError::UnknownModel(other.to_string())),
+        };
+        let check_len = |what: &str, len: usize| {
+            if len < n {
+                Err(TokenizerError::Invalid(format!(
+                    "{what} has {len} entries for {n} tokens"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        if let Some(s) = &spec.scores {
+            check_len("tokenizer.ggml.scores", s.len())?;
+        }
+        if let Some(t) = &spec.token_types {
+            check_len("tokenizer.ggml.token_type", t.len())?;
+        }
+
+        let mut texts = spec.tokens;
+        let mut token_to_id = AHashMap::with_capacity(n);
+        for (i, t) in texts.iter_mut().enumerate() {
+            if t.is_empty() {
+                *t = format!("[EMPTY_{i}]");
+            }
+            if let Some(first) = token_to_id.insert(t.clone(), i as u32) {
+                return Err(TokenizerError::DuplicateToken {
+                    text: t.clone(),
+                    first,
+                    second: i as u32,
+                });
+            }
+        }
+        let mut attrs: Vec<u8> = match &spec.token_types {
+            Some(t) => t[..n].iter().map(|&t| gguf_type_to_attr(t)).collect(),
+            None => vec![attr::NORMAL; n],
+        };
+
+        // Defaults per model type, then the GGUF keys (llama.cpp `load`).
+        let (mut bos, mut eos, mut unk) = if is_spm {
+            (Some(1), Some(2), Some(0))
+        } else {
+            (Some(11), Some(11), None)
+        };
+        let mut add_bos = is_spm;
+        let mut add_space_prefix = is_spm;
+        let mut pre_cfg = None;
+        if !is_spm {
+            let pre = spec.pre.as_deref().unwrap_or("default");
+            let cfg = pretok::pre_config(pre)?;
+            add_bos = cfg.add_bos_default;
+            if cfg.clears_bos {
+                bos = None;
+            }
+            pre_cfg = Some(cfg);
+        }
+        let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
+        bos = in_range(bos);
+        eos = in_range(eos);
+        unk = in_range(unk);
+        let pick = |given: Option<u32>, default: Option<u32>| in_range(given).or(default);
+        bos = pick(spec.bos_id, bos);
+        eos = pick(spec.eos_id, eos);
+        unk = pick(spec.unk_id, unk);
+        let mut eot = in_range(spec.eot_id);
+        let mut eom = in_range(spec.eom_id);
+        let pad = in_range(spec.pad_id);
+        let mut fim_pad = in_range(spec.fim_pad_id);
+        let mut fim_rep = in_range(spec.fim_rep_id);
+        let mut fim_sep = in_range(spec.fim_sep_id);
+        if let Some(b) = spec.add_bos {
+            add_bos = b;
+        }
+        let add_eos = spec.add_eos.unwrap_or(false);
+        if let Some(b) = spec.add_space_prefix {
+            add_space_prefix = b;
+        }
+        if add_bos && bos.is_none() {
+            return Err(TokenizerError::Invalid(
+                "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"
+                    .into(),
+            ));
+        }
+        if add_eos && eos.is_none() {
+            return Err(TokenizerError::Invalid(
+                "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set"
+                    .into(),
+            ));
+        }
+
+        // Text-based detection; a detected token becomes a control token. Where llama.cpp's
+        // hash-map order decides between several candidates we take the first in its list.
+        let find_first = |list: &[&str]| list.iter().find_map(|t| token_to_id.get(*t).copied());
+        let make_control = |id: u32, attrs: &mut Vec<u8>| attrs[id as usize] |= attr::CONTROL;
+        if eot.is_none() {
+            eot = find_first(EOT_TEXTS);
+        }
+        if eom.is_none() {
+            eom = token_to_id.get("<|eom_id|>").copied();
+        }
+        if fim_pad.is_none() {
+            fim_pad = find_first(FIM_PAD_TEXTS);
+        }
+        if fim_rep.is_none() {
+            fim_rep = find_first(FIM_REP_TEXTS);
+        }
+        if fim_sep.is_none() {
+            fim_sep = find_first(FIM_SEP_TEXTS);
+        }
+        for id in [eot, eom, fim_pad, fim_rep, fim_sep].into_iter().flatten() {
+            make_control(id, &mut attrs);
+        }
+        for t in FIM_OTHER_TEXTS {
+            if let Some(&id) = token_to_id.get(*t) {
+                make_control(id, &mut attrs);
+            }
+        }
+        for (i, t) in texts.iter().enumerate() {
+            if attrs[i] & attr::CONTROL != 0 && t.contains("unused") {
+                attrs[i] |= attr::UNUSED;
+            }
+        }
+        let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
+        for t in EOG_TEXTS {
+            if let Some(&id) = token_to_id.get(*t) {
+                eog.insert(id);
+                make_control(id, &mut attrs);
+            }
+        }
+        for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+            if let Some(&id) = token_to_id.get(t) {
+                attrs[id as usize] = attr::USER_DEFINED;
+            }
+        }
+        eog.extend([eos, eot, eom].into_iter().flatten());
+        // gpt-oss / solar-open: "<|end|>" ends a message, not the generation.
+        let has =
+            |eog: &BTreeSet<u32>, t: &str| token_to_id.get(t).is_some_and(|id| eog.contains(id));
+        if ((has(&eog, "<|return|>") && has(&eog, "<|call|>"))
+            || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>")))
+            && has(&eog, "<|end|>")
+        {
+            let id = token_to_id["<|end|>"];
+            eog.remove(&id);
+            attrs[id as usize] = attr::USER_DEFINED;
+        }
+        if has(&eog, "<|tool_response>") && has(&eog, "</s>") {
+            let id = token_to_id["</s>"];
+            eog.remove(&id);
+            attrs[id as usize] = attr::NORMAL;
+        }
+
+        let model = if is_spm {
+            let mut byte_tokens = Box::new([None; 256]);
+            for (b, slot) in byte_tokens.iter_mut().enumerate() {
+                *slot = token_to_id
+                    .get(&format!("<0x{b:02X}>"))
+                    .or_else(|| {
+                        let s = [b as u8];
+                        std::str::from_utf8(&s)
+                            .ok()
+                            .and_then(|s| token_to_id.get(s))
+                    })
+                    .copied();
+            }
+            let scores = match spec.scores {
+                Some(mut s) => {
+                    s.truncate(n);
+                    s
+                }
+                None => vec![0.0; n],
+            };
+            Model::Spm {
+                scores,
+                byte_tokens,
+            }
+        } else {
+            let cfg = pre_cfg.ok_or_else(|| TokenizerError::Invalid("no pre-tokenizer".into()))?;
+            let merges = spec
+                .merges
+                .ok_or_else(|| TokenizerError::Missing("tokenizer.ggml.merges".into()))?;
+            let pre = pretok::PreTokenizerImpl::new(cfg.kind)?;
+            Model::Bpe(Box::new(bpe::ByteLevelBpe::new(
+                &token_to_id,
+                &merges,
+                pre,
+                cfg.ignore_merges,
+            )?))
+        };
+
+        let mut tok = Tokenizer {
+            model,
+            texts,
+            attrs,
+            token_to_id,
+            pieces: Vec::new(),
+            piece_offsets: Vec::new(),
+            special: SpecialTokens {
+                bos,
+                eos,
+                eot,
+                eom,
+                unk,
+                pad,
+            },
+            eog: eog.into_iter().collect(),
+            add_bos,
+            add_eos,
+            add_space_prefix,
+            special_ids: Vec::new(),
+            special_matcher: None,
+            chat_template: spec.chat_template,
+        };
+        tok.build_caches()?;
+        Ok(tok)
+    }
+
+    /// Loads the tokenizer of a Hugging Face model directory (`tokenizer.json`, plus
+    /// `tokenizer_config.json` for BOS/EOS and the chat template when present).
+    pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Self, TokenizerError> {
+        hf::load_dir(dir.as_ref())
+    }
+
+    /// Fills the piece cache and the special-token matcher from `texts` and `attrs`.
+    fn build_caches(&mut self) -> Result<(), TokenizerError> {
+        let n = self.texts.len();
+        let mut pieces = Vec::new();
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0u32);
+        for id in 0..n {
+            let p = self.compute_piece(id);
+            pieces.extend_from_slice(&p);
+            let end = u32::try_from(pieces.len())
+                .map_err(|_| TokenizerError::Invalid("vocabulary pieces exceed 4 GiB".into()))?;
+            offsets.push(end);
+        }
+        self.pieces = pieces;
+        self.piece_offsets = offsets;
+
+        let mut ids: Vec<u32> = (0..n as u32)
+            .filter(|&i| {
+                self.attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
+            })
+            .collect();
+        ids.sort_by_key(|&i| std::cmp::Reverse(self.texts[i as usize].len()));
+        if !ids.is_empty() {
+            let pats: Vec<&str> = ids
+                .iter()
+                .map(|&i| self.texts[i as usize].as_str())
+                .collect();
+            let ac = AhoCorasick::new(&pats).map_err(|e| TokenizerError::Invalid(e.to_string()))?;
+            self.special_matcher = Some(ac);
+        }
+        self.special_ids = ids;
+        Ok(())
+    }
+
+    fn compute_piece(&self, id: usize) -> Vec<u8> {
+        let text = &self.texts[id];
+        let a = self.attrs[id];
+        if let Model::Hf(h) = &self.model {
+            return h.piece(id as u32, text, a);
+        }
+        if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
+            return text.as_bytes().to_vec();
+        }
+        if a & attr::NORMAL != 0 {
+            return match &self.model {
+                Model::Spm { .. } => text.replace('▁', " ").into_bytes(),
+                _ => bpe::decode_byte_level(text),
+            };
+        }
+        if a & attr::BYTE != 0 {
+            if let Some(b) = parse_byte_token(text) {
+                return vec![b];
+            }
+        }
+        Vec::new()
+    }
+
+    /// Token ids of `text`. `add_special` adds BOS/EOS as the model's metadata asks;
+    /// `parse_special` lets control tokens written in the text (e.g. `<|im_end|>`) become those
+    /// tokens. User-defined tokens are always matched, as in llama.cpp.
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if let Model::Hf(h) = &self.model {
+            return h.encode(text, add_special, parse_special);
+        }
+        if add_special && self.add_bos {
+            if let Some(b) = self.special.bos {
+                out.push(b);
+            }
+        }
+        let mut prev_special = true;
+        for frag in self.partition(text, parse_special) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(s) => {
+                    match &self.model {
+                        Model::Spm {
+                            scores,
+                            byte_tokens,
+                        } => {
+                            let mut t = String::with_capacity(s.len() + 3);
+                            if self.add_space_prefix && prev_special {
+                                t.push('▁');
+                            }
+                            for c in s.chars() {
+                                t.push(if c == ' ' { '▁' } else { c });
+                            }
+                            spm::Spm {
+                                token_to_id: &self.token_to_id,
+                                scores,
+                                byte_tokens,
+                                unk: self.special.unk,
+                            }
+                            .tokenize(&t, &mut out);
+                        }
+                        Model::Bpe(b) => b.tokenize(s, &mut out),
+                        Model::Hf(_) => {}
+                    }
+                    prev_special = false;
+                }
+            }
+        }
+        if add_special && self.add_eos {
+            if let Some(e) = self.special.eos {
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    /// Splits `text` at special tokens as llama.cpp's `tokenizer_st_partition`: tokens are
+    /// taken longest first, each claiming its leftmost non-overlapping occurrences in the text
+    /// not yet claimed.
+    fn partition<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
+        let Some(ac) = self.special_matcher.as_ref().filter(|_| !text.is_empty()) else {
+            return if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![Fragment::Text(text)]
+            };
+        };
+        let skip = |rank: usize| {
+            !parse_special
+                && self.attrs[self.special_ids[rank] as usize] & (attr::CONTROL | attr::UNKNOWN)
+                    != 0
+        };
+        let mut matches: Vec<(u32, u32, u32)> = ac
+            .find_overlapping_iter(text)
+            .filter(|m| !skip(m.pattern().as_usize()))
+            .map(|m| (m.pattern().as_u32(), m.start() as u32, m.end() as u32))
+            .collect();
+        if matches.is_empty() {
+            return vec![Fragment::Text(text)];
+        }
+        // Priority: pattern rank (longest first), then position.
+        matches.sort_unstable();
+        let mut claimed = vec![false; text.len()];
+        let mut spans: Vec<(u32, u32, u32)> = Vec::new();
+        for (rank, s, e) in matches {
+            if claimed[s as usize..e as usize].iter().any(|&c| c) {
+                continue;
+            }
+            claimed[s as usize..e as usize].fill(true);
+            spans.push((s, e, self.special_ids[rank as usize]));
+        }
+        spans.sort_unstable();
+        let mut out = Vec::with_capacity(spans.len() * 2 + 1);
+        let mut pos = 0usize;
+        for (s, e, id) in spans {
+            if s as usize > pos {
+                out.push(Fragment::Text(&text[pos..s as usize]));
+            }
+            out.push(Fragment::Token(id));
+            pos = e as usize;
+        }
+        if pos < text.len() {
+            out.push(Fragment::Text(&text[pos..]));
+        }
+        out
+    }
+
+    /// Bytes of one token as llama.cpp's `token_to_piece(special = true)`: control tokens as
+    /// their text, byte tokens as the byte, `▁` as space (SPM), byte-level characters decoded
+    /// (BPE). Out-of-range ids give no bytes.
+    pub fn token_to_piece(&self, id: u32) -> &[u8] {
+        let i = id as usize;
+        if i + 1 >= self.piece_offsets.len() {
+            return &[];
+        }
+        &self.pieces[self.piece_offsets[i] as usize..self.piece_offsets[i + 1] as usize]
+    }
+
+    /// Whether `id` is rendered only when special tokens are shown (control / unknown).
+    pub fn is_special(&self, id: u32) -> bool {
+        self.attrs
+            .get(id as usize)
+            .is_some_and(|a| a & (attr::CONTROL | attr::UNKNOWN) != 0)
+    }
+
+    /// Attribute bits of `id` (see [`attr`]).
+    pub fn token_attr(&self, id: u32) -> u8 {
+        self.attrs.get(id as usize).copied().unwrap_or(0)
+    }
+
+    /// Vocabulary string of `id` (as stored, e.g. `▁the` or `Ġthe`).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.texts.get(id as usize).map(String::as_str)
+    }
+
+    pub fn token_to_id(&self, text: &str) -> Option<u32> {
+        self.token_to_id.get(text).copied()
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.texts.len()
+    }
+
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.special.bos
+    }
+
+    pub fn eos_id(&self) -> Option<u32> {
+        self.special.eos
+    }
+
+    pub fn eot_id(&self) -> Option<u32> {
+        self.special.eot
+    }
+
+    /// Whether encoding with `add_special` prepends BOS.
+    pub fn adds_bos(&self) -> bool {
+        self.add_bos && self.special.bos.is_some()
+    }
+
+    /// Token ids that end generation (EOS, EOT, `<|im_end|>`, `<end_of_turn>`, FIM stops, ...),
+    /// sorted.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    /// The model's chat template (`tokenizer.chat_template`), if it has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// Text of the BOS / EOS tokens, for chat templates.
+    pub fn bos_text(&self) -> &str {
+        self.special
+            .bos
+            .and_then(|i| self.token_text(i))
+            .unwrap_or("")
+    }
+
+    pub fn eos_text(&self) -> &str {
+        self.special
+            .eos
+            .and_then(|i| self.token_text(i))
+            .unwrap_or("")
+    }
+
+    /// Text of `ids`, with special tokens written out and invalid UTF-8 replaced by U+FFFD. With
+    /// SentencePiece's space prefix on, the first token's leading space is dropped, so
+    /// `decode(encode(s, false, ..)) == s`.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let mut d = self.stream_decoder();
+        let mut s = String::new();
+        for &id in ids {
+            s.push_str(&d.push(id));
+        }
+        s.push_str(&d.finish());
+        s
+    }
+
+    /// Like [`decode`](Self::decode) but control/unknown tokens produce no text.
+    pub fn decode_skip_special(&self, ids: &[u32]) -> String {
+        let mut d = self.stream_decoder().skip_special(true);
+        let mut s = String::new();
+        for &id in ids {
+            s.push_str(&d.push(id));
+        }
+        s.push_str(&d.finish());
+        s
+    }
+
+    /// An incremental decoder for a sequence that starts here (the SentencePiece leading-space
+    /// rule applies to its first token). Use [`StreamDecoder::continuing`] for text that
+    /// continues a prompt.
+    pub fn stream_decoder(&self) -> StreamDecoder<'_> {
+        StreamDecoder::new(self, self.add_space_prefix)
+    }
+}
+
+enum Fragment<'t> {
+    Text(&'t str),
+    Token(u32),
+}
+
+fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests;

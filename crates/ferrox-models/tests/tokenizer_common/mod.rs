@@ -1,0 +1,104 @@
+//! Helpers for the tokenizer tests: the real models' tokenizers, loaded once per test binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use ferrox_models::gguf::GgufFile;
+use ferrox_models::tokenizer::Tokenizer;
+
+pub const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+pub const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
+
+pub fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel)
+}
+
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Path of a real model file; a missing model fails the test (never a silent skip).
+pub fn model_path(file: &str) -> PathBuf {
+    let home = std::env::var_os("FERROX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ferrox")))
+        .expect("FERROX_HOME or HOME must be set");
+    let p = home.join("models").join(file);
+    assert!(
+        p.exists(),
+        "real model missing: {} (run `ferrox pull`)",
+        p.display()
+    );
+    p
+}
+
+pub fn load(file: &str) -> Tokenizer {
+    let f = GgufFile::open(&model_path(file)).expect("open gguf");
+    Tokenizer::from_gguf(&f).expect("tokenizer from gguf")
+}
+
+pub fn qwen() -> &'static Tokenizer {
+    static T: OnceLock<Tokenizer> = OnceLock::new();
+    T.get_or_init(|| load(QWEN))
+}
+
+pub fn gemma() -> &'static Tokenizer {
+    static T: OnceLock<Tokenizer> = OnceLock::new();
+    T.get_or_init(|| load(GEMMA))
+}
+
+/// ~1 MB of real text: the Python standard library sources when present (as on the dev and CI
+/// machines), else this repository's Rust sources repeated.
+pub fn corpus() -> String {
+    let dirs = [
+        std::env::var("FERROX_CORPUS_DIR").unwrap_or_default(),
+        "/root/.pyenv/versions/3.11.7/lib/python3.11".to_string(),
+        "/usr/lib/python3.11".to_string(),
+        "/usr/lib/python3".to_string(),
+    ];
+    let mut out = String::new();
+    for d in dirs.iter().filter(|d| !d.is_empty()) {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "py"))
+            .collect();
+        files.sort();
+        for f in files {
+            if let Ok(s) = std::fs::read_to_string(&f) {
+                out.push_str(&s);
+            }
+            if out.len() >= 1_000_000 {
+                return out;
+            }
+        }
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut own = String::new();
+    collect_rs(&src, &mut own);
+    assert!(!own.is_empty());
+    while out.len() < 1_000_000 {
+        out.push_str(&own);
+    }
+    out
+}
+
+fn collect_rs(dir: &Path, out: &mut String) {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            collect_rs(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push_str(&std::fs::read_to_string(&p).unwrap_or_default());
+        }
+    }
+}
