@@ -8,6 +8,8 @@ pub mod decoder;
 pub mod gguf;
 pub mod hf_config;
 pub mod hub;
+pub mod params;
+pub mod speculative;
 pub mod tokenizer;
 pub mod weights;
 
