@@ -8,6 +8,7 @@ pub mod decoder;
 pub mod gguf;
 pub mod hf_config;
 pub mod hub;
+pub mod template;
 pub mod tokenizer;
 pub mod weights;
 
