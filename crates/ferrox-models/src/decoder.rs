@@ -42,6 +42,8 @@ pub struct Decoder {
     /// `[vocab, hidden]`; shares the embedding's bytes when tied.
     pub lm_head: WeightMatrix,
     pub source: ModelSource,
+    /// The GGUF file the weights live in (tokenizer and template metadata), if any.
+    pub gguf: Option<std::sync::Arc<crate::gguf::GgufFile>>,
     scratch: Mutex<Scratch>,
 }
 
@@ -82,6 +84,7 @@ impl Decoder {
             output_norm,
             lm_head,
             source: ModelSource::default(),
+            gguf: None,
             scratch: Mutex::new(Scratch::default()),
         }
     }

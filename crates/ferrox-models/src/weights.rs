@@ -340,3 +340,31 @@ impl Bound {
         self.map.get(name).map(|t| t.to_f32()).transpose()
     }
 }
+
+/// A GGUF file (llama.cpp tensor names; dims reversed to row-major order).
+pub struct GgufSource {
+    pub file: Arc<crate::gguf::GgufFile>,
+}
+
+impl WeightSource for GgufSource {
+    fn naming(&self) -> Naming {
+        Naming::Gguf
+    }
+    fn tensor(&self, name: &str) -> Option<TensorRef> {
+        let t = self.file.tensor(name)?;
+        let mut shape: Vec<usize> = t.dims.iter().rev().map(|&d| d as usize).collect();
+        // ggml pads unused outer dims with 1; a matrix or vector has none.
+        while shape.len() > 1 && shape[0] == 1 {
+            shape.remove(0);
+        }
+        Some(TensorRef {
+            name: name.to_string(),
+            ty: t.ty,
+            shape,
+            data: self.file.tensor_data(t),
+        })
+    }
+    fn names(&self) -> Vec<String> {
+        self.file.tensors().iter().map(|t| t.name.clone()).collect()
+    }
+}

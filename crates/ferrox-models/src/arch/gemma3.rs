@@ -5,8 +5,8 @@
 //! Reference: transformers `modeling_gemma3.py`; llama.cpp `LLM_ARCH_GEMMA3`.
 //! HF checkpoints store norms as `w` in `x * (1 + w)`; GGUF stores `1 + w`.
 
-use super::{build_dense, dense_config_from_hf, HfConfig};
-use crate::config::{Activation, Arch, ModelConfig, NormKind};
+use super::{build_dense, dense_config_from_gguf, dense_config_from_hf, GgufMeta, HfConfig};
+use crate::config::{Activation, Arch, AttnKind, ModelConfig, NormKind, RopeScaling};
 use crate::decoder::Decoder;
 use crate::weights::{opt, req, Dim::*, LoadError, TensorSpec, WeightSource};
 
@@ -109,7 +109,7 @@ pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
         // Older configs: `rope_theta` (global) + `rope_local_base_freq`.
         let mut local = cfg.rope;
         local.theta = hf.opt_f32("rope_local_base_freq").unwrap_or(10_000.0);
-        local.scaling = crate::config::RopeScaling::None;
+        local.scaling = RopeScaling::None;
         cfg.rope_local = Some(local);
     }
     Ok(cfg)
@@ -117,4 +117,39 @@ pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
 
 pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
     build_dense(cfg, src, GLOBAL, LAYER)
+}
+
+/// llama.cpp's Gemma 3 rules: every 6th layer global, local RoPE base 10000, query scale
+/// `key_length^-0.5` (27B: `(hidden / heads)^-0.5`); norms already stored as `1 + w`.
+pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = dense_config_from_gguf(g, Arch::Gemma3)?;
+    cfg.activation = Activation::GeluTanh;
+    cfg.qk_norm = true;
+    cfg.post_norms = true;
+    cfg.embed_scale = true;
+    let scalar = if cfg.hidden_dim == 5376 && cfg.n_heads == 32 {
+        (cfg.hidden_dim / cfg.n_heads) as f32
+    } else {
+        cfg.head_dim as f32
+    };
+    cfg.attn_scale = Some(1.0 / scalar.sqrt());
+    cfg.sliding_window = g.opt_usize("attention.sliding_window");
+    let pattern = g
+        .opt_usize("attention.sliding_window_pattern")
+        .unwrap_or(6)
+        .max(1);
+    cfg.layer_attn = (0..cfg.n_layers)
+        .map(|l| {
+            if (l + 1) % pattern == 0 {
+                AttnKind::Full
+            } else {
+                AttnKind::Sliding
+            }
+        })
+        .collect();
+    let mut local = cfg.rope;
+    local.theta = 10_000.0;
+    local.scaling = RopeScaling::None;
+    cfg.rope_local = Some(local);
+    Ok(cfg)
 }

@@ -20,22 +20,146 @@ use crate::config::{
     RouterScoring,
 };
 use crate::decoder::{Decoder, Layer, ModelSource};
+use crate::gguf::GgufFile;
 use crate::weights::{
-    read_to_string, Bound, Dim, LoadError, SafetensorsDir, TensorSpec, WeightSource,
+    read_to_string, Bound, Dim, GgufSource, LoadError, SafetensorsDir, TensorSpec, WeightSource,
 };
 use serde_json::Value;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Loads a Hugging Face directory or a GGUF file.
 pub fn load(path: &Path) -> Result<Decoder, LoadError> {
     if path.is_dir() {
         load_hf_dir(path)
     } else {
-        Err(LoadError::Format {
-            path: path.to_path_buf(),
-            msg: "GGUF loading is not available yet".into(),
-        })
+        load_gguf(path)
     }
+}
+
+fn load_gguf(path: &Path) -> Result<Decoder, LoadError> {
+    let file = GgufFile::open(path).map_err(|e| LoadError::Format {
+        path: path.to_path_buf(),
+        msg: e.to_string(),
+    })?;
+    let g = GgufMeta {
+        file: Arc::new(file),
+    };
+    let arch = g.file.architecture().unwrap_or_default().to_string();
+    let src = GgufSource {
+        file: g.file.clone(),
+    };
+    let mut dec = match arch.as_str() {
+        "llama" => llama::build(llama::config_from_gguf(&g)?, &src)?,
+        "qwen2" => qwen2::build(qwen2::config_from_gguf(&g)?, &src)?,
+        "qwen3" => qwen3::build(qwen3::config_from_gguf(&g)?, &src)?,
+        "gemma3" => gemma3::build(gemma3::config_from_gguf(&g)?, &src)?,
+        other => return Err(LoadError::UnsupportedArch(other.to_string())),
+    };
+    dec.source = ModelSource {
+        path: path.to_path_buf(),
+        is_gguf: true,
+    };
+    dec.gguf = Some(g.file);
+    Ok(dec)
+}
+
+/// GGUF metadata with the `{arch}.` prefix handled.
+pub struct GgufMeta {
+    pub file: Arc<GgufFile>,
+}
+
+impl GgufMeta {
+    pub fn arch(&self) -> &str {
+        self.file.architecture().unwrap_or_default()
+    }
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch())
+    }
+    pub fn usize(&self, k: &str) -> Result<usize, LoadError> {
+        self.opt_usize(k)
+            .ok_or_else(|| LoadError::Config(format!("GGUF: missing `{}`", self.key(k))))
+    }
+    pub fn opt_usize(&self, k: &str) -> Option<usize> {
+        self.file.get_u64(&self.key(k)).map(|v| v as usize)
+    }
+    pub fn opt_f32(&self, k: &str) -> Option<f32> {
+        self.file.get_f32(&self.key(k))
+    }
+    pub fn opt_str(&self, k: &str) -> Option<&str> {
+        self.file.get_str(&self.key(k))
+    }
+    /// Rows of a stored tensor (vocabulary size from `token_embd`).
+    pub fn tensor_rows(&self, name: &str) -> Option<usize> {
+        self.file
+            .tensor(name)
+            .and_then(|t| t.dims.get(1))
+            .map(|&d| d as usize)
+    }
+}
+
+/// The dense-model `ModelConfig` skeleton from llama.cpp's `{arch}.*` metadata keys.
+pub fn dense_config_from_gguf(g: &GgufMeta, arch: Arch) -> Result<ModelConfig, LoadError> {
+    let hidden = g.usize("embedding_length")?;
+    let n_layers = g.usize("block_count")?;
+    let n_heads = g.usize("attention.head_count")?;
+    let n_kv_heads = g.opt_usize("attention.head_count_kv").unwrap_or(n_heads);
+    let head_dim = g
+        .opt_usize("attention.key_length")
+        .unwrap_or(hidden / n_heads);
+    let vocab = g
+        .tensor_rows("token_embd.weight")
+        .ok_or_else(|| LoadError::MissingTensor("token_embd.weight".into()))?;
+    let scaling = match (
+        g.opt_str("rope.scaling.type"),
+        g.opt_f32("rope.scaling.factor"),
+    ) {
+        (Some("linear"), Some(f)) if f != 1.0 => RopeScaling::Linear { factor: f },
+        (None | Some("none") | Some("linear"), _) => RopeScaling::None,
+        (Some(other), _) => {
+            return Err(LoadError::Config(format!(
+                "unsupported GGUF rope scaling `{other}`"
+            )))
+        }
+    };
+    let rope = RopeConfig {
+        theta: g.opt_f32("rope.freq_base").unwrap_or(10_000.0),
+        scaling,
+        rotary_dim: g.opt_usize("rope.dimension_count").unwrap_or(head_dim),
+        interleaved: false,
+    };
+    Ok(ModelConfig {
+        arch,
+        vocab_size: vocab,
+        hidden_dim: hidden,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ffn_dim: g.usize("feed_forward_length")?,
+        max_seq_len: g.opt_usize("context_length").unwrap_or(4096),
+        norm_eps: g
+            .opt_f32("attention.layer_norm_rms_epsilon")
+            .unwrap_or(1e-6),
+        norm: NormKind::Rms,
+        activation: Activation::Silu,
+        rope,
+        rope_local: None,
+        sliding_window: None,
+        layer_attn: vec![AttnKind::Full; n_layers],
+        layer_moe: vec![false; n_layers],
+        qkv_bias: false,
+        qk_norm: false,
+        post_norms: false,
+        attn_scale: None,
+        embed_scale: false,
+        tie_embeddings: g.file.tensor("output.weight").is_none(),
+        final_logit_softcap: g.opt_f32("final_logit_softcapping"),
+        attn_logit_softcap: g.opt_f32("attn_logit_softcapping"),
+        moe: dense_moe(hidden),
+        mla: None,
+        dsa: None,
+    })
 }
 
 fn load_hf_dir(dir: &Path) -> Result<Decoder, LoadError> {

@@ -1,7 +1,7 @@
 //! Qwen3 (dense): Llama layout plus per-head RMSNorm of q and k before RoPE, explicit head_dim.
 //! Reference: transformers `modeling_qwen3.py`; llama.cpp `LLM_ARCH_QWEN3`.
 
-use super::{build_dense, dense_config_from_hf, HfConfig};
+use super::{build_dense, dense_config_from_gguf, dense_config_from_hf, GgufMeta, HfConfig};
 use crate::config::{Arch, ModelConfig};
 use crate::decoder::Decoder;
 use crate::weights::{opt, req, Dim::*, LoadError, TensorSpec, WeightSource};
@@ -87,4 +87,10 @@ pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
 
 pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
     build_dense(cfg, src, GLOBAL, LAYER)
+}
+
+pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = dense_config_from_gguf(g, Arch::Qwen3)?;
+    cfg.qk_norm = true;
+    Ok(cfg)
 }
