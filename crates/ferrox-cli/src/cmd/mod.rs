@@ -1,3 +1,4 @@
 pub mod inspect;
+pub mod model;
 pub mod pull;
 pub mod tokenize;
