@@ -10,6 +10,7 @@ pub mod hf_config;
 pub mod hub;
 pub mod params;
 pub mod speculative;
+pub mod template;
 pub mod tokenizer;
 pub mod weights;
 
