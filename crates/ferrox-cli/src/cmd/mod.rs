@@ -1,4 +1,5 @@
 pub mod inspect;
+pub mod model;
 pub mod pull;
 pub mod tokenize;
 pub mod engine;

@@ -1,0 +1,110 @@
+//! Turning `-m` into a file path for every subcommand: a path, a catalog name (pulled on
+//! first use, with a progress bar on stderr) or an `hf:` reference.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ferrox_models::hub::{self, PullProgress};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+#[allow(dead_code)] // callers (run, inspect, ...) adopt it as they land
+/// The file for `-m` (default: the catalog's default model), pulling it when needed.
+pub fn resolve(model: Option<&str>) -> anyhow::Result<PathBuf> {
+    let name = model.unwrap_or(hub::DEFAULT_MODEL);
+    let bar = BarProgress::new();
+    let r = hub::resolve(name, &bar);
+    bar.finish();
+    Ok(r?)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    None,
+    Download,
+    Assemble,
+    Verify,
+}
+
+/// Shows a pull on stderr: one bar whose meaning follows the phase (download, join, verify).
+/// Without a terminal, only the stage lines are printed.
+pub struct BarProgress {
+    bar: ProgressBar,
+    phase: Mutex<Phase>,
+    tty: bool,
+}
+
+impl BarProgress {
+    pub fn new() -> BarProgress {
+        let tty = std::io::stderr().is_terminal();
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(8));
+        if !tty {
+            bar.set_draw_target(ProgressDrawTarget::hidden());
+        }
+        BarProgress {
+            bar,
+            phase: Mutex::new(Phase::None),
+            tty,
+        }
+    }
+
+    fn enter(&self, phase: Phase, total: u64) {
+        let mut cur = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        if *cur == phase {
+            return;
+        }
+        *cur = phase;
+        let prefix = match phase {
+            Phase::Download => "download",
+            Phase::Assemble => "join+sha256",
+            Phase::Verify => "verify",
+            Phase::None => "",
+        };
+        let style = ProgressStyle::with_template(
+            "{prefix:>11} [{bar:32}] {bytes}/{total_bytes} {bytes_per_sec} {eta} {wide_msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+        self.bar.set_style(style);
+        self.bar.set_prefix(prefix);
+        self.bar.set_length(total);
+        self.bar.set_position(0);
+        self.bar.reset_eta();
+        self.bar.enable_steady_tick(Duration::from_millis(250));
+    }
+
+    pub fn finish(&self) {
+        if *self.phase.lock().unwrap_or_else(|e| e.into_inner()) != Phase::None {
+            self.bar.finish_and_clear();
+        }
+    }
+}
+
+impl Default for BarProgress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PullProgress for BarProgress {
+    fn message(&self, msg: &str) {
+        if self.tty {
+            self.bar.set_message(msg.to_string());
+        } else if !msg.starts_with("Collecting") && !msg.starts_with("Saved") {
+            eprintln!("{msg}");
+        }
+    }
+    fn download(&self, done: u64, total: u64) {
+        self.enter(Phase::Download, total);
+        self.bar.set_position(done.min(total));
+    }
+    fn assemble(&self, done: u64, total: u64) {
+        self.enter(Phase::Assemble, total);
+        self.bar.set_position(done);
+    }
+    fn verify(&self, done: u64, total: u64) {
+        self.enter(Phase::Verify, total);
+        self.bar.set_position(done);
+    }
+}
