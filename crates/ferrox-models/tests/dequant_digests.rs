@@ -4,30 +4,23 @@
 
 use ferrox_core::quant::dequantize_row;
 use ferrox_models::gguf::GgufFile;
+use ferrox_models::hub::ensure_model;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 
-fn model(file: &str) -> PathBuf {
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/ferrox")
-        });
-    let p = home.join("models").join(file);
-    assert!(
-        p.exists(),
-        "real model missing: {} (run `ferrox pull`)",
-        p.display()
-    );
-    p
+/// The catalog model's path, pulled when missing (never skipped).
+fn model(name: &str) -> PathBuf {
+    ensure_model(name).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
-fn check(file: &str) {
+fn check(name: &str) {
+    let path = model(name);
+    let file = path.file_name().unwrap().to_str().unwrap();
     let text = include_str!("fixtures/dequant_digests.json");
     let all: serde_json::Value = serde_json::from_str(text).unwrap();
     let want = all[file].as_object().expect("digests for this model");
-    let f = GgufFile::open(&model(file)).unwrap();
+    let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.tensors().len(), want.len(), "tensor count");
     let bad: Vec<String> = f
         .tensors()
@@ -58,10 +51,10 @@ fn check(file: &str) {
 
 #[test]
 fn qwen25_coder_05b_dequantizes_bit_exactly() {
-    check("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    check("qwen2.5-coder:0.5b-instruct");
 }
 
 #[test]
 fn gemma3_270m_dequantizes_bit_exactly() {
-    check("gemma-3-270m-q4_k_m.gguf");
+    check("gemma3:270m");
 }
