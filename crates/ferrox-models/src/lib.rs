@@ -5,9 +5,14 @@ pub mod arch;
 pub mod blocks;
 pub mod config;
 pub mod decoder;
+pub mod generate;
 pub mod gguf;
 pub mod hf_config;
 pub mod hub;
+pub mod params;
+pub mod sampling;
+pub mod speculative;
+pub mod template;
 pub mod tokenizer;
 pub mod weights;
 
