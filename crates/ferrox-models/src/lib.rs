@@ -9,6 +9,7 @@ pub mod generate;
 pub mod gguf;
 pub mod hf_config;
 pub mod hub;
+pub mod perplexity;
 pub mod sampling;
 pub mod tokenizer;
 pub mod weights;

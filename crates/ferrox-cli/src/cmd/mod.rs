@@ -1,7 +1,7 @@
+pub mod engine;
 pub mod inspect;
+pub mod logits;
 pub mod model;
+pub mod perplexity;
 pub mod pull;
 pub mod tokenize;
-pub mod engine;
-pub mod logits;
-pub mod perplexity;
