@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod hf_config;
 pub mod hub;
 pub mod params;
+pub mod perplexity;
 pub mod sampling;
 pub mod speculative;
 pub mod template;

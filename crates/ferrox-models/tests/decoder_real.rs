@@ -8,24 +8,15 @@ use std::path::PathBuf;
 
 const MODELS: &[(&str, &str, &str)] = &[
     (
-        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder:0.5b-instruct",
         "qwen2.5-coder-0.5b-instruct",
         "greedy-qwen2.5-coder-0.5b-instruct.json",
     ),
-    (
-        "gemma-3-270m-q4_k_m.gguf",
-        "gemma-3-270m",
-        "greedy-gemma3-270m.json",
-    ),
+    ("gemma3:270m", "gemma-3-270m", "greedy-gemma3-270m.json"),
 ];
 
-fn model_path(file: &str) -> PathBuf {
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/ferrox"));
-    let p = home.join("models").join(file);
-    assert!(p.exists(), "model {} not found", p.display());
-    p
+fn model_path(name: &str) -> PathBuf {
+    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::tokenizer::Tokenizer;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 pub struct Engine {
@@ -31,28 +31,8 @@ pub fn set_threads(threads: usize) {
     }
 }
 
-/// A path as given, or a model name looked up in the models directory.
-pub fn resolve(model: Option<&str>) -> anyhow::Result<PathBuf> {
-    let name = model.unwrap_or("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    let p = Path::new(name);
-    if p.exists() {
-        return Ok(p.to_path_buf());
-    }
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ferrox")))
-        .context("no HOME or FERROX_HOME")?;
-    for cand in [name.to_string(), format!("{name}.gguf")] {
-        let p = home.join("models").join(cand);
-        if p.exists() {
-            return Ok(p);
-        }
-    }
-    anyhow::bail!("model `{name}` not found")
-}
-
 pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<Engine> {
-    let path = resolve(model)?;
+    let path = super::model::resolve(model)?;
     let t0 = Instant::now();
     let decoder = Decoder::load(&path).with_context(|| format!("loading {}", path.display()))?;
     let tokenizer = if let Some(g) = &decoder.gguf {

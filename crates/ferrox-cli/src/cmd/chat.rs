@@ -1,0 +1,56 @@
+//! `ferrox chat`: interactive multi-turn chat through the model's template. The KV cache
+//! carries over between turns: each turn only evaluates the tokens the template added.
+
+use super::engine;
+use super::run::{report, tokenize_prompt, GenFlags};
+use ferrox_models::generate::Session;
+use ferrox_models::template::{render_prompt, Message};
+use std::io::{BufRead, Write};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    /// System prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub gen: GenFlags,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    engine::set_threads(args.gen.threads);
+    let eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
+    let tok = eng.tokenizer()?;
+    let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
+    let mut sampler = args.gen.sampler();
+    let params = args.gen.params();
+    let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    eprintln!("(empty line or Ctrl-D to quit)");
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 || line.trim().is_empty() {
+            break;
+        }
+        messages.push(Message::user(line.trim_end().to_string()));
+        let text = render_prompt(tok, &messages, true)?;
+        let ids = tokenize_prompt(tok, &text);
+        if ids.len() >= session.ctx_size {
+            eprintln!("context full ({} tokens); start a new chat", ids.len());
+            break;
+        }
+        let out = session.generate(&ids, &params, &mut sampler, |t| {
+            let mut o = stdout.lock();
+            o.write_all(t.as_bytes()).is_ok() && o.flush().is_ok()
+        });
+        println!();
+        if args.gen.verbose {
+            report(&out);
+        }
+        messages.push(Message::assistant(out.text));
+    }
+    Ok(())
+}

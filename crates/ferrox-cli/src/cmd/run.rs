@@ -1,0 +1,156 @@
+//! `ferrox run`: one completion, streamed. The prompt goes through the model's chat template as
+//! a single user turn (unless `--raw` or the model has none); stdout carries only the generated
+//! text, everything else goes to stderr.
+
+use super::engine;
+use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
+use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::template::{render_prompt, Message};
+use ferrox_models::tokenizer::Tokenizer;
+use std::io::Write;
+
+/// Sampling and generation flags shared by `run` and `chat`.
+#[derive(clap::Args, Clone)]
+pub struct GenFlags {
+    /// Temperature (0 = greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k (0 = off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1 = off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0 = off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty over the last 64 tokens (1 = off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// RNG seed (default: random).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Tokens to generate (-1 = until the end of generation or the context is full).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i64,
+    /// Context size in tokens.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx: usize,
+    /// Threads (0 = all cores).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print prompt and generation speed to stderr.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+impl GenFlags {
+    pub fn sampler(&self) -> Sampler {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+        Sampler::new(SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            seed,
+            ..SamplerConfig::default()
+        })
+    }
+
+    pub fn params(&self) -> GenerateParams {
+        GenerateParams {
+            max_tokens: if self.n_predict < 0 {
+                usize::MAX
+            } else {
+                self.n_predict as usize
+            },
+            ..GenerateParams::default()
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model: a catalog name, a path or hf:OWNER/REPO/FILE.gguf (default: the catalog default).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    /// The prompt.
+    pub prompt: String,
+    /// Send the prompt as is, without the chat template.
+    #[arg(long)]
+    pub raw: bool,
+    #[command(flatten)]
+    pub gen: GenFlags,
+}
+
+/// Tokenizes rendered template text: special tokens parsed, BOS added only when the model
+/// wants one and the text does not already start with it.
+pub fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<usize> {
+    let mut ids: Vec<usize> = tok
+        .encode(text, false, true)
+        .into_iter()
+        .map(|t| t as usize)
+        .collect();
+    if tok.adds_bos() {
+        if let Some(bos) = tok.bos_id() {
+            if ids.first() != Some(&(bos as usize)) {
+                ids.insert(0, bos as usize);
+            }
+        }
+    }
+    ids
+}
+
+pub fn report(out: &GenerateOutput) {
+    let rate = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-9);
+    eprintln!(
+        "prompt eval: {} tokens in {:.1} ms ({:.2} tokens/s)",
+        out.prompt_tokens,
+        out.prompt_time.as_secs_f64() * 1e3,
+        rate(out.prompt_tokens, out.prompt_time)
+    );
+    eprintln!(
+        "eval: {} tokens in {:.1} ms ({:.2} tokens/s), stop: {:?}",
+        out.gen_tokens,
+        out.gen_time.as_secs_f64() * 1e3,
+        rate(out.gen_tokens, out.gen_time),
+        out.stop
+    );
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    engine::set_threads(args.gen.threads);
+    let eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
+    let tok = eng.tokenizer()?;
+    let ids = if args.raw {
+        tok.encode(&args.prompt, true, true)
+            .into_iter()
+            .map(|t| t as usize)
+            .collect()
+    } else {
+        let text = render_prompt(tok, &[Message::user(args.prompt.clone())], true)?;
+        if args.gen.verbose {
+            eprintln!("prompt: {text:?}");
+        }
+        tokenize_prompt(tok, &text)
+    };
+    anyhow::ensure!(!ids.is_empty(), "empty prompt");
+    let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
+    let mut sampler = args.gen.sampler();
+    let stdout = std::io::stdout();
+    let out = session.generate(&ids, &args.gen.params(), &mut sampler, |t| {
+        let mut o = stdout.lock();
+        o.write_all(t.as_bytes()).is_ok() && o.flush().is_ok()
+    });
+    println!();
+    if args.gen.verbose {
+        report(&out);
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! `ferrox logits` end to end on a tiny checkpoint: the written .npy equals transformers'.
+
+use std::path::Path;
+use std::process::Command;
+
+fn read_npy(path: &Path) -> (String, Vec<f32>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    assert_eq!((10 + hlen) % 64, 0, "header must be 64-byte aligned");
+    let header = String::from_utf8(b[10..10 + hlen].to_vec()).unwrap();
+    let data = b[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    (header, data)
+}
+
+#[test]
+fn logits_all_matches_transformers_on_tiny_llama() {
+    let dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../ferrox-models/tests/fixtures/hf-tiny/llama");
+    let ids = "328,384,353,219,207,297,389,171,312,166,505,106,86,86,133,180,256,432,78,401,490,209,394,411";
+    let out = std::env::temp_dir().join(format!("ferrox-logits-{}.npy", std::process::id()));
+    let st = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args(["logits", "-m"])
+        .arg(&dir)
+        .args(["--ids", ids, "--all", "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (header, all) = read_npy(&out);
+    let (_, want) = read_npy(&dir.join("logits.npy"));
+    std::fs::remove_file(&out).ok();
+    assert!(header.contains("'shape': (24, 512)"), "{header}");
+    let worst = all
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst < 1e-4, "max abs diff {worst}");
+
+    // Last position only by default.
+    let st = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args(["logits", "-m"])
+        .arg(&dir)
+        .args(["--ids", ids, "-o"])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let (header, got) = read_npy(&out);
+    std::fs::remove_file(&out).ok();
+    assert!(header.contains("'shape': (1, 512)"), "{header}");
+    // The lm_head row is computed the same way whether or not other rows are.
+    assert_eq!(got, all[23 * 512..]);
+}
