@@ -22,7 +22,7 @@ fn children_max_rss_kib() -> i64 {
 fn inspect(model: impl AsRef<std::ffi::OsStr>) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
         .arg("inspect")
-        .arg(path)
+        .arg(model)
         .output()
         .unwrap();
     assert!(
