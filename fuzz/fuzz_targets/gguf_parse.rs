@@ -2,8 +2,13 @@
 //! every accessor and tensor view works without panicking.
 #![no_main]
 
+// The parser's own source, compiled here without the rest of ferrox-models.
+#[allow(dead_code, unused_imports)]
+#[path = "../../crates/ferrox-models/src/gguf/mod.rs"]
+mod gguf;
+
 use ferrox_core::storage::Bytes;
-use ferrox_models::gguf::GgufFile;
+use gguf::GgufFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

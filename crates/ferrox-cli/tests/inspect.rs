@@ -4,19 +4,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-fn model(file: &str) -> PathBuf {
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/ferrox")
-        });
-    let p = home.join("models").join(file);
-    assert!(
-        p.exists(),
-        "real model missing: {} (run `ferrox pull`)",
-        p.display()
-    );
-    p
+/// A catalog model's file, pulled by the hub when missing (never skipped).
+fn model(name: &str) -> PathBuf {
+    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 /// Peak RSS in KiB over all children waited for so far.
@@ -29,10 +19,10 @@ fn children_max_rss_kib() -> i64 {
     }
 }
 
-fn inspect(path: &std::path::Path) -> String {
+fn inspect(model: impl AsRef<std::ffi::OsStr>) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
         .arg("inspect")
-        .arg(path)
+        .arg(model)
         .output()
         .unwrap();
     assert!(
@@ -52,7 +42,9 @@ fn tensor_rows(out: &str) -> usize {
 
 #[test]
 fn inspect_real_models() {
-    let gemma = inspect(&model("gemma-3-270m-q4_k_m.gguf"));
+    // A catalog name resolves through the hub, like `inspect $(ferrox pull gemma3:270m)`.
+    model("gemma3:270m");
+    let gemma = inspect("gemma3:270m");
     assert!(gemma.contains("* Dumping 236 tensor(s)"), "{gemma}");
     assert_eq!(tensor_rows(&gemma), 236);
     assert!(gemma.contains("general.architecture = \"gemma3\""));
@@ -64,7 +56,7 @@ fn inspect_real_models() {
     assert!(toks.contains("262144") && toks.ends_with(", ...]") && toks.len() < 200);
     assert!(gemma.contains("Q8_0     [640, 262144]"));
 
-    let qwen_path = model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let qwen_path = model("qwen2.5-coder:0.5b-instruct");
     let size_kib = std::fs::metadata(&qwen_path).unwrap().len() / 1024;
     let qwen = inspect(&qwen_path);
     assert_eq!(tensor_rows(&qwen), 291);

@@ -3,19 +3,9 @@
 use ferrox_models::gguf::{GgufFile, MetaArray};
 use std::path::PathBuf;
 
-fn model(file: &str) -> PathBuf {
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/ferrox")
-        });
-    let p = home.join("models").join(file);
-    assert!(
-        p.exists(),
-        "real model missing: {} (run `ferrox pull`)",
-        p.display()
-    );
-    p
+/// A catalog model's file, pulled by the hub when missing (never skipped).
+fn model(name: &str) -> PathBuf {
+    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 fn check_common(f: &GgufFile) {
@@ -34,7 +24,7 @@ fn check_common(f: &GgufFile) {
 
 #[test]
 fn gemma3_270m_parses() {
-    let f = GgufFile::open(&model("gemma-3-270m-q4_k_m.gguf")).unwrap();
+    let f = GgufFile::open(&model("gemma3:270m")).unwrap();
     check_common(&f);
     assert_eq!(f.architecture(), Some("gemma3"));
     assert_eq!(f.tensors().len(), 236);
@@ -67,7 +57,7 @@ fn gemma3_270m_parses() {
 
 #[test]
 fn qwen25_coder_05b_parses() {
-    let path = model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let path = model("qwen2.5-coder:0.5b-instruct");
     let f = GgufFile::open(&path).unwrap();
     check_common(&f);
     assert_eq!(f.architecture(), Some("qwen2"));

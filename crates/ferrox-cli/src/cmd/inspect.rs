@@ -7,7 +7,7 @@ use std::io::{self, Write};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model: a path to a .gguf file (any shard of a split set).
+    /// Model: a .gguf path (any shard of a split set), a catalog name or hf:OWNER/REPO/FILE.gguf.
     #[arg(value_name = "MODEL", required_unless_present = "model")]
     pub path: Option<String>,
     /// Model, as a flag (same as the positional MODEL).
@@ -25,7 +25,7 @@ const SHOWN_CHARS: usize = 80;
 pub fn run(args: Args) -> anyhow::Result<()> {
     let model = args.path.or(args.model).context("no model given")?;
     let path = super::model::resolve(Some(&model))?;
-    let file = GgufFile::open(&path).with_context(|| format!("reading {model}"))?;
+    let file = GgufFile::open(&path).with_context(|| format!("reading {}", path.display()))?;
     match print(&file, &path, args.full) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
         r => Ok(r?),
