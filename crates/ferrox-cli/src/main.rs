@@ -23,6 +23,10 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Print the token ids (and pieces) of a text.
     Tokenize(cmd::tokenize::Args),
+    /// Write a model's logits for a text or token ids as a float32 .npy file.
+    Logits(cmd::logits::Args),
+    /// Perplexity of a text file (llama-perplexity's method); last line `PPL = <value>`.
+    Perplexity(cmd::perplexity::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +42,7 @@ fn main() -> anyhow::Result<()> {
         Command::Pull(a) => cmd::pull::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
+        Command::Logits(a) => cmd::logits::run(a),
+        Command::Perplexity(a) => cmd::perplexity::run(a),
     }
 }

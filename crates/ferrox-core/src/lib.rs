@@ -2,6 +2,7 @@
 //! threading. Nothing here knows a model family.
 
 pub mod cache;
+pub mod kernels;
 pub mod matmul;
 pub mod quant;
 pub mod storage;

@@ -4,7 +4,8 @@
 //! Batch invariance: every output element is produced by the same per-row reduction whatever
 //! the batch size or thread split, so `gemm` rows are bit-identical to `gemv`.
 
-use crate::quant::{self, GgmlType, QuantError};
+use crate::kernels;
+use crate::quant::{self, ActBuf, GgmlType, QuantError};
 use crate::storage::Bytes;
 use rayon::prelude::*;
 
@@ -78,48 +79,90 @@ impl WeightMatrix {
     }
 
     /// Y[n, rows] = X[n, cols] · Wᵀ.
+    ///
+    /// X is quantized once into the weight type's activation format (thread-local scratch);
+    /// each weight row is read once for all `n` tokens; every output uses the same kernel
+    /// instruction sequence as `gemv`, so row b of Y is bit-identical to `gemv(X[b])`.
     pub fn gemm(&self, x: &[f32], n: usize, y: &mut [f32]) {
         assert_eq!(x.len(), n * self.cols, "gemm: input shape");
         assert_eq!(y.len(), n * self.rows, "gemm: output shape");
-        const CHUNK: usize = 64;
+        if n == 0 || self.rows == 0 {
+            return;
+        }
+        let act = self
+            .ty
+            .act_type()
+            .unwrap_or_else(|| panic!("gemm: no kernel for {:?}", self.ty));
+        // Taken out (not borrowed) so a nested call on this thread cannot conflict.
+        let mut acts = ACTS.with(|c| c.take());
+        acts.quantize(act, x, self.cols);
+        self.gemm_quantized(&acts, n, y);
+        ACTS.with(|c| c.replace(acts));
+    }
+
+    fn gemm_quantized(&self, acts: &ActBuf, n: usize, y: &mut [f32]) {
+        let isa = kernels::isa();
         let rows = self.rows;
-        // Output is [n, rows]; split over row blocks so every thread reads each weight row once.
-        let mut out_t = vec![0f32; n * rows];
-        out_t
-            .par_chunks_mut(CHUNK * n)
-            .enumerate()
-            .for_each(|(ci, block)| {
-                let r0 = ci * CHUNK;
-                let mut w = vec![0f32; self.cols];
-                for (i, col) in block.chunks_mut(n).enumerate() {
-                    self.dequantize_row(r0 + i, &mut w)
-                        .expect("weight rows validated at construction");
-                    for (b, o) in col.iter_mut().enumerate() {
-                        *o = dot_f32(&w, &x[b * self.cols..(b + 1) * self.cols]);
+        let out = SyncPtr(y.as_mut_ptr());
+        let run = |r0: usize, r1: usize| {
+            let mut tmp = [0f32; BLOCK_ROWS * TOKEN_GROUP];
+            for t0 in (0..n).step_by(TOKEN_GROUP) {
+                let nt = (n - t0).min(TOKEN_GROUP);
+                for b0 in (r0..r1).step_by(BLOCK_ROWS) {
+                    let b1 = (b0 + BLOCK_ROWS).min(r1);
+                    let w = &self.data[b0 * self.row_bytes..b1 * self.row_bytes];
+                    let o = &mut tmp[..(b1 - b0) * nt];
+                    kernels::dot_block(isa, self.ty, w, acts, t0, nt, o);
+                    for (i, r) in (b0..b1).enumerate() {
+                        for k in 0..nt {
+                            // SAFETY: (t0 + k, r) is inside y (n x rows) and each (token, row)
+                            // is written by exactly one task: tasks own disjoint row ranges.
+                            unsafe { out.get().add((t0 + k) * rows + r).write(o[i * nt + k]) };
+                        }
                     }
                 }
-            });
-        for b in 0..n {
-            for r in 0..rows {
-                y[b * rows + r] = out_t[r * n + b];
             }
+        };
+        let work = self.row_bytes.saturating_mul(rows).saturating_mul(n.min(8));
+        let threads = rayon::current_num_threads();
+        if threads <= 1 || work < PAR_MIN_BYTES {
+            run(0, rows);
+            return;
         }
+        let chunk = rows
+            .div_ceil(threads * TASKS_PER_THREAD)
+            .max(MIN_CHUNK_ROWS);
+        let n_chunks = rows.div_ceil(chunk);
+        (0..n_chunks).into_par_iter().for_each(|c| {
+            let r0 = c * chunk;
+            run(r0, (r0 + chunk).min(rows));
+        });
     }
 }
 
-fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let chunks = a.len() / 8;
-    for i in 0..chunks {
-        for j in 0..8 {
-            acc[j] += a[i * 8 + j] * b[i * 8 + j];
-        }
+/// Tokens processed per pass over a chunk of weight rows (kernels group them by 4 inside).
+const TOKEN_GROUP: usize = 8;
+/// Weight rows per kernel call.
+const BLOCK_ROWS: usize = 16;
+/// Below this many weight bytes (× tokens, capped) a product runs on the calling thread.
+const PAR_MIN_BYTES: usize = 64 * 1024;
+const TASKS_PER_THREAD: usize = 4;
+const MIN_CHUNK_ROWS: usize = 8;
+
+thread_local! {
+    static ACTS: std::cell::RefCell<ActBuf> = std::cell::RefCell::new(ActBuf::default());
+}
+
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f32);
+// SAFETY: used only to write disjoint elements from parallel tasks (see gemm_quantized).
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}
+impl SyncPtr {
+    fn get(self) -> *mut f32 {
+        self.0
     }
-    let mut s = acc.iter().sum::<f32>();
-    for i in chunks * 8..a.len() {
-        s += a[i] * b[i];
-    }
-    s
 }
 
 #[cfg(test)]

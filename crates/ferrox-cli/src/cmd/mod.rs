@@ -1,4 +1,7 @@
+pub mod engine;
 pub mod inspect;
+pub mod logits;
 pub mod model;
+pub mod perplexity;
 pub mod pull;
 pub mod tokenize;

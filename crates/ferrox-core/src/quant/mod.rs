@@ -313,10 +313,15 @@ impl ActRow<'_> {
 pub struct ActBuf {
     ty: Option<ActType>,
     cols: usize,
-    f32: Vec<f32>,
-    q8_0: Vec<BlockQ8_0>,
-    q8_1: Vec<BlockQ8_1>,
-    q8k: Vec<BlockQ8K>,
+    rows: usize,
+    pub(crate) f32: Vec<f32>,
+    pub(crate) q8_0: Vec<BlockQ8_0>,
+    pub(crate) q8_1: Vec<BlockQ8_1>,
+    pub(crate) q8k: Vec<BlockQ8K>,
+    /// f32 copies of the Q8_0 block scales (kernels avoid an f16 conversion per block and row).
+    pub(crate) d8: Vec<f32>,
+    /// Σ qs of each Q8_0 block (offset correction for kernels that treat weights as unsigned).
+    pub(crate) s8: Vec<i32>,
 }
 
 impl ActBuf {
@@ -325,6 +330,7 @@ impl ActBuf {
         assert!(cols > 0 && x.len().is_multiple_of(cols), "ActBuf: shape");
         self.ty = Some(ty);
         self.cols = cols;
+        self.rows = x.len() / cols;
         match ty {
             ActType::F32 => {
                 self.f32.clear();
@@ -338,6 +344,14 @@ impl ActBuf {
                 {
                     act::quantize_row_q8_0(xr, br);
                 }
+                self.d8.clear();
+                self.d8.extend(self.q8_0.iter().map(|b| f16_to_f32(b.d)));
+                self.s8.clear();
+                self.s8.extend(
+                    self.q8_0
+                        .iter()
+                        .map(|b| b.qs.iter().map(|&q| q as i32).sum::<i32>()),
+                );
             }
             ActType::Q8_1 => {
                 self.q8_1.resize(x.len() / 32, BlockQ8_1::default());
@@ -358,6 +372,19 @@ impl ActBuf {
                 }
             }
         }
+    }
+
+    pub fn act_type(&self) -> Option<ActType> {
+        self.ty
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Rows quantized by the last `quantize` call.
+    pub fn rows(&self) -> usize {
+        self.rows
     }
 
     /// Row `i` of the last `quantize` call.

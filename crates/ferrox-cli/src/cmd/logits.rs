@@ -1,0 +1,85 @@
+//! `ferrox logits`: raw logits as a float32 `.npy` file `[rows, vocab]` — the last position, or
+//! every position with `--all`. Checks ferrox against any other engine.
+
+use super::engine;
+use anyhow::Context;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model: a path (GGUF file or Hugging Face directory) or a model name.
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    /// Token ids, comma-separated (instead of text).
+    #[arg(long, value_delimiter = ',', conflicts_with = "text")]
+    pub ids: Option<Vec<usize>>,
+    /// Text, tokenized with BOS as the model says.
+    pub text: Option<String>,
+    /// Every position instead of the last.
+    #[arg(long)]
+    pub all: bool,
+    /// Output `.npy` file.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    /// Threads (0 = all cores).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    engine::set_threads(args.threads);
+    let eng = engine::load(args.model.as_deref(), false)?;
+    let ids: Vec<usize> = match (&args.ids, &args.text) {
+        (Some(ids), _) => ids.clone(),
+        (None, Some(text)) => eng
+            .tokenizer()?
+            .encode(text, true, true)
+            .into_iter()
+            .map(|t| t as usize)
+            .collect(),
+        (None, None) => anyhow::bail!("give --ids or a text"),
+    };
+    anyhow::ensure!(!ids.is_empty(), "no tokens to evaluate");
+    let dec = &eng.decoder;
+    let vocab = dec.vocab_size();
+    if let Some(bad) = ids.iter().find(|&&t| t >= dec.embed.rows()) {
+        anyhow::bail!("token id {bad} is outside the vocabulary ({vocab})");
+    }
+    let mut caches = dec.new_caches();
+    let first = if args.all { 0 } else { ids.len() - 1 };
+    let mut logits = Vec::new();
+    dec.forward_into(&ids, 0, &mut caches, first, &mut logits);
+    let rows = ids.len() - first;
+    write_npy(&args.output, &[rows, vocab], &logits)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    eprintln!(
+        "wrote {} [{rows}, {vocab}] for {} tokens",
+        args.output.display(),
+        ids.len()
+    );
+    Ok(())
+}
+
+/// NumPy format 1.0, little-endian float32, C order.
+pub fn write_npy(path: &std::path::Path, shape: &[usize], data: &[f32]) -> std::io::Result<()> {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    let shape_str = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_str}, }}");
+    // Magic (6) + version (2) + length (2) + header + '\n' is a multiple of 64.
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    header.push_str(&" ".repeat(pad));
+    header.push('\n');
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+    f.write_all(b"\x93NUMPY\x01\x00")?;
+    f.write_all(&(header.len() as u16).to_le_bytes())?;
+    f.write_all(header.as_bytes())?;
+    for v in data {
+        f.write_all(&v.to_le_bytes())?;
+    }
+    f.flush()
+}

@@ -1,0 +1,619 @@
+//! AVX2 + FMA + F16C kernels (x86-64-v3). Signed×signed int8 products use the
+//! `sign`/`maddubs` idiom (|w| as u8 times sign-adjusted activation); activations never hold
+//! -128, so nothing saturates. Each kernel is generic over `NT` tokens sharing one decode of
+//! the weight block; every token's instruction sequence is the same whatever `NT` is.
+
+// Kernels index parallel per-token arrays by token number and take many small arguments on
+// purpose (they inline into one loop nest).
+#![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
+
+use crate::quant::blocks::*;
+use crate::quant::{ActBuf, GgmlType};
+use std::arch::x86_64::*;
+
+/// `out[r * nt + k] = dot(row r of w, activation row t0 + k)`, tokens in groups of at most 4.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C; `w` is whole rows of `ty` matching `acts.cols()`,
+/// `acts` holds `ty`'s activation format and rows `t0..t0 + nt`; `out.len()` = rows × nt.
+pub(super) unsafe fn dot_block(
+    ty: GgmlType,
+    w: &[u8],
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    out: &mut [f32],
+) {
+    let mut t = 0;
+    while t < nt {
+        let n = (nt - t).min(4);
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            match n {
+                4 => group::<4>(ty, w, acts, t0, nt, t, out),
+                3 => group::<3>(ty, w, acts, t0, nt, t, out),
+                2 => group::<2>(ty, w, acts, t0, nt, t, out),
+                _ => group::<1>(ty, w, acts, t0, nt, t, out),
+            }
+        }
+        t += n;
+    }
+}
+
+/// Tokens `t0 + t..t0 + t + NT` against every row of `w`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn group<const NT: usize>(
+    ty: GgmlType,
+    w: &[u8],
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    t: usize,
+    out: &mut [f32],
+) {
+    let cols = acts.cols();
+    let row_bytes = ty.row_bytes(cols).expect("validated by dot_block");
+    let first = t0 + t;
+    fn b<B: Block>(w: &[u8]) -> &[B] {
+        as_blocks(w).expect("row length checked by dot_block")
+    }
+    // Runs `$k(row blocks, activations, &mut [f32; NT])` for every row.
+    macro_rules! each_row {
+        ($y:expr, $k:expr) => {{
+            let y = $y;
+            for (r, wr) in w.chunks_exact(row_bytes).enumerate() {
+                let mut o = [0f32; NT];
+                $k(wr, y, &mut o);
+                out[r * nt + t..r * nt + t + NT].copy_from_slice(&o);
+            }
+        }};
+    }
+    let f32_rows = || -> [&[f32]; NT] {
+        std::array::from_fn(|k| &acts.f32[(first + k) * cols..(first + k + 1) * cols])
+    };
+    let q8k_rows = || -> [&[BlockQ8K]; NT] {
+        let nb = cols / QK_K;
+        std::array::from_fn(|k| &acts.q8k[(first + k) * nb..(first + k + 1) * nb])
+    };
+    match ty {
+        GgmlType::F32 => each_row!(f32_rows(), |wr, y, o| float::<NT, F32>(wr, y, o)),
+        GgmlType::F16 => each_row!(f32_rows(), |wr, y, o| float::<NT, F16>(wr, y, o)),
+        GgmlType::BF16 => each_row!(f32_rows(), |wr, y, o| float::<NT, BF16>(wr, y, o)),
+        GgmlType::Q4_0 => each_row!(rows_q8::<NT>(acts, first), |wr, y, o| q4_0::<NT>(
+            b(wr),
+            y,
+            o
+        )),
+        GgmlType::Q5_0 => each_row!(rows_q8::<NT>(acts, first), |wr, y, o| q5_0::<NT>(
+            b(wr),
+            y,
+            o
+        )),
+        GgmlType::Q8_0 => each_row!(rows_q8::<NT>(acts, first), |wr, y, o| q8_0_k::<NT>(
+            b(wr),
+            y,
+            o
+        )),
+        GgmlType::Q4K => each_row!(q8k_rows(), |wr, y, o| q4k::<NT>(b(wr), y, o)),
+        GgmlType::Q5K => each_row!(q8k_rows(), |wr, y, o| q5k::<NT>(b(wr), y, o)),
+        GgmlType::Q6K => each_row!(q8k_rows(), |wr, y, o| q6k::<NT>(b(wr), y, o)),
+        other => unreachable!("no AVX2 kernel for {other:?}"),
+    }
+}
+
+// ---- helpers ------------------------------------------------------------------------------
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_epi32_128(s: __m128i) -> i32 {
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_epi32(v: __m256i) -> i32 {
+    hsum_epi32_128(_mm_add_epi32(
+        _mm256_castsi256_si128(v),
+        _mm256_extracti128_si256(v, 1),
+    ))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16(h: [u8; 2]) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(
+        _mm_cvtsi32_si128(u16::from_le_bytes(h) as i32),
+    ))
+}
+
+/// 32 bytes at `p` (unaligned).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load32<T>(p: &[T]) -> __m256i {
+    debug_assert!(std::mem::size_of_val(p) >= 32);
+    // SAFETY: callers pass slices of at least 32 bytes (debug-checked); loadu has no alignment
+    // requirement.
+    unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
+}
+
+/// Bit j of `x` → byte j = 0xFF or 0x00.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bytes_from_bits(x: u32) -> __m256i {
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
+    let v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+    _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1))
+}
+
+// ---- 32-element blocks against Q8_0 --------------------------------------------------------
+
+/// Activation rows of a Q8_0-paired kernel: quants, f32 scales, quant sums.
+#[derive(Clone, Copy)]
+struct Q8Rows<'a, const NT: usize> {
+    q: [&'a [BlockQ8_0]; NT],
+    d: [&'a [f32]; NT],
+    s: [&'a [i32]; NT],
+}
+
+/// Blocks whose scales are converted ahead of the integer work, per chunk.
+const SCALE_CHUNK: usize = 32;
+
+/// Loop over the blocks of a Q8_0-paired row. Weight scales of a chunk of blocks are first
+/// gathered with scalar loads and converted eight at a time (keeping f16 conversions off the
+/// vector pipes in the hot loop). `$decode(block) -> (weights, offset)`: when `offset` is
+/// non-zero the weights are unsigned (w + offset) and `offset · Σy` is subtracted exactly in
+/// the integer sum; otherwise they are signed and multiplied with the sign idiom. Even and odd
+/// blocks feed two accumulators (two FMA chains).
+macro_rules! q8_family {
+    ($w:expr, $y:expr, $out:expr, $offset:expr, $decode:expr) => {{
+        let (w, y) = ($w, $y);
+        for t in 0..NT {
+            assert!(y.q[t].len() == w.len() && y.d[t].len() == w.len() && y.s[t].len() == w.len());
+        }
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); 2]; NT];
+        let mut dw = [0f32; SCALE_CHUNK];
+        for c0 in (0..w.len()).step_by(SCALE_CHUNK) {
+            let wc = &w[c0..(c0 + SCALE_CHUNK).min(w.len())];
+            let mut h = [0u16; SCALE_CHUNK];
+            for (h, b) in h.iter_mut().zip(wc) {
+                *h = u16::from_le_bytes(b.d);
+            }
+            for k in 0..SCALE_CHUNK / 8 {
+                // SAFETY: 8 u16 read from and 8 f32 written to in-bounds stack arrays.
+                unsafe {
+                    let v = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(8 * k).cast()));
+                    _mm256_storeu_ps(dw.as_mut_ptr().add(8 * k), v);
+                }
+            }
+            // One block into accumulator set `$a` (a literal, so accumulators stay in registers).
+            macro_rules! block {
+                ($j:expr, $a:literal) => {{
+                    let j = $j;
+                    let i = c0 + j;
+                    // SAFETY: j < wc.len().
+                    let x: __m256i = $decode(unsafe { wc.get_unchecked(j) });
+                    let ax = if $offset == 0 {
+                        _mm256_sign_epi8(x, x)
+                    } else {
+                        x
+                    };
+                    for t in 0..NT {
+                        // SAFETY: lengths asserted above; i < w.len(); j < SCALE_CHUNK.
+                        let (yb, yd, ys, d) = unsafe {
+                            (
+                                y.q[t].get_unchecked(i),
+                                y.d[t].get_unchecked(i),
+                                *y.s[t].get_unchecked(i),
+                                dw.get_unchecked(j),
+                            )
+                        };
+                        let yq = load32(&yb.qs);
+                        let dot = if $offset == 0 {
+                            _mm256_madd_epi16(
+                                _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq, x)),
+                                ones,
+                            )
+                        } else {
+                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, yq), ones);
+                            _mm256_sub_epi32(
+                                p,
+                                _mm256_castsi128_si256(_mm_cvtsi32_si128($offset * ys)),
+                            )
+                        };
+                        let scale = _mm256_mul_ps(_mm256_broadcast_ss(d), _mm256_broadcast_ss(yd));
+                        acc[t][$a] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc[t][$a]);
+                    }
+                }};
+            }
+            let mut j = 0;
+            while j + 2 <= wc.len() {
+                block!(j, 0);
+                block!(j + 1, 1);
+                j += 2;
+            }
+            if j < wc.len() {
+                block!(j, 0);
+            }
+        }
+        for t in 0..NT {
+            $out[t] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1]));
+        }
+    }};
+}
+
+/// 16 nibbles → 32 unsigned bytes: low nibbles are elements 0..16, high nibbles 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles_bcast(qs: &[u8; 16]) -> __m256i {
+    // SAFETY: 16 bytes readable.
+    let v = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(qs.as_ptr().cast())) };
+    let v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
+    _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn decode_q5_0(b: &BlockQ5_0) -> __m256i {
+    let hi = _mm256_and_si256(
+        bytes_from_bits(u32::from_le_bytes(b.qh)),
+        _mm256_set1_epi8(0x10),
+    );
+    _mm256_or_si256(nibbles_bcast(&b.qs), hi)
+}
+
+fn rows_q8<const NT: usize>(acts: &ActBuf, t0: usize) -> Q8Rows<'_, NT> {
+    let nb = acts.cols() / 32;
+    let r = |k: usize| (t0 + k) * nb..(t0 + k + 1) * nb;
+    Q8Rows {
+        q: std::array::from_fn(|k| &acts.q8_0[r(k)]),
+        d: std::array::from_fn(|k| &acts.d8[r(k)]),
+        s: std::array::from_fn(|k| &acts.s8[r(k)]),
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_0<const NT: usize>(w: &[BlockQ4_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
+    q8_family!(w, y, out, 8, |b: &BlockQ4_0| nibbles_bcast(&b.qs))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_0<const NT: usize>(w: &[BlockQ5_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
+    q8_family!(w, y, out, 16, |b: &BlockQ5_0| decode_q5_0(b))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8_0_k<const NT: usize>(w: &[BlockQ8_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
+    q8_family!(w, y, out, 0, |b: &BlockQ8_0| load32(&b.qs))
+}
+
+// ---- K-quants against Q8_K: exact integer sums per super-block, scalar f32 combine ---------
+
+/// (scales, mins) of a Q4_K / Q5_K block as 8 bytes each.
+#[inline]
+fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    const M6: u32 = 0x3f3f_3f3f;
+    const M4: u32 = 0x0f0f_0f0f;
+    const M2: u32 = 0x0303_0303;
+    let w0 = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+    let w1 = u32::from_le_bytes([s[4], s[5], s[6], s[7]]);
+    let w2 = u32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    let sc_lo = w0 & M6;
+    let sc_hi = (w2 & M4) | (((w0 >> 6) & M2) << 4);
+    let mn_lo = w1 & M6;
+    let mn_hi = ((w2 >> 4) & M4) | (((w1 >> 6) & M2) << 4);
+    let sc = ((sc_hi as u64) << 32 | sc_lo as u64).to_le_bytes();
+    let mn = ((mn_hi as u64) << 32 | mn_lo as u64).to_le_bytes();
+    (sc, mn)
+}
+
+/// Σ_j mins[j] · (bsums[2j] + bsums[2j+1]).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_min_sum(mins: __m128i, y: &BlockQ8K) -> i32 {
+    let p = y.bsums.as_ptr().cast::<__m128i>();
+    // SAFETY: bsums is 16 i16 = two 128-bit loads.
+    let (b0, b1) = unsafe { (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1))) };
+    let pairs = _mm_hadd_epi16(b0, b1);
+    hsum_epi32_128(_mm_madd_epi16(pairs, mins))
+}
+
+/// Shuffle masks broadcasting i16 lane `j` of a 128-bit half to all of a 256-bit vector.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn word_mask(j: usize) -> __m256i {
+    let lo = (2 * j) as i8;
+    let hi = lo + 1;
+    _mm256_setr_epi8(
+        lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
+        hi, lo, hi, lo, hi, lo, hi, lo, hi,
+    )
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k45<const NT: usize>(
+    q: &[__m256i; 8],
+    sc: [u8; 8],
+    mn: [u8; 8],
+    d: f32,
+    dmin: f32,
+    y: &[&[BlockQ8K]; NT],
+    i: usize,
+    acc: &mut [f32; NT],
+) {
+    // SAFETY: 8 bytes readable.
+    let sc16 = _mm_cvtepu8_epi16(unsafe { _mm_loadl_epi64(sc.as_ptr().cast()) });
+    let sc16 = _mm256_broadcastsi128_si256(sc16);
+    let scales: [__m256i; 8] = std::array::from_fn(|j| _mm256_shuffle_epi8(sc16, word_mask(j)));
+    // SAFETY: 8 bytes readable.
+    let mins = _mm_cvtepu8_epi16(unsafe { _mm_loadl_epi64(mn.as_ptr().cast()) });
+    for t in 0..NT {
+        let yb = &y[t][i];
+        let mut s = _mm256_setzero_si256();
+        for j in 0..8 {
+            let p = _mm256_maddubs_epi16(q[j], load32(&yb.qs[32 * j..]));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[j]));
+        }
+        let sumi = hsum_epi32(s);
+        let summ = k4_min_sum(mins, yb);
+        acc[t] += (yb.d * d) * sumi as f32 - (yb.d * dmin) * summ as f32;
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4k<const NT: usize>(w: &[BlockQ4K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = [0f32; NT];
+    for (i, b) in w.iter().enumerate() {
+        let (sc, mn) = k4_scales_mins(&b.scales);
+        let mut q = [_mm256_setzero_si256(); 8];
+        for c in 0..4 {
+            let v = load32(&b.qs[32 * c..]);
+            q[2 * c] = _mm256_and_si256(v, m4);
+            q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        k45(&q, sc, mn, f16(b.d), f16(b.dmin), &y, i, &mut acc);
+    }
+    *out = acc;
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5k<const NT: usize>(w: &[BlockQ5K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    let mut acc = [0f32; NT];
+    for (i, b) in w.iter().enumerate() {
+        let (sc, mn) = k4_scales_mins(&b.scales);
+        let hb = load32(&b.qh);
+        let mut q = [_mm256_setzero_si256(); 8];
+        for c in 0..4 {
+            let v = load32(&b.qs[32 * c..]);
+            let h0 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * c as i32)), one);
+            let h1 = _mm256_and_si256(
+                _mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * c as i32 + 1)),
+                one,
+            );
+            q[2 * c] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_slli_epi16(h0, 4));
+            q[2 * c + 1] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                _mm256_slli_epi16(h1, 4),
+            );
+        }
+        k45(&q, sc, mn, f16(b.d), f16(b.dmin), &y, i, &mut acc);
+    }
+    *out = acc;
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m30 = _mm256_set1_epi8(0x30);
+    // Lower half picks i16 lane 2k, upper half lane 2k + 1.
+    let pair_mask = |k: usize| {
+        let (a, b) = ((4 * k) as i8, (4 * k + 2) as i8);
+        _mm256_setr_epi8(
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            a,
+            a + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+            b,
+            b + 1,
+        )
+    };
+    let masks: [__m256i; 4] = std::array::from_fn(pair_mask);
+    let mut acc = [0f32; NT];
+    for (i, b) in w.iter().enumerate() {
+        // SAFETY: 16 scale bytes readable.
+        let sc_all = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) });
+        let mut q = [_mm256_setzero_si256(); 8];
+        let mut scales = [_mm256_setzero_si256(); 8];
+        for c in 0..2 {
+            let ql0 = load32(&b.ql[64 * c..]);
+            let ql1 = load32(&b.ql[64 * c + 32..]);
+            let qh = load32(&b.qh[32 * c..]);
+            q[4 * c] = _mm256_or_si256(
+                _mm256_and_si256(ql0, m4),
+                _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
+            );
+            q[4 * c + 1] = _mm256_or_si256(
+                _mm256_and_si256(ql1, m4),
+                _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
+            );
+            q[4 * c + 2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                _mm256_and_si256(qh, m30),
+            );
+            q[4 * c + 3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
+            );
+            let half = if c == 0 {
+                _mm256_permute2x128_si256(sc_all, sc_all, 0x00)
+            } else {
+                _mm256_permute2x128_si256(sc_all, sc_all, 0x11)
+            };
+            for k in 0..4 {
+                scales[4 * c + k] = _mm256_shuffle_epi8(half, masks[k]);
+            }
+        }
+        let d = f16(b.d);
+        for t in 0..NT {
+            let yb = &y[t][i];
+            let mut s = _mm256_setzero_si256();
+            for g in 0..8 {
+                let p = _mm256_maddubs_epi16(q[g], load32(&yb.qs[32 * g..]));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[g]));
+            }
+            // The stored quants are q + 32: subtract 32 · Σ scale · bsum.
+            let bs = load32(&yb.bsums);
+            let off = hsum_epi32(_mm256_madd_epi16(bs, sc_all));
+            let sumi = hsum_epi32(s) - 32 * off;
+            acc[t] += (yb.d * d) * sumi as f32;
+        }
+    }
+    *out = acc;
+}
+
+// ---- float weights against f32 activations -------------------------------------------------
+
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
+
+/// 8 weights at `p` as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_w<const KIND: u8>(p: *const u8) -> __m256 {
+    // SAFETY: forwarded to the caller (8 elements readable).
+    unsafe {
+        match KIND {
+            F32 => load_f32(p),
+            F16 => load_f16(p),
+            _ => load_bf16(p),
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f32(p: *const u8) -> __m256 {
+    // SAFETY: caller guarantees 32 readable bytes.
+    unsafe { _mm256_loadu_ps(p.cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_f16(p: *const u8) -> __m256 {
+    // SAFETY: caller guarantees 16 readable bytes.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_bf16(p: *const u8) -> __m256 {
+    // SAFETY: caller guarantees 16 readable bytes.
+    let h = unsafe { _mm_loadu_si128(p.cast()) };
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+}
+
+/// Float weights of kind `KIND`; four independent accumulators of 8 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn float<const NT: usize, const KIND: u8>(w: &[u8], x: [&[f32]; NT], out: &mut [f32; NT]) {
+    const fn es(kind: u8) -> usize {
+        if kind == F32 {
+            4
+        } else {
+            2
+        }
+    }
+    let es_ = es(KIND);
+    let n = w.len() / es_;
+    let mut acc = [[_mm256_setzero_ps(); 4]; NT];
+    let mut i = 0;
+    while i + 32 <= n {
+        for u in 0..4 {
+            // SAFETY: i + 8u + 8 <= n elements of ES bytes.
+            let wv = unsafe { load_w::<KIND>(w.as_ptr().add((i + 8 * u) * es_)) };
+            for t in 0..NT {
+                // SAFETY: x rows hold n elements.
+                let xv = unsafe { _mm256_loadu_ps(x[t].as_ptr().add(i + 8 * u)) };
+                acc[t][u] = _mm256_fmadd_ps(wv, xv, acc[t][u]);
+            }
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: as above.
+        let wv = unsafe { load_w::<KIND>(w.as_ptr().add(i * es_)) };
+        for t in 0..NT {
+            // SAFETY: as above.
+            let xv = unsafe { _mm256_loadu_ps(x[t].as_ptr().add(i)) };
+            acc[t][0] = _mm256_fmadd_ps(wv, xv, acc[t][0]);
+        }
+        i += 8;
+    }
+    for t in 0..NT {
+        let a = &acc[t];
+        let mut s = hsum_ps(_mm256_add_ps(
+            _mm256_add_ps(a[0], a[1]),
+            _mm256_add_ps(a[2], a[3]),
+        ));
+        for j in i..n {
+            let wv = match es_ {
+                4 => f32::from_le_bytes(w[4 * j..4 * j + 4].try_into().expect("4 bytes")),
+                _ => {
+                    let mut tail = [0u8; 16];
+                    tail[..2].copy_from_slice(&w[2 * j..2 * j + 2]);
+                    // SAFETY: 16 readable bytes in `tail`.
+                    _mm256_cvtss_f32(unsafe { load_w::<KIND>(tail.as_ptr()) })
+                }
+            };
+            s += wv * x[t][j];
+        }
+        out[t] = s;
+    }
+}

@@ -1,0 +1,123 @@
+//! Dot-product kernels behind `WeightMatrix`, with the instruction set chosen once at runtime.
+//!
+//! Contract (batch invariance): `dot_rows` computes each output with an instruction sequence
+//! that depends only on the weight row and that token's activation row — never on how many
+//! tokens are processed together — so gemm rows are bit-identical to gemv. Integer sums inside
+//! a block are exact; only the f32 accumulation order differs from the scalar reference
+//! (`quant::dot_row_ref`), and for K-quants it does not differ at all.
+
+use crate::quant::{dot_row_ref, ActBuf, GgmlType};
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+
+/// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA + F16C (x86-64-v3).
+    Avx2,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Scalar
+    }
+
+    /// Whether this CPU can run `self` (tests iterate over all supported sets).
+    pub fn supported(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            Isa::Avx2 => Isa::detect() == Isa::Avx2,
+        }
+    }
+
+    pub fn all() -> &'static [Isa] {
+        &[Isa::Scalar, Isa::Avx2]
+    }
+
+    /// Whether `ty` has a SIMD kernel on this instruction set (else the scalar reference runs).
+    pub fn has_kernel(self, ty: GgmlType) -> bool {
+        use GgmlType::*;
+        match self {
+            Isa::Scalar => false,
+            Isa::Avx2 => matches!(ty, F32 | F16 | BF16 | Q4_0 | Q5_0 | Q8_0 | Q4K | Q5K | Q6K),
+        }
+    }
+}
+
+/// The process-wide instruction set, detected once. `FERROX_ISA=scalar` forces the reference
+/// path (debugging, benchmarks).
+pub fn isa() -> Isa {
+    static ISA: OnceLock<Isa> = OnceLock::new();
+    *ISA.get_or_init(|| match std::env::var("FERROX_ISA").as_deref() {
+        Ok("scalar") => Isa::Scalar,
+        _ => Isa::detect(),
+    })
+}
+
+/// `out[k] = dot(w, acts row t0 + k)` for every `k < out.len()`: one weight row.
+///
+/// `w` is one weight row of type `ty` whose length matches `acts.cols()`; `acts` holds the
+/// activation format `ty.act_type()` (callers validate both; a mismatch panics).
+pub fn dot_rows(isa: Isa, ty: GgmlType, w: &[u8], acts: &ActBuf, t0: usize, out: &mut [f32]) {
+    dot_block(isa, ty, w, acts, t0, out.len(), out)
+}
+
+/// `out[r * nt + k] = dot(row r of w, acts row t0 + k)`: several whole weight rows (contiguous)
+/// against `nt` tokens. Each output is the same bits whatever the rows / tokens around it.
+pub fn dot_block(
+    isa: Isa,
+    ty: GgmlType,
+    w: &[u8],
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    out: &mut [f32],
+) {
+    assert!(isa.supported(), "instruction set {isa:?} not available");
+    assert_eq!(ty.act_type(), acts.act_type(), "activation format");
+    assert!(t0 + nt <= acts.rows(), "token range");
+    let row_bytes = ty
+        .row_bytes(acts.cols())
+        .expect("activation width fits the type");
+    assert!(
+        row_bytes > 0 && w.len().is_multiple_of(row_bytes),
+        "whole weight rows"
+    );
+    assert_eq!(out.len(), w.len() / row_bytes * nt, "output shape");
+    if nt == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.has_kernel(ty) {
+        // SAFETY: AVX2/FMA/F16C presence checked by `supported`; shapes checked above.
+        unsafe { avx2::dot_block(ty, w, acts, t0, nt, out) };
+        return;
+    }
+    for (r, wr) in w.chunks_exact(row_bytes).enumerate() {
+        for k in 0..nt {
+            out[r * nt + k] = dot_row_ref(ty, wr, acts.row(t0 + k)).expect("validated shapes");
+        }
+    }
+}
+
+/// Convenience for tests and one-off products: quantizes `x` for `ty` and dots it with `w`.
+pub fn dot_f32(isa: Isa, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    let mut acts = ActBuf::default();
+    acts.quantize(ty.act_type().expect("type has a dot product"), x, x.len());
+    let mut out = [0f32];
+    dot_rows(isa, ty, w, &acts, 0, &mut out);
+    out[0]
+}

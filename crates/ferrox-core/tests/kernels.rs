@@ -1,0 +1,130 @@
+//! Every SIMD kernel against the scalar reference on random rows (ordinary and extreme scales),
+//! and batch invariance of `dot_rows`: any token grouping gives bit-identical outputs.
+#![allow(clippy::needless_range_loop)]
+
+use ferrox_core::kernels::{dot_rows, Isa};
+use ferrox_core::quant::{dequantize_row, ActBuf, GgmlType};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+mod common;
+use common::{random_row, DOT_TYPES};
+
+fn simd_isas() -> Vec<Isa> {
+    Isa::all()
+        .iter()
+        .copied()
+        .filter(|i| *i != Isa::Scalar && i.supported())
+        .collect()
+}
+
+#[test]
+fn simd_kernels_match_scalar_reference() {
+    let isas = simd_isas();
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut acts = ActBuf::default();
+    let mut checked = 0;
+    for &isa in &isas {
+        for ty in DOT_TYPES {
+            if !isa.has_kernel(ty) {
+                continue;
+            }
+            for cols in [256usize, 512, 4864 / 256 * 256 + 256] {
+                for extreme in [false, true] {
+                    let w = random_row(&mut rng, ty, cols, extreme);
+                    let x: Vec<f32> = (0..3 * cols)
+                        .map(|i| rng.gen_range(-1.0f32..1.0) * [1.0, 1e-3, 300.0][i / cols])
+                        .collect();
+                    acts.quantize(ty.act_type().unwrap(), &x, cols);
+                    let mut simd = [0f32; 3];
+                    let mut refr = [0f32; 3];
+                    dot_rows(isa, ty, &w, &acts, 0, &mut simd);
+                    dot_rows(Isa::Scalar, ty, &w, &acts, 0, &mut refr);
+                    let mut wf = vec![0f32; cols];
+                    dequantize_row(ty, &w, &mut wf).unwrap();
+                    for t in 0..3 {
+                        let xs = &x[t * cols..(t + 1) * cols];
+                        let mag: f64 = wf.iter().zip(xs).map(|(a, b)| (a * b).abs() as f64).sum();
+                        let exact_k = matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K);
+                        let diff = (simd[t] as f64 - refr[t] as f64).abs();
+                        if exact_k {
+                            assert_eq!(
+                                simd[t].to_bits(),
+                                refr[t].to_bits(),
+                                "{isa:?} {ty:?} cols={cols} extreme={extreme} t={t}"
+                            );
+                        } else {
+                            assert!(
+                                diff <= 4e-5 * mag * 1.05 + 1e-35,
+                                "{isa:?} {ty:?} cols={cols} extreme={extreme} t={t}: simd {} ref {} mag {mag}",
+                                simd[t],
+                                refr[t]
+                            );
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    if Isa::Avx2.supported() {
+        assert!(
+            checked >= 9 * 3 * 2 * 3,
+            "all AVX2 kernels exercised ({checked})"
+        );
+    }
+}
+
+#[test]
+fn float_kernels_handle_ragged_tails() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut acts = ActBuf::default();
+    for &isa in &simd_isas() {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            for cols in [1usize, 7, 8, 9, 31, 33, 100] {
+                let w = random_row(&mut rng, ty, cols, false);
+                let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+                acts.quantize(ty.act_type().unwrap(), &x, cols);
+                let (mut a, mut b) = ([0f32], [0f32]);
+                dot_rows(isa, ty, &w, &acts, 0, &mut a);
+                dot_rows(Isa::Scalar, ty, &w, &acts, 0, &mut b);
+                assert!(
+                    (a[0] - b[0]).abs() <= 1e-5 * (1.0 + b[0].abs()),
+                    "{ty:?} {cols}: {a:?} vs {b:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn token_grouping_is_bit_invariant() {
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut acts = ActBuf::default();
+    let cols = 512;
+    let n = 7;
+    for &isa in Isa::all().iter().filter(|i| i.supported()) {
+        for ty in DOT_TYPES {
+            let w = random_row(&mut rng, ty, cols, false);
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+            acts.quantize(ty.act_type().unwrap(), &x, cols);
+            let mut all = vec![0f32; n];
+            dot_rows(isa, ty, &w, &acts, 0, &mut all);
+            for t in 0..n {
+                let mut one = [0f32];
+                dot_rows(isa, ty, &w, &acts, t, &mut one);
+                assert_eq!(
+                    one[0].to_bits(),
+                    all[t].to_bits(),
+                    "{isa:?} {ty:?} token {t}"
+                );
+            }
+            // A group starting mid-batch (3 tokens from 2) as well.
+            let mut mid = [0f32; 3];
+            dot_rows(isa, ty, &w, &acts, 2, &mut mid);
+            for k in 0..3 {
+                assert_eq!(mid[k].to_bits(), all[2 + k].to_bits(), "{isa:?} {ty:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! `WeightMatrix` products: gemm rows bit-identical to gemv for every batch size (parallel
+//! path included), and close to the dequantized f32 product.
+
+use ferrox_core::matmul::WeightMatrix;
+use ferrox_core::quant::GgmlType;
+use ferrox_core::storage::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+mod common;
+use common::random_row;
+
+fn random_matrix(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> WeightMatrix {
+    let mut data = Vec::new();
+    for _ in 0..rows {
+        data.extend(random_row(rng, ty, cols, false));
+    }
+    WeightMatrix::new(ty, rows, cols, Bytes::from_vec(data)).unwrap()
+}
+
+#[test]
+fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
+    let mut rng = StdRng::seed_from_u64(21);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+        GgmlType::F16,
+        GgmlType::F32,
+        GgmlType::Q4_1,
+        GgmlType::IQ4XS,
+    ] {
+        // 300 x 512 is above the parallel threshold for every type.
+        let (rows, cols) = (300, 512);
+        let m = random_matrix(&mut rng, ty, rows, cols);
+        let n = 11;
+        let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+        let mut single = vec![0f32; n * rows];
+        for b in 0..n {
+            m.gemv(
+                &x[b * cols..(b + 1) * cols],
+                &mut single[b * rows..(b + 1) * rows],
+            );
+        }
+        for nb in [1usize, 2, 3, 4, 5, 8, 9, 11] {
+            let mut y = vec![0f32; nb * rows];
+            m.gemm(&x[..nb * cols], nb, &mut y);
+            for (i, (a, b)) in y.iter().zip(&single).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{ty:?} n={nb} elem {i}");
+            }
+        }
+        // And the product is the matrix product (within activation quantization error).
+        let mut w = vec![0f32; cols];
+        for r in [0, rows / 2, rows - 1] {
+            m.dequantize_row(r, &mut w).unwrap();
+            let exact: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
+            let mag: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| (a * b).abs()).sum();
+            assert!(
+                (single[r] - exact).abs() <= 0.02 * mag + 1e-6,
+                "{ty:?} row {r}: {} vs {exact}",
+                single[r]
+            );
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! OpenAI request and response bodies (the subset ferrox serves), following the OpenAI API
+//! reference for `/v1/chat/completions`, `/v1/completions` and `/v1/models`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ChatMessage {
+    pub role: String,
+    /// A string, or an array of content parts of which the text parts are used.
+    #[serde(default)]
+    pub content: MessageContent,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+    #[default]
+    Null,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl MessageContent {
+    /// The text of the message; `None` when it carries non-text parts.
+    pub fn text(&self) -> Option<String> {
+        match self {
+            MessageContent::Text(s) => Some(s.clone()),
+            MessageContent::Null => Some(String::new()),
+            MessageContent::Parts(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    if p.kind != "text" {
+                        return None;
+                    }
+                    out.push_str(p.text.as_deref().unwrap_or(""));
+                }
+                Some(out)
+            }
+        }
+    }
+}
+
+/// `stop`: a string or a list of strings.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+    #[default]
+    None,
+}
+
+impl Stop {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Stop::One(s) => vec![s],
+            Stop::Many(v) => v,
+            Stop::None => Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Sampling and length fields shared by both completion endpoints.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct CommonParams {
+    pub model: String,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub stop: Stop,
+    pub seed: Option<i64>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+    pub n: Option<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+/// `prompt`: a string or a list with one string.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum PromptField {
+    Text(String),
+    Texts(Vec<String>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    pub prompt: PromptField,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: usize, completion_tokens: usize) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+}
+
+/// OpenAI's error body: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorDetail {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct TokenizeRequest {
+    pub content: String,
+    #[serde(default)]
+    pub add_special: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct DetokenizeRequest {
+    pub tokens: Vec<u32>,
+}
+
+/// A JSON value helper for building response bodies.
+pub fn obj(pairs: Vec<(&str, Value)>) -> Value {
+    Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
