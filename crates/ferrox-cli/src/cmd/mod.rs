@@ -4,4 +4,5 @@ pub mod logits;
 pub mod model;
 pub mod perplexity;
 pub mod pull;
+pub mod serve;
 pub mod tokenize;
