@@ -9,8 +9,11 @@ pub mod generate;
 pub mod gguf;
 pub mod hf_config;
 pub mod hub;
+pub mod params;
 pub mod perplexity;
 pub mod sampling;
+pub mod speculative;
+pub mod template;
 pub mod tokenizer;
 pub mod weights;
 

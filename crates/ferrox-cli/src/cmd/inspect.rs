@@ -4,7 +4,6 @@
 use anyhow::Context;
 use ferrox_models::gguf::{GgufFile, MetaArray, MetaValue};
 use std::io::{self, Write};
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,7 +24,7 @@ const SHOWN_CHARS: usize = 80;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let model = args.path.or(args.model).context("no model given")?;
-    let path = PathBuf::from(&model);
+    let path = super::model::resolve(Some(&model))?;
     let file = GgufFile::open(&path).with_context(|| format!("reading {model}"))?;
     match print(&file, &path, args.full) {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),

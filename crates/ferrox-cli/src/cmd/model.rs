@@ -9,7 +9,6 @@ use std::time::Duration;
 use ferrox_models::hub::{self, PullProgress};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-#[allow(dead_code)] // callers (run, inspect, ...) adopt it as they land
 /// The file for `-m` (default: the catalog's default model), pulling it when needed.
 pub fn resolve(model: Option<&str>) -> anyhow::Result<PathBuf> {
     let name = model.unwrap_or(hub::DEFAULT_MODEL);

@@ -1,10 +1,129 @@
+//! `ferrox tokenize -m MODEL TEXT`: token ids and pieces, like llama.cpp's `llama-tokenize`
+//! (same flags: `--ids`, `--no-bos`, `--no-parse-special`, `-f`, `--stdin`, `--show-count`).
+
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use ferrox_models::gguf::GgufFile;
+use ferrox_models::tokenizer::Tokenizer;
+
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model: a path, a catalog name or hf:OWNER/REPO/FILE.gguf.
+    /// Model: a .gguf path, a Hugging Face model directory (tokenizer.json), or a file name /
+    /// catalog name under $FERROX_HOME/models.
     #[arg(short = 'm', long = "model")]
-    pub model: Option<String>,
+    pub model: String,
+    /// Text to tokenize.
+    #[arg(value_name = "TEXT", conflicts_with_all = ["prompt", "file", "stdin"])]
+    pub text: Option<String>,
+    /// Text to tokenize (as llama-tokenize's -p).
+    #[arg(short = 'p', long = "prompt", conflicts_with_all = ["file", "stdin"])]
+    pub prompt: Option<String>,
+    /// Read the text from a file (verbatim).
+    #[arg(short = 'f', long = "file", conflicts_with = "stdin")]
+    pub file: Option<PathBuf>,
+    /// Read the text from standard input.
+    #[arg(long)]
+    pub stdin: bool,
+    /// Print only the ids, as one JSON array.
+    #[arg(long)]
+    pub ids: bool,
+    /// Do not add BOS/EOS even if the model asks for them.
+    #[arg(long = "no-bos")]
+    pub no_bos: bool,
+    /// Treat special-token text (e.g. `<|im_end|>`) as plain text.
+    #[arg(long = "no-parse-special")]
+    pub no_parse_special: bool,
+    /// Print the number of tokens at the end.
+    #[arg(long = "show-count")]
+    pub show_count: bool,
 }
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("not yet available in this build")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let text = match (&args.text, &args.prompt, &args.file, args.stdin) {
+        (Some(t), ..) | (None, Some(t), ..) => t.clone(),
+        (None, None, Some(f), _) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+        }
+        (None, None, None, true) => {
+            let mut s = String::new();
+            io::stdin()
+                .read_to_string(&mut s)
+                .context("reading stdin")?;
+            s
+        }
+        _ => anyhow::bail!("no text given (TEXT, -p, -f FILE or --stdin)"),
+    };
+    let tok = load_tokenizer(&args.model)?;
+    let ids = tok.encode(&text, !args.no_bos, !args.no_parse_special);
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let r = print(&mut out, &tok, &ids, &args).and_then(|_| out.flush());
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+fn print(out: &mut impl Write, tok: &Tokenizer, ids: &[u32], args: &Args) -> io::Result<()> {
+    if args.ids {
+        let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+        writeln!(out, "[{}]", list.join(", "))?;
+    } else {
+        for &id in ids {
+            let piece = String::from_utf8_lossy(tok.token_to_piece(id));
+            writeln!(out, "{id:>6} -> '{piece}'")?;
+        }
+    }
+    if args.show_count {
+        writeln!(out, "Total number of tokens: {}", ids.len())?;
+    }
+    Ok(())
+}
+
+/// A tokenizer from a GGUF file or a Hugging Face model directory.
+pub fn load_tokenizer(model: &str) -> anyhow::Result<Tokenizer> {
+    let path = resolve_model(model)?;
+    if path.is_dir() {
+        return Tokenizer::from_hf_dir(&path)
+            .with_context(|| format!("loading {}", path.display()));
+    }
+    let f = GgufFile::open(&path).with_context(|| format!("reading {}", path.display()))?;
+    Tokenizer::from_gguf(&f).with_context(|| format!("tokenizer of {}", path.display()))
+}
+
+fn resolve_model(model: &str) -> anyhow::Result<PathBuf> {
+    let p = Path::new(model);
+    if p.exists() {
+        return Ok(p.to_path_buf());
+    }
+    let home = std::env::var_os("FERROX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ferrox")))
+        .context("neither FERROX_HOME nor HOME is set")?;
+    let dir = home.join("models");
+    // A catalog name such as "qwen2.5-coder:0.5b-instruct" → "qwen2.5-coder-0.5b-instruct*.gguf".
+    let stem = model.replace(':', "-");
+    let direct = dir.join(model);
+    if direct.exists() {
+        return Ok(direct);
+    }
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        let mut hits: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&stem) && n.ends_with(".gguf"))
+            })
+            .collect();
+        hits.sort();
+        if let Some(h) = hits.into_iter().next() {
+            return Ok(h);
+        }
+    }
+    anyhow::bail!(
+        "model {model:?} not found (not a path, nor under {})",
+        dir.display()
+    )
 }

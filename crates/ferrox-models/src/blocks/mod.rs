@@ -7,6 +7,7 @@ pub mod dsa;
 pub mod mla;
 pub mod mlp;
 pub mod moe;
+pub mod moe_bench;
 pub mod norm;
 pub mod rope;
 

@@ -80,6 +80,23 @@ impl MoeBlock {
         route(&self.routing, self.correction_bias.as_deref(), logits)
     }
 
+    /// How many distinct routed experts `n` rows of `x` select.
+    pub fn experts_used(&self, x: &[f32], n: usize) -> usize {
+        let Some(router) = &self.router else {
+            return 1;
+        };
+        let e = self.experts.len();
+        let mut logits = vec![0f32; n * e];
+        router.gemm(x, n, &mut logits);
+        let mut used = vec![false; e];
+        for row in logits.chunks(e) {
+            for (i, _) in self.route(row) {
+                used[i] = true;
+            }
+        }
+        used.iter().filter(|&&u| u).count()
+    }
+
     /// `out[n, hidden] = MoE(x[n, hidden])`.
     pub fn forward_rows(&self, x: &[f32], n: usize, out: &mut [f32]) {
         let d = self.hidden_dim();

@@ -1,0 +1,295 @@
+//! Prompt-lookup speculative decoding (the seed's design, `shared/seed/ferrox_models/speculative.rs`;
+//! the same idea as "prompt lookup decoding" in vLLM / transformers): draft the next tokens by
+//! finding the latest earlier occurrence of the current n-gram suffix in the token history, then
+//! check the whole draft with one `Decoder::forward_batch` call.
+//!
+//! Lossless by construction under greedy decoding: the verify batch is `[anchor, d1, .., dk]`;
+//! row `i` of its logits is what the model predicts after `anchor, d1..di`, so draft token
+//! `d(i+1)` is kept only while it equals that row's argmax. The first mismatch ends the round and
+//! the caches are cut back to the committed tokens. Batch invariance of the decoder makes every
+//! kept token bit-for-bit the one plain decoding would have produced.
+
+use crate::decoder::Decoder;
+use ferrox_core::cache::KvCache;
+
+/// Drafts a continuation by n-gram lookup in the history (no draft model).
+#[derive(Debug, Clone, Copy)]
+pub struct PromptLookupSpeculator {
+    /// Length of the suffix searched for.
+    pub ngram_size: usize,
+    /// Most tokens proposed per round.
+    pub max_draft_len: usize,
+}
+
+impl PromptLookupSpeculator {
+    /// Panics when either size is 0 (a zero-length n-gram matches everywhere; a zero-length
+    /// draft is no speculation).
+    pub fn new(ngram_size: usize, max_draft_len: usize) -> Self {
+        assert!(ngram_size > 0, "ngram_size must be at least 1");
+        assert!(max_draft_len > 0, "max_draft_len must be at least 1");
+        PromptLookupSpeculator {
+            ngram_size,
+            max_draft_len,
+        }
+    }
+
+    /// The tokens that followed the most recent earlier occurrence of `history`'s last
+    /// `ngram_size` tokens (at most `max_draft_len`), or nothing when there is no such
+    /// occurrence. The suffix itself is not a match: an occurrence must start before it.
+    pub fn propose(&self, history: &[usize]) -> Vec<usize> {
+        let n = self.ngram_size;
+        let Some(latest_start) = history.len().checked_sub(n + 1) else {
+            return Vec::new();
+        };
+        let suffix = &history[history.len() - n..];
+        (0..=latest_start)
+            .rev()
+            .find(|&s| history[s..s + n] == *suffix)
+            .map(|s| {
+                let from = s + n;
+                let to = (from + self.max_draft_len).min(history.len());
+                history[from..to].to_vec()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Outcome of [`speculative_decode`] with the counters that show what speculation saved.
+#[derive(Debug, Clone)]
+pub struct SpeculativeDecodeResult {
+    pub generated_tokens: Vec<usize>,
+    /// `forward_batch` calls: the prefill plus one per verify round.
+    pub forward_calls: usize,
+    /// Equals `generated_tokens.len()`.
+    pub tokens_generated: usize,
+}
+
+impl SpeculativeDecodeResult {
+    /// Tokens per `forward_batch` call (1.0 when no draft was ever accepted; 0 with no calls).
+    pub fn tokens_per_call(&self) -> f64 {
+        match self.forward_calls {
+            0 => 0.0,
+            calls => self.tokens_generated as f64 / calls as f64,
+        }
+    }
+}
+
+/// Greedy decoding of `max_new_tokens` tokens after `prompt_tokens`, drafting with
+/// `speculator` and verifying each draft in one batch. The prompt is one prefill call; each
+/// round then feeds the token the model has already chosen (the anchor) followed by the draft.
+/// `kv_caches` (one per layer) are filled from position 0; a rejected draft truncates them.
+/// Panics on an empty prompt.
+pub fn speculative_decode(
+    decoder: &Decoder,
+    prompt_tokens: &[usize],
+    max_new_tokens: usize,
+    kv_caches: &mut [KvCache],
+    speculator: &PromptLookupSpeculator,
+) -> SpeculativeDecodeResult {
+    assert!(!prompt_tokens.is_empty(), "prompt must not be empty");
+    let mut history = prompt_tokens.to_vec();
+    let mut out = Vec::with_capacity(max_new_tokens);
+
+    let mut next_logits = decoder
+        .forward_batch(prompt_tokens, 0, kv_caches)
+        .pop()
+        .expect("one logits row per prompt token");
+    let mut calls = 1;
+
+    while out.len() < max_new_tokens {
+        let anchor = argmax(&next_logits);
+        let pos = history.len();
+        // Room left after the anchor; a draft never overshoots the budget.
+        let room = max_new_tokens - out.len() - 1;
+        let mut draft = speculator.propose(&history);
+        draft.truncate(room);
+
+        let mut batch = Vec::with_capacity(1 + draft.len());
+        batch.push(anchor);
+        batch.extend_from_slice(&draft);
+        let mut rows = decoder.forward_batch(&batch, pos, kv_caches);
+        calls += 1;
+
+        // Row i predicts the token after batch[..=i]; keep drafts while they match.
+        let kept = draft
+            .iter()
+            .zip(&rows)
+            .take_while(|(&d, row)| argmax(row) == d)
+            .count();
+        if kept < draft.len() {
+            let committed = pos + 1 + kept;
+            kv_caches.iter_mut().for_each(|c| c.truncate(committed));
+        }
+        history.extend_from_slice(&batch[..=kept]);
+        out.extend_from_slice(&batch[..=kept]);
+        next_logits = rows.swap_remove(kept);
+    }
+
+    SpeculativeDecodeResult {
+        tokens_generated: out.len(),
+        generated_tokens: out,
+        forward_calls: calls,
+    }
+}
+
+/// Index of the largest logit (the last one on ties, as `Iterator::max_by`); 0 when empty.
+fn argmax(logits: &[f32]) -> usize {
+    logits
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i)
+}
+
+#[cfg(test)]
+mod own_tests {
+    use super::*;
+    use crate::config::glm_5_2;
+    use crate::ModelConfig;
+
+    /// glm_5_2() shrunk the way the seed's tests shrink it: tiny width and MoE, GLM-5 MLA/DSA.
+    fn shrunk() -> ModelConfig {
+        let mut c = glm_5_2();
+        c.hidden_dim = 16;
+        c.n_heads = 4;
+        c.n_kv_heads = 2;
+        c.head_dim = 4;
+        c.moe.hidden_dim = 16;
+        c.moe.n_experts = 6;
+        c.moe.n_experts_active = 2;
+        c.moe.n_shared_experts = 1;
+        c.moe.expert_ffn_dim = 8;
+        c
+    }
+
+    fn seed_caches(d: &Decoder, n: usize) -> Vec<KvCache> {
+        (0..n)
+            .map(|_| KvCache::new(d.config.n_kv_heads, d.config.head_dim))
+            .collect()
+    }
+
+    fn plain_greedy(d: &Decoder, prompt: &[usize], n: usize) -> Vec<usize> {
+        let mut caches = seed_caches(d, d.layers.len());
+        let mut logits = d.forward_batch(prompt, 0, &mut caches).pop().unwrap();
+        let mut out = Vec::new();
+        for pos in prompt.len()..prompt.len() + n {
+            let t = argmax(&logits);
+            out.push(t);
+            logits = d.forward_token(t, pos, &mut caches);
+        }
+        out
+    }
+
+    #[test]
+    fn lookup_takes_the_tokens_after_an_earlier_repeat() {
+        let s = PromptLookupSpeculator::new(2, 4);
+        assert_eq!(s.propose(&[7, 8, 1, 2, 6, 6, 7, 8]), vec![1, 2, 6, 6]);
+        // Capped by max_draft_len, and by the end of the history.
+        assert_eq!(
+            PromptLookupSpeculator::new(2, 2).propose(&[7, 8, 1, 2, 3, 7, 8]),
+            vec![1, 2]
+        );
+        assert_eq!(
+            PromptLookupSpeculator::new(1, 9).propose(&[4, 5, 4]),
+            vec![5, 4]
+        );
+    }
+
+    #[test]
+    fn lookup_prefers_the_latest_occurrence() {
+        let s = PromptLookupSpeculator::new(1, 2);
+        assert_eq!(s.propose(&[3, 1, 1, 3, 2, 2, 3]), vec![2, 2]);
+    }
+
+    #[test]
+    fn lookup_without_match_or_history_is_empty() {
+        let s = PromptLookupSpeculator::new(2, 4);
+        assert!(s.propose(&[5, 6, 7, 8, 9]).is_empty());
+        assert!(PromptLookupSpeculator::new(3, 4)
+            .propose(&[1, 1, 1])
+            .is_empty());
+        assert!(s.propose(&[]).is_empty());
+        // The suffix alone never matches itself.
+        assert!(PromptLookupSpeculator::new(2, 1)
+            .propose(&[1, 2])
+            .is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "ngram_size")]
+    fn zero_ngram_panics() {
+        PromptLookupSpeculator::new(0, 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "max_draft_len")]
+    fn zero_draft_panics() {
+        PromptLookupSpeculator::new(1, 0);
+    }
+
+    #[test]
+    fn equals_plain_greedy_on_the_shrunk_glm_5_2() {
+        let d = Decoder::new_random_small(shrunk(), 2, 8);
+        for (prompt, n) in [(vec![1, 2, 3, 4, 1, 2], 6), (vec![3, 1, 3, 1, 3], 9)] {
+            let mut caches = seed_caches(&d, 2);
+            let r = speculative_decode(
+                &d,
+                &prompt,
+                n,
+                &mut caches,
+                &PromptLookupSpeculator::new(2, 3),
+            );
+            assert_eq!(
+                r.generated_tokens,
+                plain_greedy(&d, &prompt, n),
+                "prompt {prompt:?}"
+            );
+            assert_eq!(r.tokens_generated, n);
+            assert_eq!(caches[0].len(), prompt.len() + n);
+        }
+    }
+
+    #[test]
+    fn accepted_drafts_save_calls() {
+        let d = Decoder::new_random_small(shrunk(), 2, 8);
+        let prompt = [1, 2, 3, 1, 2];
+        let mut caches = seed_caches(&d, 2);
+        let r = speculative_decode(
+            &d,
+            &prompt,
+            8,
+            &mut caches,
+            &PromptLookupSpeculator::new(2, 4),
+        );
+        assert_eq!(r.tokens_generated, 8);
+        assert!(r.forward_calls <= 8, "calls {}", r.forward_calls);
+        assert!(r.tokens_per_call() > 1.0);
+        assert_eq!(r.generated_tokens, plain_greedy(&d, &prompt, 8));
+    }
+
+    #[test]
+    fn no_match_means_one_call_per_token() {
+        let d = Decoder::new_random_small(shrunk(), 2, 8);
+        let mut caches = seed_caches(&d, 2);
+        let r = speculative_decode(
+            &d,
+            &[1, 2, 3],
+            5,
+            &mut caches,
+            &PromptLookupSpeculator::new(10, 4),
+        );
+        assert_eq!(r.tokens_generated, 5);
+        assert_eq!(r.forward_calls, 6);
+        assert_eq!(r.tokens_per_call(), 5.0 / 6.0);
+    }
+
+    #[test]
+    fn tokens_per_call_of_nothing_is_zero() {
+        let r = SpeculativeDecodeResult {
+            generated_tokens: vec![],
+            forward_calls: 0,
+            tokens_generated: 0,
+        };
+        assert_eq!(r.tokens_per_call(), 0.0);
+    }
+}
