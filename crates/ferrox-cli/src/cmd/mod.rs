@@ -1,7 +1,9 @@
+pub mod chat;
 pub mod engine;
 pub mod inspect;
 pub mod logits;
 pub mod model;
 pub mod perplexity;
 pub mod pull;
+pub mod run;
 pub mod tokenize;
