@@ -31,6 +31,8 @@ enum Command {
     Logits(cmd::logits::Args),
     /// Perplexity of a text file (llama-perplexity's method); last line `PPL = <value>`.
     Perplexity(cmd::perplexity::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,5 +52,6 @@ fn main() -> anyhow::Result<()> {
         Command::Chat(a) => cmd::chat::run(a),
         Command::Logits(a) => cmd::logits::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     }
 }

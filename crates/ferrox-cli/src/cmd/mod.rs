@@ -6,4 +6,5 @@ pub mod model;
 pub mod perplexity;
 pub mod pull;
 pub mod run;
+pub mod serve;
 pub mod tokenize;

@@ -10,8 +10,8 @@ use ferrox_models::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model: a .gguf path, a Hugging Face model directory (tokenizer.json), or a file name /
-    /// catalog name under $FERROX_HOME/models.
+    /// Model: a .gguf path, a Hugging Face model directory (tokenizer.json), a catalog name or
+    /// hf:OWNER/REPO/FILE.gguf (pulled if missing), or a file name under $FERROX_HOME/models.
     #[arg(short = 'm', long = "model")]
     pub model: String,
     /// Text to tokenize.
@@ -97,33 +97,13 @@ fn resolve_model(model: &str) -> anyhow::Result<PathBuf> {
     if p.exists() {
         return Ok(p.to_path_buf());
     }
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ferrox")))
-        .context("neither FERROX_HOME nor HOME is set")?;
-    let dir = home.join("models");
-    // A catalog name such as "qwen2.5-coder:0.5b-instruct" → "qwen2.5-coder-0.5b-instruct*.gguf".
-    let stem = model.replace(':', "-");
-    let direct = dir.join(model);
-    if direct.exists() {
-        return Ok(direct);
+    // A catalog name or hf: reference (pulled if missing), or a file in the models directory.
+    let in_dir = ferrox_models::hub::models_dir()?.join(model);
+    if in_dir.exists() {
+        return Ok(in_dir);
     }
-    if let Ok(rd) = std::fs::read_dir(&dir) {
-        let mut hits: Vec<PathBuf> = rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&stem) && n.ends_with(".gguf"))
-            })
-            .collect();
-        hits.sort();
-        if let Some(h) = hits.into_iter().next() {
-            return Ok(h);
-        }
-    }
-    anyhow::bail!(
-        "model {model:?} not found (not a path, nor under {})",
-        dir.display()
-    )
+    Ok(ferrox_models::hub::resolve(
+        model,
+        &ferrox_models::hub::NoProgress,
+    )?)
 }

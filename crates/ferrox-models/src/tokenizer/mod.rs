@@ -713,27 +713,33 @@ impl Tokenizer {
     }
 
     /// Text of `ids`, with special tokens written out and invalid UTF-8 replaced by U+FFFD. With
-    /// SentencePiece's space prefix on, the first token's leading space is dropped, so
-    /// `decode(encode(s, false, ..)) == s`.
+    /// SentencePiece's space prefix on, the first token's leading space is dropped (llama.cpp
+    /// `detokenize`), so `decode(encode(s, false, ..)) == s`.
     pub fn decode(&self, ids: &[u32]) -> String {
-        let mut d = self.stream_decoder();
-        let mut s = String::new();
-        for &id in ids {
-            s.push_str(&d.push(id));
-        }
-        s.push_str(&d.finish());
-        s
+        String::from_utf8_lossy(&self.decode_bytes(ids, false)).into_owned()
     }
 
     /// Like [`decode`](Self::decode) but control/unknown tokens produce no text.
     pub fn decode_skip_special(&self, ids: &[u32]) -> String {
-        let mut d = self.stream_decoder().skip_special(true);
-        let mut s = String::new();
+        String::from_utf8_lossy(&self.decode_bytes(ids, true)).into_owned()
+    }
+
+    /// Raw bytes of `ids` (pieces concatenated, leading-space rule applied).
+    pub fn decode_bytes(&self, ids: &[u32], skip_special: bool) -> Vec<u8> {
+        let mut out = Vec::with_capacity(ids.len() * 4);
+        let mut strip = self.add_space_prefix;
         for &id in ids {
-            s.push_str(&d.push(id));
+            if skip_special && self.is_special(id) {
+                strip = false;
+                continue;
+            }
+            let mut piece = self.token_to_piece(id);
+            if std::mem::take(&mut strip) {
+                piece = piece.strip_prefix(b" ").unwrap_or(piece);
+            }
+            out.extend_from_slice(piece);
         }
-        s.push_str(&d.finish());
-        s
+        out
     }
 
     /// An incremental decoder for a sequence that starts here (the SentencePiece leading-space

@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 use ferrox_models::gguf::GgufFile;
 use ferrox_models::tokenizer::Tokenizer;
 
-pub const QWEN: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
-pub const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
+pub const QWEN: &str = "qwen2.5-coder:0.5b-instruct";
+pub const GEMMA: &str = "gemma3:270m";
 
 pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -21,23 +21,13 @@ pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// Path of a real model file; a missing model fails the test (never a silent skip).
-pub fn model_path(file: &str) -> PathBuf {
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ferrox")))
-        .expect("FERROX_HOME or HOME must be set");
-    let p = home.join("models").join(file);
-    assert!(
-        p.exists(),
-        "real model missing: {} (run `ferrox pull`)",
-        p.display()
-    );
-    p
+/// Path of a catalog model, pulled if missing (never a silent skip).
+pub fn model_path(name: &str) -> PathBuf {
+    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
-pub fn load(file: &str) -> Tokenizer {
-    let f = GgufFile::open(&model_path(file)).expect("open gguf");
+pub fn load(name: &str) -> Tokenizer {
+    let f = GgufFile::open(&model_path(name)).expect("open gguf");
     Tokenizer::from_gguf(&f).expect("tokenizer from gguf")
 }
 

@@ -1,0 +1,205 @@
+//! `ferrox serve`: the OpenAI-compatible server (crates/ferrox-server) over a loaded model.
+//! Each slot owns a generation `Session` (its own KV caches, prefix reuse across turns).
+
+use std::sync::Arc;
+
+use ferrox_models::decoder::Decoder;
+use ferrox_models::generate::{GenerateParams, Session, StopReason};
+use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::template::{render_prompt, Message};
+use ferrox_models::tokenizer::Tokenizer;
+use ferrox_server::api::ChatMessage;
+use ferrox_server::backend::{Backend, BackendError, FinishReason, GenParams, GenSummary, Slot};
+
+use super::engine;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Model: a catalog name, a path or hf:OWNER/REPO/FILE.gguf (default: the catalog default).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    /// Address to bind (loopback by default; use 0.0.0.0 to expose the server).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Context size of each slot, in tokens.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx: usize,
+    /// Slots: requests generated at the same time.
+    #[arg(long, default_value_t = 4)]
+    pub parallel: usize,
+    /// Requests that may wait for a slot before the server answers 503.
+    #[arg(long, default_value_t = 64)]
+    pub queue: usize,
+    /// Require `Authorization: Bearer KEY` (also read from FERROX_API_KEY).
+    #[arg(long = "api-key")]
+    pub api_key: Option<String>,
+    /// Threads (0 = all cores).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+}
+
+struct ModelBackend {
+    id: String,
+    aliases: Vec<String>,
+    decoder: &'static Decoder,
+    tokenizer: &'static Tokenizer,
+    ctx: usize,
+}
+
+struct ModelSlot {
+    session: Session<'static>,
+}
+
+/// Rendered template text to ids: special tokens parsed; BOS added when the model wants one
+/// and the template did not already write it.
+fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    let mut ids = tok.encode(text, false, true);
+    if tok.adds_bos() {
+        if let Some(bos) = tok.bos_id() {
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
+            }
+        }
+    }
+    ids
+}
+
+impl Backend for ModelBackend {
+    fn model_id(&self) -> &str {
+        &self.id
+    }
+    fn aliases(&self) -> Vec<String> {
+        self.aliases.clone()
+    }
+    fn ctx_size(&self) -> usize {
+        self.ctx
+    }
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError> {
+        let msgs: Vec<Message> = messages
+            .iter()
+            .map(|m| Message::new(m.role.clone(), m.content.text().unwrap_or_default()))
+            .collect();
+        let text = render_prompt(self.tokenizer, &msgs, true)
+            .map_err(|e| BackendError::Template(e.to_string()))?;
+        Ok(tokenize_prompt(self.tokenizer, &text))
+    }
+    fn text_prompt(&self, text: &str) -> Vec<u32> {
+        self.tokenizer.encode(text, true, true)
+    }
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
+        self.tokenizer.encode(text, add_special, true)
+    }
+    fn detokenize(&self, ids: &[u32]) -> Result<String, BackendError> {
+        let n = self.tokenizer.vocab_size();
+        if let Some(bad) = ids.iter().find(|&&t| t as usize >= n) {
+            return Err(BackendError::BadTokens(format!(
+                "token id {bad} is outside the vocabulary (size {n})"
+            )));
+        }
+        Ok(self.tokenizer.decode(ids))
+    }
+    fn new_slot(&self) -> Box<dyn Slot> {
+        Box::new(ModelSlot {
+            session: Session::new(self.decoder, self.tokenizer, self.ctx),
+        })
+    }
+}
+
+impl Slot for ModelSlot {
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        p: &GenParams,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> GenSummary {
+        let prompt: Vec<usize> = prompt.iter().map(|&t| t as usize).collect();
+        let mut sampler = Sampler::new(SamplerConfig {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            seed: p.seed,
+            ..SamplerConfig::default()
+        });
+        let params = GenerateParams {
+            max_tokens: p.max_tokens,
+            stop: p.stop.clone(),
+            ..GenerateParams::default()
+        };
+        let out = self
+            .session
+            .generate(&prompt, &params, &mut sampler, on_text);
+        GenSummary {
+            finish: match out.stop {
+                StopReason::MaxTokens | StopReason::Context => FinishReason::Length,
+                _ => FinishReason::Stop,
+            },
+            completion_tokens: out.gen_tokens,
+            cancelled: out.stop == StopReason::Cancelled,
+        }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    engine::set_threads(args.threads);
+    let eng = engine::load(args.model.as_deref(), true)?;
+    let tokenizer = eng
+        .tokenizer
+        .ok_or_else(|| anyhow::anyhow!("{}: no tokenizer found", eng.path.display()))?;
+    let name = args
+        .model
+        .clone()
+        .unwrap_or_else(|| ferrox_models::hub::DEFAULT_MODEL.to_string());
+    let file = eng
+        .path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let ctx = args.ctx.min(eng.decoder.config.max_seq_len.max(1));
+    // The model lives as long as the server process; leaking gives slots 'static sessions.
+    let decoder: &'static Decoder = Box::leak(Box::new(eng.decoder));
+    let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
+    // Catalog models are served under their catalog name however -m named them.
+    let id = ferrox_models::hub::CATALOG
+        .iter()
+        .find(|e| e.file == file)
+        .map_or_else(|| name.clone(), |e| e.name.to_string());
+    let backend = Arc::new(ModelBackend {
+        id: id.clone(),
+        aliases: vec![name, file, eng.path.display().to_string()],
+        decoder,
+        tokenizer,
+        ctx,
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let addr = format!("{}:{}", args.host, args.port);
+        let listener = tokio::net::TcpListener::bind(&addr).await?;
+        eprintln!(
+            "serving {id} on http://{} ({} slots, ctx {ctx}{})",
+            listener.local_addr()?,
+            args.parallel,
+            if args.api_key.is_some() || std::env::var_os("FERROX_API_KEY").is_some() {
+                ", API key required"
+            } else {
+                ""
+            }
+        );
+        let options = ferrox_server::Options {
+            api_key: args.api_key.or_else(|| {
+                std::env::var("FERROX_API_KEY")
+                    .ok()
+                    .filter(|k| !k.is_empty())
+            }),
+        };
+        ferrox_server::serve(listener, backend, args.parallel, args.queue, options).await?;
+        anyhow::Ok(())
+    })
+}

@@ -1,0 +1,125 @@
+//! `ferrox serve` on the default model, driven by the official `openai` Python client:
+//! chat and completion, streaming and not; greedy chat text equals the library's greedy
+//! generation for the same prompt (what `ferrox run` prints).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use ferrox_models::decoder::Decoder;
+use ferrox_models::generate::{GenerateParams, Session};
+use ferrox_models::hub::{ensure_model, DEFAULT_MODEL};
+use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::template::{render_prompt, Message};
+use ferrox_models::tokenizer::Tokenizer;
+
+const PROMPT: &str = "Write a Python function that checks whether a number is prime.";
+const N: usize = 8;
+const KEY: &str = "test-key";
+
+struct Server(Child);
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(model: &str) -> (Server, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args([
+            "serve",
+            "-m",
+            model,
+            "--port",
+            "0",
+            "--parallel",
+            "2",
+            "-c",
+            "2048",
+        ])
+        .args(["--api-key", KEY])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let server = Server(child);
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("server exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (server, addr)
+}
+
+fn library_greedy(path: &std::path::Path) -> String {
+    let dec = Decoder::load(path).unwrap();
+    let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();
+    let text = render_prompt(&tok, &[Message::user(PROMPT)], true).unwrap();
+    let mut ids: Vec<usize> = tok
+        .encode(&text, false, true)
+        .into_iter()
+        .map(|t| t as usize)
+        .collect();
+    if tok.adds_bos() {
+        let bos = tok.bos_id().unwrap() as usize;
+        if ids.first() != Some(&bos) {
+            ids.insert(0, bos);
+        }
+    }
+    let mut s = Session::new(&dec, &tok, 2048);
+    let params = GenerateParams {
+        max_tokens: N,
+        ..GenerateParams::default()
+    };
+    s.generate(
+        &ids,
+        &params,
+        &mut Sampler::new(SamplerConfig::greedy()),
+        |_| true,
+    )
+    .text
+}
+
+#[test]
+fn openai_client_chat_and_completions_match_greedy_generation() {
+    let path = ensure_model(DEFAULT_MODEL).unwrap();
+    let expected = library_greedy(&path);
+    assert!(!expected.trim().is_empty());
+
+    let (_server, addr) = start(path.to_str().unwrap());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(format!("http://{addr}/v1"))
+        .args([DEFAULT_MODEL, PROMPT, &N.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openai client failed (.ci/run installs it with pip):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["chat"],
+        expected.as_str(),
+        "server chat vs library greedy"
+    );
+    assert_eq!(v["chat_stream"], expected.as_str());
+    assert_eq!(v["chat_usage"], v["chat_stream_usage"]);
+    assert_eq!(v["chat_usage"][1], N);
+    assert_eq!(v["chat_finish"], "length");
+    assert_eq!(v["chat_stream_finish"], "length");
+    assert_eq!(v["completion"], v["completion_stream"]);
+    assert!(!v["completion"].as_str().unwrap().is_empty());
+    assert_eq!(v["models"], serde_json::json!([DEFAULT_MODEL]));
+    assert_eq!(v["unknown_model"], "NotFoundError");
+}
