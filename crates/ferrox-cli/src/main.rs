@@ -23,6 +23,10 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Print the token ids (and pieces) of a text.
     Tokenize(cmd::tokenize::Args),
+    /// Generate a completion of a prompt, streamed to stdout.
+    Run(cmd::run::Args),
+    /// Interactive multi-turn chat through the model's chat template.
+    Chat(cmd::chat::Args),
     /// Write a model's logits for a text or token ids as a float32 .npy file.
     Logits(cmd::logits::Args),
     /// Perplexity of a text file (llama-perplexity's method); last line `PPL = <value>`.
@@ -44,6 +48,8 @@ fn main() -> anyhow::Result<()> {
         Command::Pull(a) => cmd::pull::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Chat(a) => cmd::chat::run(a),
         Command::Logits(a) => cmd::logits::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Serve(a) => cmd::serve::run(a),

@@ -1,8 +1,10 @@
+pub mod chat;
 pub mod engine;
 pub mod inspect;
 pub mod logits;
 pub mod model;
 pub mod perplexity;
 pub mod pull;
+pub mod run;
 pub mod serve;
 pub mod tokenize;
