@@ -33,6 +33,8 @@ enum Command {
     Perplexity(cmd::perplexity::Args),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(cmd::serve::Args),
+    /// Measure prompt and generation speed (llama-bench's table and JSON).
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,5 +55,6 @@ fn main() -> anyhow::Result<()> {
         Command::Logits(a) => cmd::logits::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     }
 }

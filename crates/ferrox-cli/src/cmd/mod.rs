@@ -1,3 +1,5 @@
+pub mod bench;
+pub mod bench_spec;
 pub mod chat;
 pub mod engine;
 pub mod inspect;
