@@ -8,8 +8,18 @@
 //! `d(i+1)` is kept only while it equals that row's argmax. The first mismatch ends the round and
 //! the caches are cut back to the committed tokens. Batch invariance of the decoder makes every
 //! kept token bit-for-bit the one plain decoding would have produced.
+//!
+//! Beyond the seed: a [`Drafter`] trait (n-gram lookup and a suffix-automaton
+//! [`LongestMatchDrafter`]), an [`AdaptiveDraft`] length controller, and [`verify`], which is
+//! lossless under any sampler (speculative sampling with a deterministic draft). [`Speculation`]
+//! bundles them per sequence; `generate::Session` and the CLI drive it.
+
+mod longest;
+
+pub use longest::LongestMatchDrafter;
 
 use crate::decoder::Decoder;
+use crate::sampling::{draw, Candidate, Rng, Sampler};
 use ferrox_core::cache::KvCache;
 
 /// Drafts a continuation by n-gram lookup in the history (no draft model).
@@ -139,6 +149,287 @@ fn argmax(logits: &[f32]) -> usize {
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map_or(0, |(i, _)| i)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Beyond the seed: drafters, adaptive draft length and lossless verification under sampling.
+// ---------------------------------------------------------------------------------------------
+
+/// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
+/// the draft as a point mass, which is what makes the rejection rule in [`verify`] exact.
+pub trait Drafter: Send {
+    /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
+    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize>;
+    /// Short name for statistics and benchmarks.
+    fn name(&self) -> &'static str;
+}
+
+impl Drafter for PromptLookupSpeculator {
+    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+        let mut d = PromptLookupSpeculator::propose(self, history);
+        d.truncate(max);
+        d
+    }
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+}
+
+/// Draft length from the running acceptance, so speculation never costs more than it saves.
+///
+/// A fully accepted draft doubles the length (up to `max_len`); a partly accepted one sets it to
+/// one past what was accepted; a draft rejected at its first token halves it and also switches
+/// drafting off (length 0 = plain decoding) for a number of rounds that doubles with every
+/// consecutive miss (up to 64) and resets on a hit. On text where drafts keep missing, verify
+/// batches therefore become rare and the cost tends to plain decoding.
+#[derive(Debug, Clone)]
+pub struct AdaptiveDraft {
+    /// Longest draft ever asked for.
+    pub max_len: usize,
+    len: usize,
+    /// Rounds left with drafting off.
+    skip: usize,
+    /// Length of the next pause after a miss.
+    backoff: usize,
+}
+
+/// Longest pause (in rounds) after repeated misses.
+const MAX_BACKOFF: usize = 64;
+
+impl AdaptiveDraft {
+    pub fn new(max_len: usize) -> Self {
+        AdaptiveDraft {
+            max_len,
+            len: max_len.min(4),
+            skip: 0,
+            backoff: 1,
+        }
+    }
+
+    /// The draft length to ask for this round (0: decode plainly). Counts down a pause.
+    pub fn next_len(&mut self) -> usize {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return 0;
+        }
+        self.len.min(self.max_len)
+    }
+
+    /// Feeds back one verified round: `drafted` tokens proposed, `accepted` of them kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        if accepted == 0 {
+            self.len = (self.len / 2).max(1);
+            self.skip = self.backoff;
+            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            return;
+        }
+        self.backoff = 1;
+        self.len = if accepted == drafted {
+            (self.len.max(drafted) * 2).min(self.max_len)
+        } else {
+            (accepted + 1).min(self.max_len)
+        }
+        .max(1);
+    }
+}
+
+/// Counters of a speculative run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Forward calls made while decoding (one per round, speculative or not).
+    pub calls: usize,
+    /// Rounds that verified a non-empty draft.
+    pub verify_calls: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl SpecStats {
+    /// Fraction of drafted tokens that were kept (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+}
+
+/// One sequence's speculation state: a drafter, its length controller and counters. The owner
+/// runs the forward; this only drafts and verifies, so a server can batch several sequences'
+/// verify rows into one forward and hand each sequence its own rows.
+pub struct Speculation {
+    pub drafter: Box<dyn Drafter>,
+    pub adaptive: AdaptiveDraft,
+    pub stats: SpecStats,
+}
+
+impl Speculation {
+    pub fn new(drafter: Box<dyn Drafter>, max_draft: usize) -> Self {
+        Speculation {
+            drafter,
+            adaptive: AdaptiveDraft::new(max_draft),
+            stats: SpecStats::default(),
+        }
+    }
+
+    /// The draft to verify after `history` (whose last token is the one being fed), at most
+    /// `room` tokens (what the budget and the context still allow).
+    pub fn draft(&mut self, history: &[usize], room: usize) -> Vec<usize> {
+        let want = self.adaptive.next_len().min(room);
+        if want == 0 {
+            return Vec::new();
+        }
+        self.drafter.propose(history, want)
+    }
+
+    /// [`verify`] plus bookkeeping (counters, adaptive length). `rows` are the logits of the
+    /// fed token followed by the draft.
+    pub fn verify<R: AsRef<[f32]>>(
+        &mut self,
+        rows: &[R],
+        draft: &[usize],
+        sampler: &mut Sampler,
+        history: &[usize],
+    ) -> Vec<usize> {
+        let committed = verify(rows, draft, sampler, history);
+        let accepted = committed.len() - 1;
+        self.stats.calls += 1;
+        if !draft.is_empty() {
+            self.stats.verify_calls += 1;
+            self.stats.drafted += draft.len();
+            self.stats.accepted += accepted;
+        }
+        self.adaptive.record(draft.len(), accepted);
+        committed
+    }
+}
+
+/// Verifies `draft` against the target model and returns the committed tokens: the accepted
+/// draft prefix followed by exactly one more token drawn by the target.
+///
+/// `rows[i]` (for `i` in `0..=draft.len()`) are the logits after `history` and `draft[..i]`;
+/// `history` is everything before the first draft token (its last token is the one that was fed
+/// with the draft). Each draft token `t` is checked against the sampler's final distribution
+/// `p` (penalties with the accepted drafts in the history, temperature, top-k/p, min-p): it is
+/// accepted with probability `p(t)`; on rejection the token is drawn from `p` without `t`,
+/// renormalised; when the whole draft is accepted the last row gives a bonus token. This is
+/// speculative sampling (Leviathan et al. 2023; Chen et al. 2023) with a point-mass draft, so
+/// every committed token has exactly the distribution plain sampling would give. Under greedy
+/// sampling it is the argmax rule and draws no random numbers.
+///
+/// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
+pub fn verify<R: AsRef<[f32]>>(
+    rows: &[R],
+    draft: &[usize],
+    sampler: &mut Sampler,
+    history: &[usize],
+) -> Vec<usize> {
+    assert!(
+        rows.len() > draft.len(),
+        "verify needs one logits row per draft token plus one"
+    );
+    // Penalties only look at the last `penalty_last_n` tokens: a window is the same history.
+    let window = sampler.config.penalty_last_n;
+    let mut hist = history[history.len().saturating_sub(window)..].to_vec();
+    let mut out = Vec::with_capacity(draft.len() + 1);
+    let greedy = sampler.config.is_greedy();
+    for (i, row) in rows.iter().take(draft.len() + 1).enumerate() {
+        let row = row.as_ref();
+        let proposed = draft.get(i).copied();
+        if greedy {
+            let t = sampler.sample(row, &hist);
+            out.push(t);
+            if proposed != Some(t) {
+                break;
+            }
+            hist.push(t);
+            continue;
+        }
+        let dist = sampler.distribution(row, &hist);
+        let Some(t) = proposed else {
+            out.push(draw(&dist, sampler.rng()));
+            break;
+        };
+        let p = dist.iter().find(|c| c.0 == t).map_or(0.0, |c| c.1 as f64);
+        if sampler.rng().next_f64() < p {
+            out.push(t);
+            hist.push(t);
+            continue;
+        }
+        out.push(draw_without(&dist, t, sampler.rng()));
+        break;
+    }
+    out
+}
+
+/// Draws from `dist` with token `t` removed and the rest renormalised.
+fn draw_without(dist: &[Candidate], t: usize, rng: &mut Rng) -> usize {
+    let rest: f64 = dist.iter().filter(|c| c.0 != t).map(|c| c.1 as f64).sum();
+    let u = rng.next_f64() * rest;
+    let mut cum = 0.0;
+    let mut last = None;
+    for c in dist.iter().filter(|c| c.0 != t) {
+        cum += c.1 as f64;
+        last = Some(c.0);
+        if u < cum {
+            return c.0;
+        }
+    }
+    // Rounding at the top of the range, or (impossible after a rejection) nothing left.
+    last.unwrap_or(t)
+}
+
+/// Greedy/sampled decoding with a [`Drafter`]: the library-level loop behind
+/// [`speculative_decode`], for any sampler and drafter. Returns the generated tokens and the
+/// counters (`calls` excludes the prefill). `kv_caches` are filled from position 0.
+pub fn speculative_generate(
+    decoder: &Decoder,
+    prompt: &[usize],
+    max_new_tokens: usize,
+    kv_caches: &mut [KvCache],
+    spec: &mut Speculation,
+    sampler: &mut Sampler,
+) -> Vec<usize> {
+    assert!(!prompt.is_empty(), "prompt must not be empty");
+    let mut history = prompt.to_vec();
+    let mut logits = Vec::new();
+    decoder.forward_into(prompt, 0, kv_caches, prompt.len() - 1, &mut logits);
+    let mut out = Vec::with_capacity(max_new_tokens);
+    if max_new_tokens == 0 {
+        return out;
+    }
+    let mut next = sampler.sample(&logits, &history);
+    loop {
+        out.push(next);
+        if out.len() >= max_new_tokens {
+            break;
+        }
+        let pos = history.len();
+        history.push(next);
+        let draft = spec.draft(&history, max_new_tokens - out.len());
+        let mut batch = Vec::with_capacity(1 + draft.len());
+        batch.push(next);
+        batch.extend_from_slice(&draft);
+        decoder.forward_into(&batch, pos, kv_caches, 0, &mut logits);
+        let rows: Vec<&[f32]> = logits.chunks_exact(decoder.vocab_size()).collect();
+        let committed = spec.verify(&rows, &draft, sampler, &history);
+        let accepted = committed.len() - 1;
+        kv_caches
+            .iter_mut()
+            .for_each(|c| c.truncate(pos + 1 + accepted));
+        history.extend_from_slice(&committed[..accepted]);
+        out.extend_from_slice(&committed[..accepted]);
+        next = committed[accepted];
+        if out.len() >= max_new_tokens {
+            break;
+        }
+    }
+    out.truncate(max_new_tokens);
+    out
 }
 
 #[cfg(test)]
