@@ -232,8 +232,10 @@ impl<'m> Session<'m> {
             batch.clear();
             batch.push(next);
             batch.extend_from_slice(&draft);
+            let t = Instant::now();
             self.decoder
                 .forward_into(&batch, pos, &mut self.caches, 0, &mut self.logits);
+            spec.record_cost(batch.len(), t.elapsed().as_secs_f64());
             let rows: Vec<&[f32]> = self.logits.chunks_exact(vocab).collect();
             let committed = spec.verify(&rows, &draft, sampler, &self.history);
             let accepted = committed.len() - 1;

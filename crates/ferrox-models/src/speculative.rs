@@ -175,44 +175,114 @@ impl Drafter for PromptLookupSpeculator {
     }
 }
 
-/// Draft length from the running acceptance, so speculation never costs more than it saves.
+/// Draft length from the running acceptance and the measured cost of verify batches, so
+/// speculation never costs more than it saves.
 ///
-/// A fully accepted draft doubles the length (up to `max_len`); a partly accepted one sets it to
-/// one past what was accepted; a draft rejected at its first token halves it and also switches
-/// drafting off (length 0 = plain decoding) for a number of rounds that doubles with every
-/// consecutive miss (up to 64) and resets on a hit. On text where drafts keep missing, verify
-/// batches therefore become rare and the cost tends to plain decoding.
+/// Acceptance follows a geometric model: each draft token is kept with probability `a` while
+/// the previous ones were, estimated from decayed counts of accepted tokens and rejections. A
+/// draft of `k` then yields `E(k) = 1 + a + .. + a^k` tokens for the cost `c(k + 1)` of a
+/// forward of `k + 1` rows (decayed means of measured times; unmeasured sizes are interpolated,
+/// and extrapolated optimistically so they get tried). Each round picks the `k` with the best
+/// `E(k) / c(k + 1)`; `k = 0` is plain decoding. While plain wins, a one-token probe is made
+/// after a pause that doubles with each probe that does not tip the balance (up to 16 rounds), so a change of
+/// regime (the model starts copying) is noticed without paying for drafts that miss.
 #[derive(Debug, Clone)]
 pub struct AdaptiveDraft {
     /// Longest draft ever asked for.
     pub max_len: usize,
-    len: usize,
-    /// Rounds left with drafting off.
-    skip: usize,
-    /// Length of the next pause after a miss.
+    /// Decayed counts of accepted draft tokens and of rounds ended by a rejection.
+    accepted: f64,
+    rejected: f64,
+    /// Decayed mean seconds of a forward by rows (index = rows - 1); 0 = not measured.
+    cost: Vec<f64>,
+    /// Rounds left before the next probe while plain decoding wins.
+    pause: usize,
     backoff: usize,
 }
 
-/// Longest pause (in rounds) after repeated misses.
-const MAX_BACKOFF: usize = 64;
+/// Longest pause (in rounds) between probes.
+const MAX_BACKOFF: usize = 16;
+/// Per-round decay of the acceptance counts (a memory of roughly 20 rounds).
+const ACCEPT_DECAY: f64 = 0.95;
+/// Weight of a new timing in the decayed mean.
+const COST_WEIGHT: f64 = 0.3;
+/// Assumed extra cost per extra row, relative to one row, where nothing is measured.
+const PRIOR_ROW_COST: f64 = 0.1;
 
 impl AdaptiveDraft {
     pub fn new(max_len: usize) -> Self {
         AdaptiveDraft {
             max_len,
-            len: max_len.min(4),
-            skip: 0,
+            accepted: 0.0,
+            rejected: 0.0,
+            cost: vec![0.0; max_len + 1],
+            pause: 0,
             backoff: 1,
         }
     }
 
-    /// The draft length to ask for this round (0: decode plainly). Counts down a pause.
+    /// Estimated probability that a draft token is accepted (prior: one half-token each way).
+    pub fn acceptance(&self) -> f64 {
+        (self.accepted + 0.5) / (self.accepted + self.rejected + 1.0)
+    }
+
+    /// Cost of a forward of `rows` rows: measured, else interpolated between measured sizes,
+    /// else extrapolated from the largest smaller measured size at `PRIOR_ROW_COST` per row.
+    fn cost_of(&self, rows: usize) -> f64 {
+        let i = rows - 1;
+        if self.cost[i] > 0.0 {
+            return self.cost[i];
+        }
+        let one = self.cost.iter().find(|&&c| c > 0.0).copied().unwrap_or(1.0);
+        let below = (0..i).rev().find(|&j| self.cost[j] > 0.0);
+        let above = (i + 1..self.cost.len()).find(|&j| self.cost[j] > 0.0);
+        match (below, above) {
+            (Some(b), Some(a)) => {
+                let f = (i - b) as f64 / (a - b) as f64;
+                self.cost[b] + f * (self.cost[a] - self.cost[b])
+            }
+            (Some(b), None) => self.cost[b] + (i - b) as f64 * PRIOR_ROW_COST * one,
+            (None, Some(a)) => {
+                self.cost[a] * (1.0 + i as f64 * PRIOR_ROW_COST) / (1.0 + a as f64 * PRIOR_ROW_COST)
+            }
+            (None, None) => one * (1.0 + i as f64 * PRIOR_ROW_COST),
+        }
+    }
+
+    /// The draft length with the best expected tokens per unit of time.
+    fn best_len(&self) -> usize {
+        let a = self.acceptance();
+        let (mut best, mut best_rate) = (0, 0.0);
+        let (mut expect, mut term) = (0.0, 1.0);
+        for k in 0..=self.max_len {
+            expect += term;
+            term *= a;
+            let rate = expect / self.cost_of(k + 1);
+            if rate > best_rate {
+                (best, best_rate) = (k, rate);
+            }
+        }
+        best
+    }
+
+    /// The draft length to ask for this round (0: decode plainly).
     pub fn next_len(&mut self) -> usize {
-        if self.skip > 0 {
-            self.skip -= 1;
+        // Plain decoding is the yardstick every draft length is compared with: time it first.
+        if self.max_len == 0 || self.cost[0] == 0.0 {
             return 0;
         }
-        self.len.min(self.max_len)
+        let best = self.best_len();
+        if best > 0 {
+            self.backoff = 1;
+            return best;
+        }
+        if self.pause > 0 {
+            self.pause -= 1;
+            return 0;
+        }
+        self.pause = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        1
     }
 
     /// Feeds back one verified round: `drafted` tokens proposed, `accepted` of them kept.
@@ -220,19 +290,21 @@ impl AdaptiveDraft {
         if drafted == 0 {
             return;
         }
-        if accepted == 0 {
-            self.len = (self.len / 2).max(1);
-            self.skip = self.backoff;
-            self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        self.accepted = self.accepted * ACCEPT_DECAY + accepted as f64;
+        self.rejected = self.rejected * ACCEPT_DECAY + u8::from(accepted < drafted) as f64;
+    }
+
+    /// Feeds back the wall time of a forward of `rows` rows (the fed token plus the draft).
+    pub fn record_cost(&mut self, rows: usize, secs: f64) {
+        if rows == 0 || rows > self.cost.len() || !(secs > 0.0) {
             return;
         }
-        self.backoff = 1;
-        self.len = if accepted == drafted {
-            (self.len.max(drafted) * 2).min(self.max_len)
+        let c = &mut self.cost[rows - 1];
+        *c = if *c > 0.0 {
+            *c + COST_WEIGHT * (secs - *c)
         } else {
-            (accepted + 1).min(self.max_len)
-        }
-        .max(1);
+            secs
+        };
     }
 }
 
@@ -284,6 +356,12 @@ impl Speculation {
             return Vec::new();
         }
         self.drafter.propose(history, want)
+    }
+
+    /// Feeds back the wall time of the forward that fed `rows` rows (token plus draft), for the
+    /// draft-length cost model. Optional: without it the controller assumes cheap batches.
+    pub fn record_cost(&mut self, rows: usize, secs: f64) {
+        self.adaptive.record_cost(rows, secs);
     }
 
     /// [`verify`] plus bookkeeping (counters, adaptive length). `rows` are the logits of the
@@ -414,7 +492,9 @@ pub fn speculative_generate(
         let mut batch = Vec::with_capacity(1 + draft.len());
         batch.push(next);
         batch.extend_from_slice(&draft);
+        let t = std::time::Instant::now();
         decoder.forward_into(&batch, pos, kv_caches, 0, &mut logits);
+        spec.record_cost(batch.len(), t.elapsed().as_secs_f64());
         let rows: Vec<&[f32]> = logits.chunks_exact(decoder.vocab_size()).collect();
         let committed = spec.verify(&rows, &draft, sampler, &history);
         let accepted = committed.len() - 1;
@@ -572,6 +652,39 @@ mod own_tests {
         assert_eq!(r.tokens_generated, 5);
         assert_eq!(r.forward_calls, 6);
         assert_eq!(r.tokens_per_call(), 5.0 / 6.0);
+    }
+
+    /// Runs the controller against a simulated drafter whose tokens are each accepted with
+    /// probability `a` and a forward of `n` rows costing `cost(n)`; returns the mean length.
+    fn simulate(a: f64, cost: impl Fn(usize) -> f64, rounds: usize) -> (f64, usize) {
+        let mut ad = AdaptiveDraft::new(16);
+        let mut rng = crate::sampling::Rng::new(3);
+        let (mut total, mut zeros) = (0, 0);
+        for _ in 0..rounds {
+            let k = ad.next_len();
+            total += k;
+            zeros += (k == 0) as usize;
+            let kept = (0..k).take_while(|_| rng.next_f64() < a).count();
+            ad.record(k, kept);
+            ad.record_cost(k + 1, cost(k + 1));
+        }
+        (total as f64 / rounds as f64, zeros)
+    }
+
+    #[test]
+    fn adaptive_length_follows_acceptance_and_cost() {
+        // Cheap batches, drafts that hit: long drafts.
+        let (mean, _) = simulate(0.97, |n| 1.0 + 0.02 * n as f64, 300);
+        assert!(mean > 8.0, "mean draft {mean}");
+        // Drafts that miss: almost always plain decoding (only sparse probes).
+        let (mean, zeros) = simulate(0.0, |n| 1.0 + 0.1 * n as f64, 300);
+        assert!(zeros > 260 && mean < 0.15, "zeros {zeros}, mean {mean}");
+        // A batch that costs as much as its rows never pays: plain decoding.
+        let (_, zeros) = simulate(0.9, |n| n as f64, 300);
+        assert!(zeros > 260, "zeros {zeros}");
+        // Two rows cheap, more expensive (today's kernels): short drafts.
+        let (mean, _) = simulate(0.9, |n| if n <= 2 { 1.0 } else { n as f64 * 0.6 }, 300);
+        assert!((0.8..=2.5).contains(&mean), "mean draft {mean}");
     }
 
     #[test]
