@@ -19,7 +19,7 @@ mod longest;
 pub use longest::LongestMatchDrafter;
 
 use crate::decoder::Decoder;
-use crate::sampling::{draw, Candidate, Rng, Sampler};
+use crate::sampling::Sampler;
 use ferrox_core::cache::KvCache;
 
 /// Drafts a continuation by n-gram lookup in the history (no draft model).
@@ -395,9 +395,14 @@ impl Speculation {
 /// `p` (penalties with the accepted drafts in the history, temperature, top-k/p, min-p): it is
 /// accepted with probability `p(t)`; on rejection the token is drawn from `p` without `t`,
 /// renormalised; when the whole draft is accepted the last row gives a bonus token. This is
-/// speculative sampling (Leviathan et al. 2023; Chen et al. 2023) with a point-mass draft, so
-/// every committed token has exactly the distribution plain sampling would give. Under greedy
-/// sampling it is the argmax rule and draws no random numbers.
+/// speculative sampling (Leviathan et al. 2023; Chen et al. 2023) with a point-mass draft.
+///
+/// It is realised by the coupling that makes it exact and reproducible: the sampler draws its
+/// own token `x ~ p` at each position, exactly as plain decoding would, and the draft token is
+/// accepted iff `x == t`. Then `P(accept) = p(t)`, and after a rejection `x` is distributed as
+/// `p` without `t`, renormalised. Each committed token consumes exactly one draw of the
+/// sampler's random stream, as in plain decoding, so for a given seed speculative output is
+/// token for token the plain output whatever the drafts were. Greedy is the argmax rule.
 ///
 /// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
 pub fn verify<R: AsRef<[f32]>>(
@@ -414,51 +419,15 @@ pub fn verify<R: AsRef<[f32]>>(
     let window = sampler.config.penalty_last_n;
     let mut hist = history[history.len().saturating_sub(window)..].to_vec();
     let mut out = Vec::with_capacity(draft.len() + 1);
-    let greedy = sampler.config.is_greedy();
     for (i, row) in rows.iter().take(draft.len() + 1).enumerate() {
-        let row = row.as_ref();
-        let proposed = draft.get(i).copied();
-        if greedy {
-            let t = sampler.sample(row, &hist);
-            out.push(t);
-            if proposed != Some(t) {
-                break;
-            }
-            hist.push(t);
-            continue;
-        }
-        let dist = sampler.distribution(row, &hist);
-        let Some(t) = proposed else {
-            out.push(draw(&dist, sampler.rng()));
+        let x = sampler.sample(row.as_ref(), &hist);
+        out.push(x);
+        if draft.get(i) != Some(&x) {
             break;
-        };
-        let p = dist.iter().find(|c| c.0 == t).map_or(0.0, |c| c.1 as f64);
-        if sampler.rng().next_f64() < p {
-            out.push(t);
-            hist.push(t);
-            continue;
         }
-        out.push(draw_without(&dist, t, sampler.rng()));
-        break;
+        hist.push(x);
     }
     out
-}
-
-/// Draws from `dist` with token `t` removed and the rest renormalised.
-fn draw_without(dist: &[Candidate], t: usize, rng: &mut Rng) -> usize {
-    let rest: f64 = dist.iter().filter(|c| c.0 != t).map(|c| c.1 as f64).sum();
-    let u = rng.next_f64() * rest;
-    let mut cum = 0.0;
-    let mut last = None;
-    for c in dist.iter().filter(|c| c.0 != t) {
-        cum += c.1 as f64;
-        last = Some(c.0);
-        if u < cum {
-            return c.0;
-        }
-    }
-    // Rounding at the top of the range, or (impossible after a rejection) nothing left.
-    last.unwrap_or(t)
 }
 
 /// Greedy/sampled decoding with a [`Drafter`]: the library-level loop behind
