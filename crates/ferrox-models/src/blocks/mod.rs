@@ -58,7 +58,7 @@ pub trait AttentionBlock: Send + Sync {
     /// blocks override it to share the weight reads of their projections.
     fn forward_segments(&self, x: &[f32], layer: usize, segs: &mut [Segment<'_>], out: &mut [f32]) {
         let rows: usize = segs.iter().map(|s| s.n).sum();
-        let d = if rows == 0 { 0 } else { x.len() / rows };
+        let d = x.len().checked_div(rows).unwrap_or(0);
         let mut r = 0;
         for s in segs.iter_mut() {
             let (a, b) = (r * d, (r + s.n) * d);
