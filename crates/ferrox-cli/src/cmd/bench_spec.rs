@@ -33,6 +33,9 @@ pub struct Args {
     /// Tokenize `--prompt-file` as is (no chat template), as llama.cpp's examples do.
     #[arg(long)]
     pub raw: bool,
+    /// Keep generating through end-of-generation tokens (always `-n` tokens).
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
     /// Only the first N workload prompts.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -185,6 +188,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let params = GenerateParams {
         max_tokens: args.n,
+        ignore_eog: args.ignore_eos,
         ..GenerateParams::default()
     };
     let modes: Vec<Option<DrafterKind>> = std::iter::once(None)
@@ -214,7 +218,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let mismatch = base.is_some_and(|b| b.tokens != out.tokens);
             let rate = out.gen_tokens as f64 / out.gen_time.as_secs_f64().max(1e-9);
             let speedup = base.map_or(1.0, |b| {
-                rate / (b.gen_tokens as f64 / b.gen_time.as_secs_f64().max(1e-9))
+                rate / (b.gen_tokens as f64 / b.gen_time.as_secs_f64().max(1e-9)).max(1e-9)
             });
             let s = out.spec;
             eprintln!(
@@ -260,7 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 label(m),
                 t.tokens,
                 t.rate(),
-                t.rate() / base.rate(),
+                t.rate() / base.rate().max(1e-9),
                 median(speedups[si][mi].clone()),
                 if spec {
                     format!("{:.2}", t.accepted as f64 / t.verify_calls.max(1) as f64)
