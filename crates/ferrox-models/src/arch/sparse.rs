@@ -9,7 +9,7 @@
 
 use super::resolver;
 use crate::blocks::dsa::Indexer;
-use crate::blocks::mla::{Mla, MlaWeights};
+use crate::blocks::mla::{KvB, Mla, MlaWeights};
 use crate::blocks::moe::{MoeBlock, Routing};
 use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig};
@@ -55,6 +55,15 @@ pub fn mla_q_rows(c: &ModelConfig) -> usize {
 }
 pub fn kv_b_rows(c: &ModelConfig) -> usize {
     c.n_heads * (mla(c).qk_nope_head_dim + mla(c).v_head_dim)
+}
+pub fn heads(c: &ModelConfig) -> usize {
+    c.n_heads
+}
+pub fn qk_nope(c: &ModelConfig) -> usize {
+    mla(c).qk_nope_head_dim
+}
+pub fn v_head(c: &ModelConfig) -> usize {
+    mla(c).v_head_dim
 }
 pub fn mla_o_cols(c: &ModelConfig) -> usize {
     c.n_heads * mla(c).v_head_dim
@@ -181,6 +190,18 @@ pub const MLA_ATTN: &[TensorSpec] = &[
         "blk.{}.attn_kv_b.weight",
         "model.layers.{}.self_attn.kv_b_proj.weight",
         &[Of(kv_b_rows), Of(kv_lora)],
+    ),
+    // llama.cpp's converter splits `kv_b_proj` per head (`attn_k_b` transposed); only legacy
+    // GGUFs carry `attn_kv_b`.
+    o(
+        "blk.{}.attn_k_b.weight",
+        "-",
+        &[Of(heads), Of(kv_lora), Of(qk_nope)],
+    ),
+    o(
+        "blk.{}.attn_v_b.weight",
+        "-",
+        &[Of(heads), Of(v_head), Of(kv_lora)],
     ),
     o(
         "blk.{}.attn_output.weight",
@@ -426,7 +447,7 @@ pub fn build_sparse(
             attn_norm: norm(&n("attn_norm.weight"))?,
             attn,
             post_attn_norm,
-            ffn_norm: norm(&n("ffn_norm.weight"))?,
+            ffn_norm: norm(&n(pre_ffn_norm(&cfg, &b, l)))?,
             ffn,
             post_ffn_norm,
         });
@@ -439,6 +460,19 @@ pub fn build_sparse(
         output_norm,
         lm_head,
     ))
+}
+
+/// Name of the norm before the FFN: `ffn_norm`, except in llama.cpp's GLM-4.5 GGUFs, which store
+/// it (HF `post_attention_layernorm`) as `post_attention_norm` — a name that means the sandwich
+/// norm on the attention output when the config has post-norms (GLM-4, Gemma 3).
+fn pre_ffn_norm(cfg: &ModelConfig, b: &Bound, l: usize) -> &'static str {
+    let ffn = "ffn_norm.weight";
+    let glm = "post_attention_norm.weight";
+    if !cfg.post_norms && !b.has(&format!("blk.{l}.{ffn}")) && b.has(&format!("blk.{l}.{glm}")) {
+        glm
+    } else {
+        ffn
+    }
 }
 
 /// Dense SwiGLU: separate gate/up, or one fused `[2·ffn, hidden]` up (GLM-4: gate rows first).
@@ -541,7 +575,15 @@ fn build_mla(cfg: &ModelConfig, b: &Bound, l: usize) -> Result<Mla, LoadError> {
         kv_a: b.matrix(&n("attn_kv_a_mqa.weight"))?,
         kv_a_bias: b.opt_vector(&n("attn_kv_a_mqa.bias"))?,
         kv_a_norm: b.vector(&n("attn_kv_a_norm.weight"))?,
-        kv_b: b.matrix(&n("attn_kv_b.weight"))?,
+        kv_b: match (b.get(&n("attn_k_b.weight")), b.get(&n("attn_v_b.weight"))) {
+            (Some(k_b), Some(v_b)) => KvB::Split {
+                k_b: split_rows(k_b, cfg.n_heads)?,
+                v_b: split_rows(v_b, cfg.n_heads)?,
+            },
+            (Some(_), None) => return Err(LoadError::MissingTensor(n("attn_v_b.weight"))),
+            (None, Some(_)) => return Err(LoadError::MissingTensor(n("attn_k_b.weight"))),
+            (None, None) => KvB::Fused(b.matrix(&n("attn_kv_b.weight"))?),
+        },
         o: b.matrix(&n("attn_output.weight"))?,
         o_bias: b.opt_vector(&n("attn_output.bias"))?,
     };

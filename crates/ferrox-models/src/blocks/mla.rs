@@ -56,11 +56,25 @@ pub struct MlaWeights {
     pub kv_a_bias: Option<Vec<f32>>,
     /// `kv_a_layernorm` `[kv_lora_rank]`.
     pub kv_a_norm: Vec<f32>,
-    /// `kv_b_proj` `[H*(dn+dv), kv_lora_rank]`.
-    pub kv_b: WeightMatrix,
+    /// `kv_b_proj`, fused or already split per head.
+    pub kv_b: KvB,
     /// `o_proj` `[hidden, H*dv]`.
     pub o: WeightMatrix,
     pub o_bias: Option<Vec<f32>>,
+}
+
+/// The latent up-projection of keys and values.
+#[derive(Debug, Clone)]
+pub enum KvB {
+    /// Hugging Face `kv_b_proj` (and legacy GGUF `attn_kv_b`) `[H*(dn+dv), kv_lora_rank]`: per head
+    /// `dn` key rows then `dv` value rows. Split and transposed into f32 at load.
+    Fused(WeightMatrix),
+    /// llama.cpp's split form, used as stored (quantized or not): per head `attn_k_b`
+    /// `[kv_lora_rank, dn]` (already `W_ukᵀ`) and `attn_v_b` `[dv, kv_lora_rank]` (`W_uv`).
+    Split {
+        k_b: Vec<WeightMatrix>,
+        v_b: Vec<WeightMatrix>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -96,31 +110,10 @@ impl Mla {
             m.v_head_dim,
             m.kv_lora_rank,
         );
-        // Split kv_b per head into the key (first dn rows) and value (next dv rows) parts.
-        let mut row = vec![0f32; rkv];
-        let mut w_uk_t = Vec::with_capacity(h);
-        let mut w_uv = Vec::with_capacity(h);
-        for head in 0..h {
-            let base = head * (dn + dv);
-            let mut kt = vec![0f32; rkv * dn];
-            for d in 0..dn {
-                w.kv_b
-                    .dequantize_row(base + d, &mut row)
-                    .expect("kv_b rows validated at load");
-                for (r, v) in row.iter().enumerate() {
-                    kt[r * dn + d] = *v;
-                }
-            }
-            let mut uv = Vec::with_capacity(dv * rkv);
-            for d in 0..dv {
-                w.kv_b
-                    .dequantize_row(base + dn + d, &mut row)
-                    .expect("kv_b rows validated at load");
-                uv.extend_from_slice(&row);
-            }
-            w_uk_t.push(WeightMatrix::from_f32(rkv, dn, &kt));
-            w_uv.push(WeightMatrix::from_f32(dv, rkv, &uv));
-        }
+        let (w_uk_t, w_uv) = match &w.kv_b {
+            KvB::Split { k_b, v_b } => (k_b.clone(), v_b.clone()),
+            KvB::Fused(kv_b) => split_kv_b(kv_b, h, dn, dv, rkv),
+        };
         let mut scale = ((dn + dr) as f32).powf(-0.5);
         if let RopeScaling::Yarn {
             factor,
@@ -319,6 +312,40 @@ impl AttentionBlock for Mla {
         self.w.o.gemm(&attn, n, out);
         add_bias(out, self.w.o_bias.as_ref());
     }
+}
+
+/// Splits a fused `kv_b` per head into the key (first `dn` rows, transposed) and value (next
+/// `dv` rows) parts.
+fn split_kv_b(
+    kv_b: &WeightMatrix,
+    h: usize,
+    dn: usize,
+    dv: usize,
+    rkv: usize,
+) -> (Vec<WeightMatrix>, Vec<WeightMatrix>) {
+    let mut row = vec![0f32; rkv];
+    let mut w_uk_t = Vec::with_capacity(h);
+    let mut w_uv = Vec::with_capacity(h);
+    for head in 0..h {
+        let base = head * (dn + dv);
+        let mut kt = vec![0f32; rkv * dn];
+        for d in 0..dn {
+            kv_b.dequantize_row(base + d, &mut row)
+                .expect("kv_b rows validated at load");
+            for (r, v) in row.iter().enumerate() {
+                kt[r * dn + d] = *v;
+            }
+        }
+        let mut uv = Vec::with_capacity(dv * rkv);
+        for d in 0..dv {
+            kv_b.dequantize_row(base + dn + d, &mut row)
+                .expect("kv_b rows validated at load");
+            uv.extend_from_slice(&row);
+        }
+        w_uk_t.push(WeightMatrix::from_f32(rkv, dn, &kt));
+        w_uv.push(WeightMatrix::from_f32(dv, rkv, &uv));
+    }
+    (w_uk_t, w_uv)
 }
 
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
