@@ -552,6 +552,7 @@ fn build_moe(
             None
         },
         routing: Routing::from_config(m),
+        scratch: Default::default(),
     })
 }
 
