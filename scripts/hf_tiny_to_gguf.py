@@ -27,8 +27,9 @@ Where the tiny checkpoints differ from real ones, four things are added on purpo
   * a synthetic 512-entry SentencePiece-style vocabulary: hf-tiny has no tokenizer, and a GGUF
     model file is expected to carry one.
 
-Usage: hf_tiny_to_gguf.py [--gguf-py DIR] SRC_DIR OUT.gguf
-       hf_tiny_to_gguf.py --all  (every supported fixture into tests/fixtures/gguf-tiny/)
+Usage: hf_tiny_to_gguf.py [--gguf-py DIR] [--fuse-gate-up-exps] SRC_DIR OUT.gguf
+       hf_tiny_to_gguf.py --all  (every supported fixture into tests/fixtures/gguf-tiny/, plus
+                                  qwen3_moe_fused.gguf with fused `ffn_gate_up_exps`)
 Needs numpy and safetensors (pip), and gguf-py (the llama.cpp tree, or `pip install gguf`).
 """
 
@@ -207,7 +208,7 @@ def llama_permute(x: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarr
     )
 
 
-def convert(src: Path, out: Path, gguf) -> None:
+def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
     h = json.loads((src / "config.json").read_text())
     mt = h["model_type"]
     if mt not in ARCHS:
@@ -268,8 +269,16 @@ def convert(src: Path, out: Path, gguf) -> None:
                 out_tensors.append((gguf_name(f"layers.{bid}.feed_forward.experts.{wid}.weight"), data))
         else:
             n_exp = h.get("n_routed_experts") or h.get("num_local_experts") or h["num_experts"]
+            stacked = {}
             for wn in ("down_proj", "gate_proj", "up_proj"):
-                data = np.stack([experts.pop(f"model.layers.{bid}.mlp.experts.{x}.{wn}.weight") for x in range(n_exp)])
+                stacked[wn] = np.stack(
+                    [experts.pop(f"model.layers.{bid}.mlp.experts.{x}.{wn}.weight") for x in range(n_exp)]
+                )
+            if fuse_gate_up:
+                # ModelBase.modify_tensors with --fuse-gate-up-exps: cat([gate, up], dim=1).
+                fused = np.concatenate([stacked.pop("gate_proj"), stacked.pop("up_proj")], axis=1)
+                out_tensors.append((f"blk.{bid}.ffn_gate_up_exps.weight", fused))
+            for wn, data in stacked.items():
                 out_tensors.append((gguf_name(f"model.layers.{bid}.mlp.experts.{wn}.weight"), data))
     if experts:
         raise ValueError(f"unprocessed experts: {sorted(experts)[:4]}")
@@ -309,6 +318,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gguf-py", type=Path, default=LLAMA_CPP_GGUF_PY)
     ap.add_argument("--all", action="store_true")
+    ap.add_argument("--fuse-gate-up-exps", action="store_true", help="as convert_hf_to_gguf.py's option")
     ap.add_argument("src", nargs="?", type=Path)
     ap.add_argument("out", nargs="?", type=Path)
     a = ap.parse_args()
@@ -322,8 +332,10 @@ def main() -> None:
         for name in ALL_FIXTURES:
             convert(FIXTURES / "hf-tiny" / name, dst / f"{name}.gguf", gguf)
             print(f"wrote {dst / (name + '.gguf')}")
+        convert(FIXTURES / "hf-tiny/qwen3_moe", dst / "qwen3_moe_fused.gguf", gguf, fuse_gate_up=True)
+        print(f"wrote {dst / 'qwen3_moe_fused.gguf'}")
     elif a.src and a.out:
-        convert(a.src, a.out, gguf)
+        convert(a.src, a.out, gguf, a.fuse_gate_up_exps)
     else:
         ap.error("give SRC_DIR OUT.gguf or --all")
 

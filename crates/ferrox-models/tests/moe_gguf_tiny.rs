@@ -146,3 +146,15 @@ fn missing_or_misshapen_tensors_are_named() {
     });
     assert!(msg.contains("blk.1.ffn_gate_exps.weight"), "{msg}");
 }
+
+/// `convert_hf_to_gguf.py --fuse-gate-up-exps`: one `ffn_gate_up_exps` per layer instead of
+/// separate gate and up stacks.
+#[test]
+fn fused_gate_up_experts() {
+    let path = gguf("qwen3_moe_fused");
+    let f = GgufFile::open(&path).unwrap();
+    assert!(f.tensor("blk.1.ffn_gate_up_exps.weight").is_some());
+    assert!(f.tensor("blk.1.ffn_gate_exps.weight").is_none());
+    check_tiny_logits(&path, &reference("qwen3_moe"));
+    check_tiny_greedy(&path, &reference("qwen3_moe"));
+}

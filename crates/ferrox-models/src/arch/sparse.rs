@@ -26,6 +26,9 @@ pub fn experts(c: &ModelConfig) -> usize {
 pub fn expert_ffn(c: &ModelConfig) -> usize {
     c.moe.expert_ffn_dim
 }
+pub fn expert_ffn2(c: &ModelConfig) -> usize {
+    2 * c.moe.expert_ffn_dim
+}
 pub fn shared_ffn(c: &ModelConfig) -> usize {
     c.moe.shared_ffn_dim
 }
@@ -299,6 +302,7 @@ pub const MOE_FFN: &[TensorSpec] = &[
         "-",
         &[Of(experts), Hidden, Of(expert_ffn)],
     ),
+    GATE_UP_EXPS,
     o(
         "blk.{}.ffn_gate_shexp.weight",
         "model.layers.{}.mlp.shared_experts.gate_proj.weight",
@@ -315,6 +319,14 @@ pub const MOE_FFN: &[TensorSpec] = &[
         &[Hidden, Of(shared_ffn)],
     ),
 ];
+
+/// llama.cpp's optional fused expert gate/up (`--fuse-gate-up-exps`): per expert, the gate rows
+/// then the up rows.
+pub const GATE_UP_EXPS: TensorSpec = o(
+    "blk.{}.ffn_gate_up_exps.weight",
+    "-",
+    &[Of(experts), Of(expert_ffn2), Hidden],
+);
 
 /// Hugging Face per-expert tensor names (`{}` layer, `{e}` expert): gate, up, down.
 #[derive(Debug, Clone, Copy)]
@@ -507,8 +519,21 @@ fn build_moe(
     let experts = match src.naming() {
         Naming::Gguf => {
             let get = |s: &str| b.get(&n(s)).ok_or_else(|| LoadError::MissingTensor(n(s)));
-            let g = split_rows(get("ffn_gate_exps.weight")?, e)?;
-            let u = split_rows(get("ffn_up_exps.weight")?, e)?;
+            let (g, u) = match b.get(&n("ffn_gate_up_exps.weight")) {
+                Some(fused) => {
+                    let parts = split_rows(fused, 2 * e)?;
+                    let (g, u): (Vec<_>, Vec<_>) =
+                        parts.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+                    (
+                        g.into_iter().map(|p| p.1).collect(),
+                        u.into_iter().map(|p| p.1).collect(),
+                    )
+                }
+                None => (
+                    split_rows(get("ffn_gate_exps.weight")?, e)?,
+                    split_rows(get("ffn_up_exps.weight")?, e)?,
+                ),
+            };
             let dn = split_rows(get("ffn_down_exps.weight")?, e)?;
             g.into_iter()
                 .zip(u)
