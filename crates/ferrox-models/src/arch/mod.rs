@@ -34,11 +34,17 @@ pub fn load(path: &Path) -> Result<Decoder, LoadError> {
     if path.is_dir() {
         load_hf_dir(path)
     } else {
-        load_gguf(path)
+        load_gguf(path, false)
     }
 }
 
-fn load_gguf(path: &Path) -> Result<Decoder, LoadError> {
+/// A GGUF model with every weight dequantized to F32 at load: the exact-arithmetic reference
+/// (as transformers runs the GGUF) for judging near-ties; several times the memory.
+pub fn load_dequantized(path: &Path) -> Result<Decoder, LoadError> {
+    load_gguf(path, true)
+}
+
+fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
     let file = GgufFile::open(path).map_err(|e| LoadError::Format {
         path: path.to_path_buf(),
         msg: e.to_string(),
@@ -49,6 +55,7 @@ fn load_gguf(path: &Path) -> Result<Decoder, LoadError> {
     let arch = g.file.architecture().unwrap_or_default().to_string();
     let src = GgufSource {
         file: g.file.clone(),
+        dequantize,
     };
     // Mixtral is stored as `llama` with experts.
     let has_experts = g.opt_usize("expert_count").unwrap_or(0) > 0;
