@@ -632,3 +632,49 @@ fn build_mla(cfg: &ModelConfig, b: &Bound, l: usize) -> Result<Mla, LoadError> {
     };
     Ok(Mla::new(cfg, l, w, indexer))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrox_core::quant::{self, GgmlType};
+    use ferrox_core::storage::Bytes;
+
+    /// Q8_0 blocks (f16 scale + 32 i8) with a different scale and pattern in every block.
+    fn q8_0_bytes(n_blocks: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n_blocks * 34);
+        for b in 0..n_blocks {
+            v.extend_from_slice(&(0x2000u16 + b as u16 * 7).to_le_bytes());
+            v.extend((0..32).map(|i| ((i * 5 + b * 3) % 61) as u8 ^ 0x20));
+        }
+        v
+    }
+
+    /// Stacked quantized experts (and MLA's per-head `attn_k_b`) split zero-copy into the same
+    /// rows a whole-tensor dequantization gives.
+    #[test]
+    fn split_rows_of_quantized_stack() {
+        let (parts, rows, cols) = (3, 4, 64);
+        let bytes = q8_0_bytes(parts * rows * cols / 32);
+        let mut whole = vec![0f32; parts * rows * cols];
+        quant::dequantize_row(GgmlType::Q8_0, &bytes, &mut whole).unwrap();
+        let t = TensorRef {
+            name: "blk.1.ffn_up_exps.weight".into(),
+            ty: GgmlType::Q8_0,
+            shape: vec![parts, rows, cols],
+            data: Bytes::from_vec(bytes),
+        };
+        let mats = split_rows(&t, parts).unwrap();
+        assert_eq!(mats.len(), parts);
+        let mut row = vec![0f32; cols];
+        for (p, m) in mats.iter().enumerate() {
+            assert_eq!((m.rows(), m.cols()), (rows, cols));
+            for r in 0..rows {
+                m.dequantize_row(r, &mut row).unwrap();
+                let at = (p * rows + r) * cols;
+                assert_eq!(row, whole[at..at + cols], "part {p} row {r}");
+            }
+        }
+        let e = split_rows(&t, 5).unwrap_err().to_string();
+        assert!(e.contains("blk.1.ffn_up_exps.weight"), "{e}");
+    }
+}
