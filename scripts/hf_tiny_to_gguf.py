@@ -157,6 +157,9 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
             w.add_rope_scaling_yarn_log_mul(0.1 * rp["mscale_all_dim"])
         if h.get("scoring_func") is None:
             w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        if mt in ("deepseek_v32", "glm_moe_dsa") or (mt == "glm4_moe_lite" and h.get("num_nextn_predict_layers")):
+            if h.get("num_nextn_predict_layers") is not None:
+                w.add_nextn_predict_layers(h["num_nextn_predict_layers"])
         if mt in ("deepseek_v32", "glm_moe_dsa"):
             w.add_indexer_head_count(h["index_n_heads"])
             w.add_indexer_key_length(h["index_head_dim"])
@@ -176,6 +179,8 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
             w.add_expert_weights_scale(h["routed_scaling_factor"])
         if h.get("norm_topk_prob") is not None:
             w.add_expert_weights_norm(h["norm_topk_prob"])
+        if h.get("num_nextn_predict_layers") is not None:
+            w.add_nextn_predict_layers(h["num_nextn_predict_layers"])
     elif mt == "glm4":
         head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
         w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.5)))

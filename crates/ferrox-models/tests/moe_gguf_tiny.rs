@@ -158,3 +158,23 @@ fn fused_gate_up_experts() {
     check_tiny_logits(&path, &reference("qwen3_moe"));
     check_tiny_greedy(&path, &reference("qwen3_moe"));
 }
+
+/// `block_count` includes appended NextN/MTP blocks (`nextn_predict_layers`), which the decoder
+/// leaves out: declaring the last of glm4_moe's 3 blocks an MTP block gives a 2-layer model.
+#[test]
+fn mtp_blocks_are_not_decoder_layers() {
+    let mut bytes = std::fs::read(gguf("glm4_moe")).unwrap();
+    let key = b"glm4moe.nextn_predict_layers";
+    let at = find(&bytes, key) + key.len();
+    assert_eq!(&bytes[at..at + 4], &4u32.to_le_bytes(), "value type u32");
+    assert_eq!(&bytes[at + 4..at + 8], &0u32.to_le_bytes());
+    bytes[at + 4..at + 8].copy_from_slice(&1u32.to_le_bytes());
+    let path =
+        std::env::temp_dir().join(format!("ferrox-moe-gguf-{}-mtp.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let dec = Decoder::load(&path);
+    std::fs::remove_file(&path).ok();
+    let dec = dec.unwrap();
+    assert_eq!(dec.config.n_layers, 2);
+    assert_eq!(dec.config.layer_moe, vec![false, true]);
+}

@@ -16,6 +16,7 @@
 //! - Gating: `expert_gating_func` (1 softmax, 2 sigmoid); when absent, `deepseek2` means softmax
 //!   (except GLM-4.7-Flash-shaped files), `glm4moe`/`glm-dsa` sigmoid, `qwen3moe`/`llama`
 //!   softmax. `qwen3moe` and `llama` always renormalise the selected weights.
+//! - `block_count` counts appended NextN/MTP blocks (`nextn_predict_layers`); they are skipped.
 //! - Which layers are MoE: `leading_dense_block_count` when written, otherwise the layers that
 //!   carry a router (`ffn_gate_inp`). Features switched by tensors (q/k norm, q/k/v bias,
 //!   selection bias) are read from their presence, as llama.cpp's optional tensors are.
@@ -111,7 +112,15 @@ pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     };
     let is_mla = matches!(ga.as_str(), "deepseek2" | "deepseek32" | "glm-dsa");
     let hidden = g.usize("embedding_length")?;
-    let n_layers = g.usize("block_count")?;
+    // `block_count` includes appended NextN/MTP blocks, which are not part of the forward.
+    let blocks = g.usize("block_count")?;
+    let nextn = g.opt_usize("nextn_predict_layers").unwrap_or(0);
+    if nextn >= blocks {
+        return Err(cfg_err(format!(
+            "{nextn} MTP layers leave none of {blocks} blocks for the decoder"
+        )));
+    }
+    let n_layers = blocks - nextn;
     let n_heads = g.usize("attention.head_count")?;
     let vocab = g
         .tensor_rows("token_embd.weight")
