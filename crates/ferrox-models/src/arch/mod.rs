@@ -13,6 +13,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod random;
 pub mod sparse;
+pub mod sparse_gguf;
 
 use crate::blocks::{GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{
@@ -56,11 +57,20 @@ fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
         file: g.file.clone(),
         dequantize,
     };
+    // Mixtral is stored as `llama` with experts.
+    let has_experts = g.opt_usize("expert_count").unwrap_or(0) > 0;
+    let sparse = || sparse_gguf::config_from_gguf(&g);
     let mut dec = match arch.as_str() {
+        "llama" if has_experts => mixtral::build(sparse()?, &src)?,
         "llama" => llama::build(llama::config_from_gguf(&g)?, &src)?,
         "qwen2" => qwen2::build(qwen2::config_from_gguf(&g)?, &src)?,
         "qwen3" => qwen3::build(qwen3::config_from_gguf(&g)?, &src)?,
         "gemma3" => gemma3::build(gemma3::config_from_gguf(&g)?, &src)?,
+        "deepseek2" => deepseek_v3::build(sparse()?, &src)?,
+        "deepseek32" | "glm-dsa" => glm_moe_dsa::build(sparse()?, &src)?,
+        "glm4moe" => glm4_moe::build(sparse()?, &src)?,
+        "glm4" => glm4::build(sparse()?, &src)?,
+        "qwen3moe" => qwen3_moe::build(sparse()?, &src)?,
         other => return Err(LoadError::UnsupportedArch(other.to_string())),
     };
     dec.source = ModelSource {
