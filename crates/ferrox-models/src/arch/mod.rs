@@ -23,7 +23,8 @@ use crate::config::{
 use crate::decoder::{Decoder, Layer, ModelSource};
 use crate::gguf::GgufFile;
 use crate::weights::{
-    read_to_string, Bound, Dim, GgufSource, LoadError, SafetensorsDir, TensorSpec, WeightSource,
+    opt, read_to_string, req, Bound, Dim, Dim::*, GgufSource, LoadError, SafetensorsDir,
+    TensorSpec, WeightSource,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -400,13 +401,113 @@ pub fn resolver(cfg: &ModelConfig) -> impl Fn(Dim) -> usize + '_ {
 
 /// Builds a dense decoder (standard attention + gated MLP in every layer) from a table.
 /// Logical names follow llama.cpp; optional tensors switch features on when present.
+/// Tensors of every dense model outside the layers.
+pub const DENSE_GLOBAL: &[TensorSpec] = &[
+    req(
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+        &[Vocab, Hidden],
+    ),
+    req("output_norm.weight", "model.norm.weight", &[Hidden]),
+    opt("output.weight", "lm_head.weight", &[Vocab, Hidden]),
+];
+
+/// The attention half of a dense layer: its input norm and the four projections.
+pub const ATTN: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_norm.weight",
+        "model.layers.{}.input_layernorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.attn_q.weight",
+        "model.layers.{}.self_attn.q_proj.weight",
+        &[QDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_k.weight",
+        "model.layers.{}.self_attn.k_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_v.weight",
+        "model.layers.{}.self_attn.v_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_output.weight",
+        "model.layers.{}.self_attn.o_proj.weight",
+        &[Hidden, QDim],
+    ),
+];
+
+/// Q/K/V projection biases (Qwen2).
+pub const QKV_BIAS: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_q.bias",
+        "model.layers.{}.self_attn.q_proj.bias",
+        &[QDim],
+    ),
+    req(
+        "blk.{}.attn_k.bias",
+        "model.layers.{}.self_attn.k_proj.bias",
+        &[KvDim],
+    ),
+    req(
+        "blk.{}.attn_v.bias",
+        "model.layers.{}.self_attn.v_proj.bias",
+        &[KvDim],
+    ),
+];
+
+/// Per-head QK RMSNorm weights (Qwen3, Gemma 3).
+pub const QK_NORM: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_q_norm.weight",
+        "model.layers.{}.self_attn.q_norm.weight",
+        &[HeadDim],
+    ),
+    req(
+        "blk.{}.attn_k_norm.weight",
+        "model.layers.{}.self_attn.k_norm.weight",
+        &[HeadDim],
+    ),
+];
+
+/// The pre-FFN norm under Llama's name for it.
+pub const FFN_NORM: &[TensorSpec] = &[req(
+    "blk.{}.ffn_norm.weight",
+    "model.layers.{}.post_attention_layernorm.weight",
+    &[Hidden],
+)];
+
+/// The gated FFN.
+pub const MLP: &[TensorSpec] = &[
+    req(
+        "blk.{}.ffn_gate.weight",
+        "model.layers.{}.mlp.gate_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    req(
+        "blk.{}.ffn_up.weight",
+        "model.layers.{}.mlp.up_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    req(
+        "blk.{}.ffn_down.weight",
+        "model.layers.{}.mlp.down_proj.weight",
+        &[Hidden, Ffn],
+    ),
+];
+
+/// Builds a dense model whose layer table is the concatenation of `layer_tables`.
 pub fn build_dense(
     cfg: ModelConfig,
     src: &dyn WeightSource,
-    global: &[TensorSpec],
-    per_layer: &[TensorSpec],
+    layer_tables: &[&[TensorSpec]],
 ) -> Result<Decoder, LoadError> {
-    let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, global, per_layer)?;
+    let per_layer: Vec<TensorSpec> = layer_tables.concat();
+    let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, DENSE_GLOBAL, &per_layer)?;
     let offset = cfg.norm == NormKind::RmsOffsetOne;
     let eps = cfg.norm_eps;
     let norm = |name: &str| -> Result<RmsNorm, LoadError> {
