@@ -105,6 +105,11 @@ impl Decoder {
         crate::arch::load(path.as_ref())
     }
 
+    /// A GGUF model with all weights dequantized to F32: the exact-arithmetic reference.
+    pub fn load_dequantized(path: impl AsRef<Path>) -> Result<Decoder, LoadError> {
+        crate::arch::load_dequantized(path.as_ref())
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.lm_head.rows()
     }

@@ -5,57 +5,17 @@
 //! Reference: transformers `modeling_gemma3.py`; llama.cpp `LLM_ARCH_GEMMA3`.
 //! HF checkpoints store norms as `w` in `x * (1 + w)`; GGUF stores `1 + w`.
 
-use super::{build_dense, dense_config_from_gguf, dense_config_from_hf, GgufMeta, HfConfig};
+use super::{
+    build_dense, dense_config_from_gguf, dense_config_from_hf, GgufMeta, HfConfig, ATTN, MLP,
+    QK_NORM,
+};
 use crate::config::{Activation, Arch, AttnKind, ModelConfig, NormKind, RopeScaling};
 use crate::decoder::Decoder;
-use crate::weights::{opt, req, Dim::*, LoadError, TensorSpec, WeightSource};
+use crate::weights::{req, Dim::*, LoadError, TensorSpec, WeightSource};
 
-pub const GLOBAL: &[TensorSpec] = &[
-    req(
-        "token_embd.weight",
-        "model.embed_tokens.weight",
-        &[Vocab, Hidden],
-    ),
-    req("output_norm.weight", "model.norm.weight", &[Hidden]),
-    opt("output.weight", "lm_head.weight", &[Vocab, Hidden]),
-];
-
-pub const LAYER: &[TensorSpec] = &[
-    req(
-        "blk.{}.attn_norm.weight",
-        "model.layers.{}.input_layernorm.weight",
-        &[Hidden],
-    ),
-    req(
-        "blk.{}.attn_q.weight",
-        "model.layers.{}.self_attn.q_proj.weight",
-        &[QDim, Hidden],
-    ),
-    req(
-        "blk.{}.attn_k.weight",
-        "model.layers.{}.self_attn.k_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    req(
-        "blk.{}.attn_v.weight",
-        "model.layers.{}.self_attn.v_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    req(
-        "blk.{}.attn_output.weight",
-        "model.layers.{}.self_attn.o_proj.weight",
-        &[Hidden, QDim],
-    ),
-    req(
-        "blk.{}.attn_q_norm.weight",
-        "model.layers.{}.self_attn.q_norm.weight",
-        &[HeadDim],
-    ),
-    req(
-        "blk.{}.attn_k_norm.weight",
-        "model.layers.{}.self_attn.k_norm.weight",
-        &[HeadDim],
-    ),
+/// Gemma's four norms: after attention, before and after the FFN (the one before attention
+/// is the shared `attn_norm`).
+const GEMMA_NORMS: &[TensorSpec] = &[
     req(
         "blk.{}.post_attention_norm.weight",
         "model.layers.{}.post_attention_layernorm.weight",
@@ -71,23 +31,7 @@ pub const LAYER: &[TensorSpec] = &[
         "model.layers.{}.post_feedforward_layernorm.weight",
         &[Hidden],
     ),
-    req(
-        "blk.{}.ffn_gate.weight",
-        "model.layers.{}.mlp.gate_proj.weight",
-        &[Ffn, Hidden],
-    ),
-    req(
-        "blk.{}.ffn_up.weight",
-        "model.layers.{}.mlp.up_proj.weight",
-        &[Ffn, Hidden],
-    ),
-    req(
-        "blk.{}.ffn_down.weight",
-        "model.layers.{}.mlp.down_proj.weight",
-        &[Hidden, Ffn],
-    ),
 ];
-
 pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = dense_config_from_hf(hf, Arch::Gemma3)?;
     let hd = cfg.head_dim;
@@ -116,7 +60,7 @@ pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
 }
 
 pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    build_dense(cfg, src, GLOBAL, LAYER)
+    build_dense(cfg, src, &[ATTN, QK_NORM, GEMMA_NORMS, MLP])
 }
 
 /// llama.cpp's Gemma 3 rules: every 6th layer global, local RoPE base 10000, query scale

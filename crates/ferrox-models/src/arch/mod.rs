@@ -13,6 +13,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod random;
 pub mod sparse;
+pub mod sparse_gguf;
 
 use crate::blocks::{GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{
@@ -22,7 +23,8 @@ use crate::config::{
 use crate::decoder::{Decoder, Layer, ModelSource};
 use crate::gguf::GgufFile;
 use crate::weights::{
-    read_to_string, Bound, Dim, GgufSource, LoadError, SafetensorsDir, TensorSpec, WeightSource,
+    opt, read_to_string, req, Bound, Dim, Dim::*, GgufSource, LoadError, SafetensorsDir,
+    TensorSpec, WeightSource,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -33,11 +35,17 @@ pub fn load(path: &Path) -> Result<Decoder, LoadError> {
     if path.is_dir() {
         load_hf_dir(path)
     } else {
-        load_gguf(path)
+        load_gguf(path, false)
     }
 }
 
-fn load_gguf(path: &Path) -> Result<Decoder, LoadError> {
+/// A GGUF model with every weight dequantized to F32 at load: the exact-arithmetic reference
+/// (as transformers runs the GGUF) for judging near-ties; several times the memory.
+pub fn load_dequantized(path: &Path) -> Result<Decoder, LoadError> {
+    load_gguf(path, true)
+}
+
+fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
     let file = GgufFile::open(path).map_err(|e| LoadError::Format {
         path: path.to_path_buf(),
         msg: e.to_string(),
@@ -48,12 +56,22 @@ fn load_gguf(path: &Path) -> Result<Decoder, LoadError> {
     let arch = g.file.architecture().unwrap_or_default().to_string();
     let src = GgufSource {
         file: g.file.clone(),
+        dequantize,
     };
+    // Mixtral is stored as `llama` with experts.
+    let has_experts = g.opt_usize("expert_count").unwrap_or(0) > 0;
+    let sparse = || sparse_gguf::config_from_gguf(&g);
     let mut dec = match arch.as_str() {
+        "llama" if has_experts => mixtral::build(sparse()?, &src)?,
         "llama" => llama::build(llama::config_from_gguf(&g)?, &src)?,
         "qwen2" => qwen2::build(qwen2::config_from_gguf(&g)?, &src)?,
         "qwen3" => qwen3::build(qwen3::config_from_gguf(&g)?, &src)?,
         "gemma3" => gemma3::build(gemma3::config_from_gguf(&g)?, &src)?,
+        "deepseek2" => deepseek_v3::build(sparse()?, &src)?,
+        "deepseek32" | "glm-dsa" => glm_moe_dsa::build(sparse()?, &src)?,
+        "glm4moe" => glm4_moe::build(sparse()?, &src)?,
+        "glm4" => glm4::build(sparse()?, &src)?,
+        "qwen3moe" => qwen3_moe::build(sparse()?, &src)?,
         other => return Err(LoadError::UnsupportedArch(other.to_string())),
     };
     dec.source = ModelSource {
@@ -383,13 +401,113 @@ pub fn resolver(cfg: &ModelConfig) -> impl Fn(Dim) -> usize + '_ {
 
 /// Builds a dense decoder (standard attention + gated MLP in every layer) from a table.
 /// Logical names follow llama.cpp; optional tensors switch features on when present.
+/// Tensors of every dense model outside the layers.
+pub const DENSE_GLOBAL: &[TensorSpec] = &[
+    req(
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+        &[Vocab, Hidden],
+    ),
+    req("output_norm.weight", "model.norm.weight", &[Hidden]),
+    opt("output.weight", "lm_head.weight", &[Vocab, Hidden]),
+];
+
+/// The attention half of a dense layer: its input norm and the four projections.
+pub const ATTN: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_norm.weight",
+        "model.layers.{}.input_layernorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.attn_q.weight",
+        "model.layers.{}.self_attn.q_proj.weight",
+        &[QDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_k.weight",
+        "model.layers.{}.self_attn.k_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_v.weight",
+        "model.layers.{}.self_attn.v_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    req(
+        "blk.{}.attn_output.weight",
+        "model.layers.{}.self_attn.o_proj.weight",
+        &[Hidden, QDim],
+    ),
+];
+
+/// Q/K/V projection biases (Qwen2).
+pub const QKV_BIAS: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_q.bias",
+        "model.layers.{}.self_attn.q_proj.bias",
+        &[QDim],
+    ),
+    req(
+        "blk.{}.attn_k.bias",
+        "model.layers.{}.self_attn.k_proj.bias",
+        &[KvDim],
+    ),
+    req(
+        "blk.{}.attn_v.bias",
+        "model.layers.{}.self_attn.v_proj.bias",
+        &[KvDim],
+    ),
+];
+
+/// Per-head QK RMSNorm weights (Qwen3, Gemma 3).
+pub const QK_NORM: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_q_norm.weight",
+        "model.layers.{}.self_attn.q_norm.weight",
+        &[HeadDim],
+    ),
+    req(
+        "blk.{}.attn_k_norm.weight",
+        "model.layers.{}.self_attn.k_norm.weight",
+        &[HeadDim],
+    ),
+];
+
+/// The pre-FFN norm under Llama's name for it.
+pub const FFN_NORM: &[TensorSpec] = &[req(
+    "blk.{}.ffn_norm.weight",
+    "model.layers.{}.post_attention_layernorm.weight",
+    &[Hidden],
+)];
+
+/// The gated FFN.
+pub const MLP: &[TensorSpec] = &[
+    req(
+        "blk.{}.ffn_gate.weight",
+        "model.layers.{}.mlp.gate_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    req(
+        "blk.{}.ffn_up.weight",
+        "model.layers.{}.mlp.up_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    req(
+        "blk.{}.ffn_down.weight",
+        "model.layers.{}.mlp.down_proj.weight",
+        &[Hidden, Ffn],
+    ),
+];
+
+/// Builds a dense model whose layer table is the concatenation of `layer_tables`.
 pub fn build_dense(
     cfg: ModelConfig,
     src: &dyn WeightSource,
-    global: &[TensorSpec],
-    per_layer: &[TensorSpec],
+    layer_tables: &[&[TensorSpec]],
 ) -> Result<Decoder, LoadError> {
-    let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, global, per_layer)?;
+    let per_layer: Vec<TensorSpec> = layer_tables.concat();
+    let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, DENSE_GLOBAL, &per_layer)?;
     let offset = cfg.norm == NormKind::RmsOffsetOne;
     let eps = cfg.norm_eps;
     let norm = |name: &str| -> Result<RmsNorm, LoadError> {

@@ -1,83 +1,13 @@
 //! Qwen2 / Qwen2.5: Llama layout plus q/k/v projection biases, optional sliding window on the
 //! upper layers. Reference: transformers `modeling_qwen2.py`; llama.cpp `LLM_ARCH_QWEN2`.
 
-use super::{build_dense, dense_config_from_gguf, dense_config_from_hf, GgufMeta, HfConfig};
+use super::{
+    build_dense, dense_config_from_gguf, dense_config_from_hf, GgufMeta, HfConfig, ATTN, FFN_NORM,
+    MLP, QKV_BIAS,
+};
 use crate::config::{Arch, ModelConfig};
 use crate::decoder::Decoder;
-use crate::weights::{opt, req, Dim::*, LoadError, TensorSpec, WeightSource};
-
-pub const GLOBAL: &[TensorSpec] = &[
-    req(
-        "token_embd.weight",
-        "model.embed_tokens.weight",
-        &[Vocab, Hidden],
-    ),
-    req("output_norm.weight", "model.norm.weight", &[Hidden]),
-    opt("output.weight", "lm_head.weight", &[Vocab, Hidden]),
-];
-
-pub const LAYER: &[TensorSpec] = &[
-    req(
-        "blk.{}.attn_norm.weight",
-        "model.layers.{}.input_layernorm.weight",
-        &[Hidden],
-    ),
-    req(
-        "blk.{}.attn_q.weight",
-        "model.layers.{}.self_attn.q_proj.weight",
-        &[QDim, Hidden],
-    ),
-    req(
-        "blk.{}.attn_q.bias",
-        "model.layers.{}.self_attn.q_proj.bias",
-        &[QDim],
-    ),
-    req(
-        "blk.{}.attn_k.weight",
-        "model.layers.{}.self_attn.k_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    req(
-        "blk.{}.attn_k.bias",
-        "model.layers.{}.self_attn.k_proj.bias",
-        &[KvDim],
-    ),
-    req(
-        "blk.{}.attn_v.weight",
-        "model.layers.{}.self_attn.v_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    req(
-        "blk.{}.attn_v.bias",
-        "model.layers.{}.self_attn.v_proj.bias",
-        &[KvDim],
-    ),
-    req(
-        "blk.{}.attn_output.weight",
-        "model.layers.{}.self_attn.o_proj.weight",
-        &[Hidden, QDim],
-    ),
-    req(
-        "blk.{}.ffn_norm.weight",
-        "model.layers.{}.post_attention_layernorm.weight",
-        &[Hidden],
-    ),
-    req(
-        "blk.{}.ffn_gate.weight",
-        "model.layers.{}.mlp.gate_proj.weight",
-        &[Ffn, Hidden],
-    ),
-    req(
-        "blk.{}.ffn_up.weight",
-        "model.layers.{}.mlp.up_proj.weight",
-        &[Ffn, Hidden],
-    ),
-    req(
-        "blk.{}.ffn_down.weight",
-        "model.layers.{}.mlp.down_proj.weight",
-        &[Hidden, Ffn],
-    ),
-];
+use crate::weights::{LoadError, WeightSource};
 
 pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = dense_config_from_hf(hf, Arch::Qwen2)?;
@@ -86,7 +16,7 @@ pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
 }
 
 pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    build_dense(cfg, src, GLOBAL, LAYER)
+    build_dense(cfg, src, &[ATTN, QKV_BIAS, FFN_NORM, MLP])
 }
 
 pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
