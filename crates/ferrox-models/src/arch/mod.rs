@@ -242,9 +242,7 @@ pub fn resolver(cfg: &ModelConfig) -> impl Fn(Dim) -> usize + '_ {
     }
 }
 
-/// Builds a dense decoder (standard attention + gated MLP in every layer) from a table.
-/// Logical names follow llama.cpp; optional tensors switch features on when present.
-/// Tensors of every dense model outside the layers.
+/// Tensors of every model outside the layers.
 pub const DENSE_GLOBAL: &[TensorSpec] = &[
     req(
         "token_embd.weight",
@@ -343,7 +341,9 @@ pub const MLP: &[TensorSpec] = &[
     ),
 ];
 
-/// Builds a dense model whose layer table is the concatenation of `layer_tables`.
+/// Builds a dense decoder (standard attention + gated MLP in every layer) whose layer table is
+/// the concatenation of `layer_tables`. Logical names follow llama.cpp; optional tensors switch
+/// features on when present.
 pub fn build_dense(
     cfg: ModelConfig,
     src: &dyn WeightSource,
