@@ -128,3 +128,53 @@ fn token_grouping_is_bit_invariant() {
         }
     }
 }
+
+/// The SIMD activation quantizers give the reference's bytes exactly (ties, extremes, zeros,
+/// non-finite values).
+#[test]
+fn simd_quantizers_match_reference_bitwise() {
+    use ferrox_core::kernels::{quantize_row_q8_0, quantize_row_q8_k};
+    use ferrox_core::quant::act;
+    use ferrox_core::quant::blocks::{BlockQ8K, BlockQ8_0};
+    let mut rng = StdRng::seed_from_u64(5);
+    for isa in simd_isas() {
+        for case in 0..60 {
+            let n = 512;
+            let scale = [1.0f32, 1e-30, 3e30, 127.0][case % 4];
+            let mut x: Vec<f32> = (0..n)
+                .map(|_| rng.gen_range(-1.0f32..1.0) * scale)
+                .collect();
+            match case % 6 {
+                // Exact halves after scaling (ties), duplicated extremes of both signs.
+                1 => x.iter_mut().for_each(|v| *v = (*v * 8.0).round() / 8.0),
+                2 => {
+                    x[3] = -2.0 * scale;
+                    x[9] = 2.0 * scale;
+                }
+                3 => x[..256].iter_mut().for_each(|v| *v = 0.0),
+                4 => x[17] = f32::NAN,
+                5 => x[40] = f32::INFINITY,
+                _ => {}
+            }
+            let (mut a, mut b) = (
+                vec![BlockQ8_0::default(); n / 32],
+                vec![BlockQ8_0::default(); n / 32],
+            );
+            quantize_row_q8_0(isa, &x, &mut a);
+            act::quantize_row_q8_0(&x, &mut b);
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!((p.d, p.qs), (q.d, q.qs), "{isa:?} q8_0 case {case}");
+            }
+            let (mut a, mut b) = (
+                vec![BlockQ8K::default(); n / 256],
+                vec![BlockQ8K::default(); n / 256],
+            );
+            quantize_row_q8_k(isa, &x, &mut a);
+            act::quantize_row_q8_k(&x, &mut b);
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!(p.d.to_bits(), q.d.to_bits(), "{isa:?} q8_k d case {case}");
+                assert_eq!((p.qs, p.bsums), (q.qs, q.bsums), "{isa:?} q8_k case {case}");
+            }
+        }
+    }
+}

@@ -164,12 +164,11 @@ fn bytes_from_bits(x: u32) -> __m256i {
 
 // ---- 32-element blocks against Q8_0 --------------------------------------------------------
 
-/// Activation rows of a Q8_0-paired kernel: quants, f32 scales, quant sums.
+/// Activation rows of a Q8_0-paired kernel: quants and f32 scales.
 #[derive(Clone, Copy)]
 struct Q8Rows<'a, const NT: usize> {
     q: [&'a [BlockQ8_0]; NT],
     d: [&'a [f32]; NT],
-    s: [&'a [i32]; NT],
 }
 
 /// Blocks whose scales are converted ahead of the integer work, per chunk.
@@ -177,15 +176,14 @@ const SCALE_CHUNK: usize = 32;
 
 /// Loop over the blocks of a Q8_0-paired row. Weight scales of a chunk of blocks are first
 /// gathered with scalar loads and converted eight at a time (keeping f16 conversions off the
-/// vector pipes in the hot loop). `$decode(block) -> (weights, offset)`: when `offset` is
-/// non-zero the weights are unsigned (w + offset) and `offset · Σy` is subtracted exactly in
-/// the integer sum; otherwise they are signed and multiplied with the sign idiom. Even and odd
-/// blocks feed two accumulators (two FMA chains).
+/// vector pipes in the hot loop). `$decode(block)` gives the 32 signed weights; they are
+/// multiplied with the sign idiom (|w| once per block, the sign moved onto each token's
+/// activations). Even and odd blocks feed two accumulators (two FMA chains).
 macro_rules! q8_family {
-    ($w:expr, $y:expr, $out:expr, $offset:expr, $decode:expr) => {{
+    ($w:expr, $y:expr, $out:expr, $decode:expr) => {{
         let (w, y) = ($w, $y);
         for t in 0..NT {
-            assert!(y.q[t].len() == w.len() && y.d[t].len() == w.len() && y.s[t].len() == w.len());
+            assert!(y.q[t].len() == w.len() && y.d[t].len() == w.len());
         }
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; NT];
@@ -210,34 +208,21 @@ macro_rules! q8_family {
                     let i = c0 + j;
                     // SAFETY: j < wc.len().
                     let x: __m256i = $decode(unsafe { wc.get_unchecked(j) });
-                    let ax = if $offset == 0 {
-                        _mm256_sign_epi8(x, x)
-                    } else {
-                        x
-                    };
+                    let ax = _mm256_sign_epi8(x, x);
                     for t in 0..NT {
                         // SAFETY: lengths asserted above; i < w.len(); j < SCALE_CHUNK.
-                        let (yb, yd, ys, d) = unsafe {
+                        let (yb, yd, d) = unsafe {
                             (
                                 y.q[t].get_unchecked(i),
                                 y.d[t].get_unchecked(i),
-                                *y.s[t].get_unchecked(i),
                                 dw.get_unchecked(j),
                             )
                         };
                         let yq = load32(&yb.qs);
-                        let dot = if $offset == 0 {
-                            _mm256_madd_epi16(
-                                _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq, x)),
-                                ones,
-                            )
-                        } else {
-                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, yq), ones);
-                            _mm256_sub_epi32(
-                                p,
-                                _mm256_castsi128_si256(_mm_cvtsi32_si128($offset * ys)),
-                            )
-                        };
+                        let dot = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq, x)),
+                            ones,
+                        );
                         let scale = _mm256_mul_ps(_mm256_broadcast_ss(d), _mm256_broadcast_ss(yd));
                         acc[t][$a] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc[t][$a]);
                     }
@@ -269,14 +254,23 @@ fn nibbles_bcast(qs: &[u8; 16]) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
 }
 
+/// Q5_0 weights as signed bytes q - 16: where the fifth bit is clear, setting the high nibble
+/// to 0xF turns the 4-bit value v into the byte of v - 16 (ggml's `bytes_from_bits` idiom).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn decode_q5_0(b: &BlockQ5_0) -> __m256i {
-    let hi = _mm256_and_si256(
+    let hi = _mm256_andnot_si256(
         bytes_from_bits(u32::from_le_bytes(b.qh)),
-        _mm256_set1_epi8(0x10),
+        _mm256_set1_epi8(0xF0u8 as i8),
     );
     _mm256_or_si256(nibbles_bcast(&b.qs), hi)
+}
+
+/// Q4_0 weights as signed bytes q - 8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn decode_q4_0(b: &BlockQ4_0) -> __m256i {
+    _mm256_sub_epi8(nibbles_bcast(&b.qs), _mm256_set1_epi8(8))
 }
 
 fn rows_q8<const NT: usize>(acts: &ActBuf, t0: usize) -> Q8Rows<'_, NT> {
@@ -285,23 +279,22 @@ fn rows_q8<const NT: usize>(acts: &ActBuf, t0: usize) -> Q8Rows<'_, NT> {
     Q8Rows {
         q: std::array::from_fn(|k| &acts.q8_0[r(k)]),
         d: std::array::from_fn(|k| &acts.d8[r(k)]),
-        s: std::array::from_fn(|k| &acts.s8[r(k)]),
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_0<const NT: usize>(w: &[BlockQ4_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
-    q8_family!(w, y, out, 8, |b: &BlockQ4_0| nibbles_bcast(&b.qs))
+    q8_family!(w, y, out, |b: &BlockQ4_0| decode_q4_0(b))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_0<const NT: usize>(w: &[BlockQ5_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
-    q8_family!(w, y, out, 16, |b: &BlockQ5_0| decode_q5_0(b))
+    q8_family!(w, y, out, |b: &BlockQ5_0| decode_q5_0(b))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_k<const NT: usize>(w: &[BlockQ8_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
-    q8_family!(w, y, out, 0, |b: &BlockQ8_0| load32(&b.qs))
+    q8_family!(w, y, out, |b: &BlockQ8_0| load32(&b.qs))
 }
 
 // ---- K-quants against Q8_K: exact integer sums per super-block, scalar f32 combine ---------
@@ -615,5 +608,125 @@ fn float<const NT: usize, const KIND: u8>(w: &[u8], x: [&[f32]; NT], out: &mut [
             s += wv * x[t][j];
         }
         out[t] = s;
+    }
+}
+
+// ---- activation quantizers (bit-identical to quant::act) ----------------------------------
+
+/// Four vectors of 8 integral f32 values in [-128, 127] → 32 i8 in element order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_i8(v: [__m256; 4]) -> __m256i {
+    let i: [__m256i; 4] = [
+        _mm256_cvtps_epi32(v[0]),
+        _mm256_cvtps_epi32(v[1]),
+        _mm256_cvtps_epi32(v[2]),
+        _mm256_cvtps_epi32(v[3]),
+    ];
+    let ab = _mm256_packs_epi32(i[0], i[1]);
+    let cd = _mm256_packs_epi32(i[2], i[3]);
+    let p = _mm256_packs_epi16(ab, cd);
+    _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load8(x: &[f32], i: usize) -> __m256 {
+    debug_assert!(i + 8 <= x.len());
+    // SAFETY: callers stay within x (debug-checked).
+    unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C available; `x.len() == 32 * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+    let one = _mm256_set1_ps(1.0);
+    let half = _mm256_set1_ps(0.5);
+    for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let v: [__m256; 4] = std::array::from_fn(|k| load8(xb, 8 * k));
+        let m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let nan = (0..4).fold(0, |a, k| {
+            a | _mm256_movemask_ps(_mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q))
+        });
+        if nan != 0 || !amax.is_finite() {
+            // Non-finite inputs take the reference path (its casts define the result).
+            crate::quant::act::quantize_row_q8_0(xb, std::slice::from_mut(b));
+            continue;
+        }
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f32_to_f16(d);
+        let idv = _mm256_set1_ps(id);
+        // Round half away from zero exactly: truncate, then step away when |frac| >= 0.5.
+        let r: [__m256; 4] = std::array::from_fn(|k| {
+            let p = _mm256_mul_ps(v[k], idv);
+            let t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            let frac = _mm256_and_ps(_mm256_sub_ps(p, t), abs_mask);
+            let away = _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), one);
+            let away = _mm256_or_ps(away, _mm256_and_ps(p, sign_mask));
+            _mm256_add_ps(t, away)
+        });
+        // SAFETY: qs is 32 bytes.
+        unsafe { _mm256_storeu_si256(b.qs.as_mut_ptr().cast(), pack_i8(r)) };
+    }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C available; `x.len() == QK_K * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let lim = _mm256_set1_ps(127.0);
+    for (xb, b) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+        let mut m = _mm256_setzero_ps();
+        let mut nan = _mm256_setzero_ps();
+        for k in 0..QK_K / 8 {
+            let v = load8(xb, 8 * k);
+            m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        if amax == 0.0 || !amax.is_finite() || _mm256_movemask_ps(nan) != 0 {
+            // Zero and non-finite blocks take the reference path (its casts define the result).
+            crate::quant::act::quantize_row_q8_k(xb, std::slice::from_mut(b));
+            continue;
+        }
+        // The reference keeps the first element of largest magnitude (its sign sets the scale).
+        let av = _mm256_set1_ps(amax);
+        let mut max = amax;
+        for k in 0..QK_K / 8 {
+            let v = load8(xb, 8 * k);
+            let hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), av, _CMP_EQ_OQ));
+            if hit != 0 {
+                max = xb[8 * k + hit.trailing_zeros() as usize];
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let isv = _mm256_set1_ps(iscale);
+        for c in 0..QK_K / 32 {
+            let r: [__m256; 4] = std::array::from_fn(|k| {
+                let p = _mm256_mul_ps(isv, load8(xb, 32 * c + 8 * k));
+                let p = _mm256_round_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                _mm256_min_ps(p, lim)
+            });
+            // SAFETY: 32 bytes at 32 * c of the 256-byte qs.
+            unsafe { _mm256_storeu_si256(b.qs.as_mut_ptr().add(32 * c).cast(), pack_i8(r)) };
+        }
+        for (s, g) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *s = g.iter().map(|&q| q as i16).sum();
+        }
+        b.d = 1.0 / iscale;
     }
 }

@@ -6,7 +6,8 @@
 //! a block are exact; only the f32 accumulation order differs from the scalar reference
 //! (`quant::dot_row_ref`), and for K-quants it does not differ at all.
 
-use crate::quant::{dot_row_ref, ActBuf, GgmlType};
+use crate::quant::blocks::{BlockQ8K, BlockQ8_0};
+use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
@@ -120,4 +121,34 @@ pub fn dot_f32(isa: Isa, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     let mut out = [0f32];
     dot_rows(isa, ty, w, &acts, 0, &mut out);
     out[0]
+}
+
+/// Q8_0 activation quantization, bit-identical to `quant::act::quantize_row_q8_0`.
+pub fn quantize_row_q8_0(isa: Isa, x: &[f32], out: &mut [BlockQ8_0]) {
+    assert_eq!(x.len(), out.len() * 32, "quantize_row_q8_0: length");
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.supported() {
+        // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
+        unsafe { avx2::quantize_row_q8_0(x, out) };
+        return;
+    }
+    let _ = isa;
+    act::quantize_row_q8_0(x, out)
+}
+
+/// Q8_K activation quantization, bit-identical to `quant::act::quantize_row_q8_k`.
+pub fn quantize_row_q8_k(isa: Isa, x: &[f32], out: &mut [BlockQ8K]) {
+    assert_eq!(
+        x.len(),
+        out.len() * crate::quant::blocks::QK_K,
+        "quantize_row_q8_k: length"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.supported() {
+        // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
+        unsafe { avx2::quantize_row_q8_k(x, out) };
+        return;
+    }
+    let _ = isa;
+    act::quantize_row_q8_k(x, out)
 }
