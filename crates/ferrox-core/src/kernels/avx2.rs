@@ -114,23 +114,6 @@ fn hsum_ps(v: __m256) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_epi32_128(s: __m128i) -> i32 {
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-    _mm_cvtsi128_si32(s)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_epi32(v: __m256i) -> i32 {
-    hsum_epi32_128(_mm_add_epi32(
-        _mm256_castsi256_si128(v),
-        _mm256_extracti128_si256(v, 1),
-    ))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
 fn f16(h: [u8; 2]) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(
         _mm_cvtsi32_si128(u16::from_le_bytes(h) as i32),
@@ -297,7 +280,7 @@ fn q8_0_k<const NT: usize>(w: &[BlockQ8_0], y: Q8Rows<'_, NT>, out: &mut [f32; N
     q8_family!(w, y, out, |b: &BlockQ8_0| load32(&b.qs))
 }
 
-// ---- K-quants against Q8_K: exact integer sums per super-block, scalar f32 combine ---------
+// ---- K-quants against Q8_K: exact integer sums per super-block, in lanes; f32 lanes per row --
 
 /// (scales, mins) of a Q4_K / Q5_K block as 8 bytes each.
 #[inline]
@@ -317,15 +300,46 @@ fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
-/// Σ_j mins[j] · (bsums[2j] + bsums[2j+1]).
+/// Lanes of Σ_j mins[j] · (bsums[2j] + bsums[2j+1]) (four i32 partial sums).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_min_sum(mins: __m128i, y: &BlockQ8K) -> i32 {
+fn k4_min_lanes(mins: __m128i, y: &BlockQ8K) -> __m128i {
     let p = y.bsums.as_ptr().cast::<__m128i>();
     // SAFETY: bsums is 16 i16 = two 128-bit loads.
     let (b0, b1) = unsafe { (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1))) };
-    let pairs = _mm_hadd_epi16(b0, b1);
-    hsum_epi32_128(_mm_madd_epi16(pairs, mins))
+    _mm_madd_epi16(_mm_hadd_epi16(b0, b1), mins)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_ps128(s: __m128) -> f32 {
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Per-token f32 accumulators of a K-quant row: the scale term in 8 lanes, the min term in 4.
+/// Reduced across lanes once per row (not once per super-block).
+#[derive(Clone, Copy)]
+struct KAcc {
+    s: __m256,
+    m: __m128,
+}
+
+impl KAcc {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn zero() -> KAcc {
+        KAcc {
+            s: _mm256_setzero_ps(),
+            m: _mm_setzero_ps(),
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn total(self) -> f32 {
+        hsum_ps(self.s) - hsum_ps128(self.m)
+    }
 }
 
 /// Shuffle masks broadcasting i16 lane `j` of a 128-bit half to all of a 256-bit vector.
@@ -350,7 +364,7 @@ fn k45<const NT: usize>(
     dmin: f32,
     y: &[&[BlockQ8K]; NT],
     i: usize,
-    acc: &mut [f32; NT],
+    acc: &mut [KAcc; NT],
 ) {
     // SAFETY: 8 bytes readable.
     let sc16 = _mm_cvtepu8_epi16(unsafe { _mm_loadl_epi64(sc.as_ptr().cast()) });
@@ -365,16 +379,17 @@ fn k45<const NT: usize>(
             let p = _mm256_maddubs_epi16(q[j], load32(&yb.qs[32 * j..]));
             s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[j]));
         }
-        let sumi = hsum_epi32(s);
-        let summ = k4_min_sum(mins, yb);
-        acc[t] += (yb.d * d) * sumi as f32 - (yb.d * dmin) * summ as f32;
+        let a = &mut acc[t];
+        a.s = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * d), _mm256_cvtepi32_ps(s), a.s);
+        let m = _mm_cvtepi32_ps(k4_min_lanes(mins, yb));
+        a.m = _mm_fmadd_ps(_mm_set1_ps(yb.d * dmin), m, a.m);
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4k<const NT: usize>(w: &[BlockQ4K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
     let m4 = _mm256_set1_epi8(0x0F);
-    let mut acc = [0f32; NT];
+    let mut acc = [KAcc::zero(); NT];
     for (i, b) in w.iter().enumerate() {
         let (sc, mn) = k4_scales_mins(&b.scales);
         let mut q = [_mm256_setzero_si256(); 8];
@@ -385,14 +400,14 @@ fn q4k<const NT: usize>(w: &[BlockQ4K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         }
         k45(&q, sc, mn, f16(b.d), f16(b.dmin), &y, i, &mut acc);
     }
-    *out = acc;
+    *out = std::array::from_fn(|t| acc[t].total());
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5k<const NT: usize>(w: &[BlockQ5K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
     let m4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
-    let mut acc = [0f32; NT];
+    let mut acc = [KAcc::zero(); NT];
     for (i, b) in w.iter().enumerate() {
         let (sc, mn) = k4_scales_mins(&b.scales);
         let hb = load32(&b.qh);
@@ -412,7 +427,7 @@ fn q5k<const NT: usize>(w: &[BlockQ5K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         }
         k45(&q, sc, mn, f16(b.d), f16(b.dmin), &y, i, &mut acc);
     }
-    *out = acc;
+    *out = std::array::from_fn(|t| acc[t].total());
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -458,7 +473,7 @@ fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         )
     };
     let masks: [__m256i; 4] = std::array::from_fn(pair_mask);
-    let mut acc = [0f32; NT];
+    let mut acc = [_mm256_setzero_ps(); NT];
     for (i, b) in w.iter().enumerate() {
         // SAFETY: 16 scale bytes readable.
         let sc_all = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) });
@@ -501,14 +516,14 @@ fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
                 let p = _mm256_maddubs_epi16(q[g], load32(&yb.qs[32 * g..]));
                 s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[g]));
             }
-            // The stored quants are q + 32: subtract 32 · Σ scale · bsum.
+            // The stored quants are q + 32: subtract 32 · Σ scale · bsum (lane-wise, exact).
             let bs = load32(&yb.bsums);
-            let off = hsum_epi32(_mm256_madd_epi16(bs, sc_all));
-            let sumi = hsum_epi32(s) - 32 * off;
-            acc[t] += (yb.d * d) * sumi as f32;
+            let off = _mm256_madd_epi16(bs, sc_all);
+            let sumi = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
         }
     }
-    *out = acc;
+    *out = std::array::from_fn(|t| hsum_ps(acc[t]));
 }
 
 // ---- float weights against f32 activations -------------------------------------------------

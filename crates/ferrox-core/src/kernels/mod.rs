@@ -4,7 +4,7 @@
 //! that depends only on the weight row and that token's activation row — never on how many
 //! tokens are processed together — so gemm rows are bit-identical to gemv. Integer sums inside
 //! a block are exact; only the f32 accumulation order differs from the scalar reference
-//! (`quant::dot_row_ref`), and for K-quants it does not differ at all.
+//! (`quant::dot_row_ref`): SIMD kernels keep per-lane f32 sums and reduce them once per row.
 
 use crate::quant::blocks::{BlockQ8K, BlockQ8_0};
 use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
