@@ -171,6 +171,7 @@ macro_rules! q8_family {
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; NT];
         let mut dw = [0f32; SCALE_CHUNK];
+        let mut ds = [[0f32; SCALE_CHUNK]; NT];
         for c0 in (0..w.len()).step_by(SCALE_CHUNK) {
             let wc = &w[c0..(c0 + SCALE_CHUNK).min(w.len())];
             let mut h = [0u16; SCALE_CHUNK];
@@ -184,6 +185,25 @@ macro_rules! q8_family {
                     _mm256_storeu_ps(dw.as_mut_ptr().add(8 * k), v);
                 }
             }
+            // Per token, the block scale products d_w · d_y, eight at a time (the same f32
+            // product the scalar reference forms per block).
+            let full = wc.len() / 8 * 8;
+            for t in 0..NT {
+                let yd = &y.d[t][c0..c0 + wc.len()];
+                for k in (0..full).step_by(8) {
+                    // SAFETY: k + 8 <= wc.len() <= SCALE_CHUNK for dw, ds and yd.
+                    unsafe {
+                        let p = _mm256_mul_ps(
+                            _mm256_loadu_ps(dw.as_ptr().add(k)),
+                            _mm256_loadu_ps(yd.as_ptr().add(k)),
+                        );
+                        _mm256_storeu_ps(ds[t].as_mut_ptr().add(k), p);
+                    }
+                }
+                for k in full..wc.len() {
+                    ds[t][k] = dw[k] * yd[k];
+                }
+            }
             // One block into accumulator set `$a` (a literal, so accumulators stay in registers).
             macro_rules! block {
                 ($j:expr, $a:literal) => {{
@@ -194,20 +214,17 @@ macro_rules! q8_family {
                     let ax = _mm256_sign_epi8(x, x);
                     for t in 0..NT {
                         // SAFETY: lengths asserted above; i < w.len(); j < SCALE_CHUNK.
-                        let (yb, yd, d) = unsafe {
-                            (
-                                y.q[t].get_unchecked(i),
-                                y.d[t].get_unchecked(i),
-                                dw.get_unchecked(j),
-                            )
-                        };
+                        let (yb, d) = unsafe { (y.q[t].get_unchecked(i), ds[t].get_unchecked(j)) };
                         let yq = load32(&yb.qs);
                         let dot = _mm256_madd_epi16(
                             _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq, x)),
                             ones,
                         );
-                        let scale = _mm256_mul_ps(_mm256_broadcast_ss(d), _mm256_broadcast_ss(yd));
-                        acc[t][$a] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc[t][$a]);
+                        acc[t][$a] = _mm256_fmadd_ps(
+                            _mm256_broadcast_ss(d),
+                            _mm256_cvtepi32_ps(dot),
+                            acc[t][$a],
+                        );
                     }
                 }};
             }
@@ -743,5 +760,49 @@ pub(super) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
             *s = g.iter().map(|&q| q as i16).sum();
         }
         b.d = 1.0 / iscale;
+    }
+}
+
+// ---- f32 vector helpers for attention ------------------------------------------------------
+
+/// # Safety
+/// AVX2/FMA available; `a.len() == b.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut i = 0;
+    while i + 16 <= n {
+        for u in 0..2 {
+            acc[u] = _mm256_fmadd_ps(load8(a, i + 8 * u), load8(b, i + 8 * u), acc[u]);
+        }
+        i += 16;
+    }
+    if i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(load8(a, i), load8(b, i), acc[0]);
+        i += 8;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+    for j in i..n {
+        s += a[j] * b[j];
+    }
+    s
+}
+
+/// # Safety
+/// AVX2/FMA available; `y.len() == x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f32_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    let av = _mm256_set1_ps(alpha);
+    let mut i = 0;
+    while i + 8 <= n {
+        let v = _mm256_fmadd_ps(av, load8(x, i), load8(y, i));
+        // SAFETY: i + 8 <= y.len().
+        unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(i), v) };
+        i += 8;
+    }
+    for j in i..n {
+        y[j] += alpha * x[j];
     }
 }

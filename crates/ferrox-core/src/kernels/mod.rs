@@ -6,6 +6,9 @@
 //! a block are exact; only the f32 accumulation order differs from the scalar reference
 //! (`quant::dot_row_ref`): SIMD kernels keep per-lane f32 sums and reduce them once per row.
 
+// Kernels index parallel per-lane arrays by lane number.
+#![allow(clippy::needless_range_loop)]
+
 use crate::quant::blocks::{BlockQ8K, BlockQ8_0};
 use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
 use std::sync::OnceLock;
@@ -151,4 +154,40 @@ pub fn quantize_row_q8_k(isa: Isa, x: &[f32], out: &mut [BlockQ8K]) {
     }
     let _ = isa;
     act::quantize_row_q8_k(x, out)
+}
+
+/// Σ a[i]·b[i] over f32 slices of equal length (attention scores). The summation order
+/// depends only on the length, never on the caller's batch.
+pub fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "f32_dot: lengths");
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx2 {
+        // SAFETY: `isa()` only reports Avx2 when the CPU has AVX2/FMA/F16C; lengths equal.
+        return unsafe { avx2::f32_dot(a, b) };
+    }
+    let mut acc = [0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]);
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += x * y;
+    }
+    s
+}
+
+/// y[i] += alpha · x[i] (attention's weighted sum of values).
+pub fn f32_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+    assert_eq!(y.len(), x.len(), "f32_axpy: lengths");
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx2 {
+        // SAFETY: as in `f32_dot`.
+        unsafe { avx2::f32_axpy(y, alpha, x) };
+        return;
+    }
+    y.iter_mut().zip(x).for_each(|(a, &b)| *a += alpha * b);
 }
