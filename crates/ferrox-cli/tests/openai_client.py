@@ -1,7 +1,8 @@
 """Drives a running `ferrox serve` with the official OpenAI Python client.
 
 Usage: openai_client.py BASE_URL MODEL PROMPT MAX_TOKENS
-Prints one JSON object: the greedy texts of chat and completion, streamed and not.
+Prints one JSON object: the greedy texts of chat and completion, streamed and not, and of
+four concurrent chats.
 """
 import json
 import sys
@@ -38,6 +39,19 @@ out["completion_usage"] = [r.usage.prompt_tokens, r.usage.completion_tokens, r.u
 out["completion_stream"] = "".join(
     c.choices[0].text for c in client.completions.create(
         model=model, prompt=prompt, max_tokens=n, temperature=0, stream=True) if c.choices)
+
+# Four clients at once (two slots, so two wait in the queue): continuous batching must give
+# each the text it gets alone.
+from concurrent.futures import ThreadPoolExecutor
+
+
+def chat_once(_):
+    r = client.chat.completions.create(model=model, messages=msgs, max_tokens=n, temperature=0)
+    return r.choices[0].message.content
+
+
+with ThreadPoolExecutor(4) as pool:
+    out["chat_concurrent"] = list(pool.map(chat_once, range(4)))
 
 out["models"] = [m.id for m in client.models.list().data]
 try:

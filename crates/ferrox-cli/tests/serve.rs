@@ -1,19 +1,14 @@
 //! `ferrox serve` on the default model, driven by the official `openai` Python client:
-//! chat and completion, streaming and not; greedy chat text equals the library's greedy
-//! generation for the same prompt (what `ferrox run` prints).
+//! chat and completion, streaming and not; greedy chat text, alone and with four clients at
+//! once, equals what `ferrox run --temp 0` prints for the same prompt.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use ferrox_models::decoder::Decoder;
-use ferrox_models::generate::{GenerateParams, Session};
 use ferrox_models::hub::{ensure_model, DEFAULT_MODEL};
-use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::template::{render_prompt, Message};
-use ferrox_models::tokenizer::Tokenizer;
 
 const PROMPT: &str = "Write a Python function that checks whether a number is prime.";
-const N: usize = 8;
+const N: usize = 32;
 const KEY: &str = "test-key";
 
 struct Server(Child);
@@ -59,39 +54,31 @@ fn start(model: &str) -> (Server, String) {
     (server, addr)
 }
 
-fn library_greedy(path: &std::path::Path) -> String {
-    let dec = Decoder::load(path).unwrap();
-    let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();
-    let text = render_prompt(&tok, &[Message::user(PROMPT)], true).unwrap();
-    let mut ids: Vec<usize> = tok
-        .encode(&text, false, true)
-        .into_iter()
-        .map(|t| t as usize)
-        .collect();
-    if tok.adds_bos() {
-        let bos = tok.bos_id().unwrap() as usize;
-        if ids.first() != Some(&bos) {
-            ids.insert(0, bos);
-        }
-    }
-    let mut s = Session::new(&dec, &tok, 2048);
-    let params = GenerateParams {
-        max_tokens: N,
-        ..GenerateParams::default()
-    };
-    s.generate(
-        &ids,
-        &params,
-        &mut Sampler::new(SamplerConfig::greedy()),
-        |_| true,
-    )
-    .text
+/// What `ferrox run` prints for the prompt, greedy (its stdout ends with one newline).
+fn cli_greedy(model: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+        .args([
+            "run",
+            "-m",
+            model,
+            "--temp",
+            "0",
+            "-n",
+            &N.to_string(),
+            PROMPT,
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.strip_suffix('\n').unwrap_or(&text).to_string()
 }
 
 #[test]
 fn openai_client_chat_and_completions_match_greedy_generation() {
     let path = ensure_model(DEFAULT_MODEL).unwrap();
-    let expected = library_greedy(&path);
+    let expected = cli_greedy(path.to_str().unwrap());
     assert!(!expected.trim().is_empty());
 
     let (_server, addr) = start(path.to_str().unwrap());
@@ -111,8 +98,11 @@ fn openai_client_chat_and_completions_match_greedy_generation() {
     assert_eq!(
         v["chat"],
         expected.as_str(),
-        "server chat vs library greedy"
+        "server chat vs `ferrox run --temp 0`"
     );
+    for (i, t) in v["chat_concurrent"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(t, expected.as_str(), "concurrent chat {i}");
+    }
     assert_eq!(v["chat_stream"], expected.as_str());
     assert_eq!(v["chat_usage"], v["chat_stream_usage"]);
     assert_eq!(v["chat_usage"][1], N);

@@ -4,19 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn model(file: &str) -> PathBuf {
-    let home = std::env::var_os("FERROX_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/ferrox")
-        });
-    let p = home.join("models").join(file);
-    assert!(
-        p.exists(),
-        "real model missing: {} (run `ferrox pull`)",
-        p.display()
-    );
-    p
+fn model(name: &str) -> PathBuf {
+    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 fn fixture(name: &str) -> serde_json::Value {
@@ -50,11 +39,11 @@ fn ids_variants_match_llama_tokenize() {
     std::fs::create_dir_all(&dir).unwrap();
     for (file, fx, pick) in [
         (
-            "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            "qwen2.5-coder:0.5b-instruct",
             "qwen2.5-coder-0.5b-instruct.json",
             5,
         ),
-        ("gemma-3-270m-q4_k_m.gguf", "gemma3-270m.json", 2),
+        ("gemma3:270m", "gemma3-270m.json", 2),
     ] {
         let m = model(file);
         let f = fixture(fx);

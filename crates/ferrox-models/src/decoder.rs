@@ -6,7 +6,7 @@
 //! Every forward processes a batch of consecutive positions; a single token is the batch of
 //! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
 
-use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm};
+use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 use ferrox_core::cache::KvCache;
@@ -52,7 +52,18 @@ struct Scratch {
     x: Vec<f32>,
     h: Vec<f32>,
     t: Vec<f32>,
-    state: PassState,
+    /// One per sequence of a multi-sequence forward.
+    states: Vec<PassState>,
+}
+
+/// One sequence's part of [`Decoder::forward_multi`]: `tokens` placed at `pos..` in `caches`
+/// (one per layer; positions at or after `pos` are dropped first), logits wanted for rows
+/// `first_logit_row..`.
+pub struct SeqBatch<'a> {
+    pub tokens: &'a [usize],
+    pub pos: usize,
+    pub caches: &'a mut [KvCache],
+    pub first_logit_row: usize,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -92,6 +103,11 @@ impl Decoder {
     /// Loads a GGUF file or a Hugging Face directory (`config.json` + safetensors).
     pub fn load(path: impl AsRef<Path>) -> Result<Decoder, LoadError> {
         crate::arch::load(path.as_ref())
+    }
+
+    /// A GGUF model with all weights dequantized to F32: the exact-arithmetic reference.
+    pub fn load_dequantized(path: impl AsRef<Path>) -> Result<Decoder, LoadError> {
+        crate::arch::load_dequantized(path.as_ref())
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -155,37 +171,54 @@ impl Decoder {
         first_logit_row: usize,
         logits: &mut Vec<f32>,
     ) {
-        let n = tokens.len();
+        let mut seq = [SeqBatch {
+            tokens,
+            pos,
+            caches,
+            first_logit_row,
+        }];
+        self.forward_multi(&mut seq, logits);
+    }
+
+    /// One forward over several independent sequences (continuous batching): every matmul
+    /// reads its weights once for all the sequences' rows; attention runs per sequence on its
+    /// own caches. `logits` receives, sequence after sequence, the rows from each one's
+    /// `first_logit_row` on. Each row equals what `forward_into` gives for its sequence alone.
+    pub fn forward_multi(&self, seqs: &mut [SeqBatch<'_>], logits: &mut Vec<f32>) {
         let d = self.config.hidden_dim;
         let vocab = self.vocab_size();
-        assert_eq!(
-            caches.len(),
-            self.layers.len(),
-            "one KV cache per layer is needed"
-        );
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            let (h, hd, v) = layer.attn.cache_shape();
-            if let Err(e) = cache.ensure_shape(h, hd, v) {
-                panic!("{e}");
-            }
-            assert!(
-                cache.len() >= pos,
-                "position {pos} is past the cached length {}",
-                cache.len()
+        let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
+        for seq in seqs.iter_mut() {
+            assert_eq!(
+                seq.caches.len(),
+                self.layers.len(),
+                "one KV cache per layer is needed"
             );
-            cache.truncate(pos);
+            for (layer, cache) in self.layers.iter().zip(seq.caches.iter_mut()) {
+                let (h, hd, v) = layer.attn.cache_shape();
+                if let Err(e) = cache.ensure_shape(h, hd, v) {
+                    panic!("{e}");
+                }
+                assert!(
+                    cache.len() >= seq.pos,
+                    "position {} is past the cached length {}",
+                    seq.pos,
+                    cache.len()
+                );
+                cache.truncate(seq.pos);
+            }
         }
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
         let x = grow(&mut s.x, n * d);
         let h = grow(&mut s.h, n * d);
         let t = grow(&mut s.t, n * d);
-        for (i, &tok) in tokens.iter().enumerate() {
+        let toks = seqs.iter().flat_map(|q| q.tokens.iter());
+        for (row, &tok) in x.chunks_exact_mut(d).zip(toks) {
             assert!(
                 tok < self.embed.rows(),
                 "token id {tok} outside the vocabulary"
             );
-            let row = &mut x[i * d..(i + 1) * d];
             self.embed
                 .dequantize_row(tok, row)
                 .expect("embedding rows validated at load");
@@ -193,11 +226,26 @@ impl Decoder {
                 row.iter_mut().for_each(|v| *v *= self.embed_scale);
             }
         }
-        s.state.topk.clear();
-        s.state.topk_width = 0;
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+        if s.states.len() < seqs.len() {
+            s.states.resize_with(seqs.len(), PassState::default);
+        }
+        // Rows needing logits, as (first row, count) per sequence.
+        let mut out_rows = 0;
+        let mut segs: Vec<Segment<'_>> = Vec::with_capacity(seqs.len());
+        for (seq, state) in seqs.iter_mut().zip(s.states.iter_mut()) {
+            state.topk.clear();
+            state.topk_width = 0;
+            out_rows += seq.tokens.len() - seq.first_logit_row.min(seq.tokens.len());
+            segs.push(Segment {
+                n: seq.tokens.len(),
+                pos: seq.pos,
+                caches: &mut *seq.caches,
+                state,
+            });
+        }
+        for (l, layer) in self.layers.iter().enumerate() {
             layer.attn_norm.forward(x, h);
-            layer.attn.forward(h, n, pos, cache, &mut s.state, t);
+            layer.attn.forward_segments(h, l, &mut segs, t);
             if let Some(norm) = &layer.post_attn_norm {
                 norm.forward_inplace(t);
             }
@@ -209,15 +257,25 @@ impl Decoder {
             }
             x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
         }
-        let first = first_logit_row.min(n);
-        let m = n - first;
-        logits.resize(m * vocab, 0.0);
-        if m == 0 {
+        drop(segs);
+        logits.resize(out_rows * vocab, 0.0);
+        if out_rows == 0 {
             return;
         }
-        let hx = &mut h[..m * d];
-        self.output_norm.forward(&x[first * d..], hx);
-        self.lm_head.gemm(hx, m, logits);
+        // Gather the rows that need logits, normed, into the front of `h`.
+        let (mut r0, mut w) = (0, 0);
+        for seq in seqs.iter() {
+            let len = seq.tokens.len();
+            let first = seq.first_logit_row.min(len);
+            let m = len - first;
+            self.output_norm.forward(
+                &x[(r0 + first) * d..(r0 + len) * d],
+                &mut h[w * d..(w + m) * d],
+            );
+            r0 += len;
+            w += m;
+        }
+        self.lm_head.gemm(&h[..out_rows * d], out_rows, logits);
         if let Some(cap) = self.config.final_logit_softcap {
             logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
         }

@@ -202,7 +202,7 @@ impl<'m> Session<'m> {
 }
 
 /// How many trailing bytes of `text` could start a stop string (kept back from the stream).
-fn hold_back(text: &str, stops: &[String], max_stop: usize) -> usize {
+pub(crate) fn hold_back(text: &str, stops: &[String], max_stop: usize) -> usize {
     if max_stop == 0 {
         return 0;
     }

@@ -2,6 +2,7 @@
 //! the decoder, sampling, speculative decoding and generation.
 
 pub mod arch;
+pub mod batch;
 pub mod blocks;
 pub mod config;
 pub mod decoder;

@@ -344,6 +344,9 @@ impl Bound {
 /// A GGUF file (llama.cpp tensor names; dims reversed to row-major order).
 pub struct GgufSource {
     pub file: Arc<crate::gguf::GgufFile>,
+    /// Hand out every quantized tensor dequantized to F32 (the exact-arithmetic reference:
+    /// what transformers computes on the GGUF's weights, with no activation quantization).
+    pub dequantize: bool,
 }
 
 impl WeightSource for GgufSource {
@@ -357,11 +360,24 @@ impl WeightSource for GgufSource {
         while shape.len() > 1 && shape[0] == 1 {
             shape.remove(0);
         }
+        let data = self.file.tensor_data(t);
+        if self.dequantize && t.ty != GgmlType::F32 {
+            let n: usize = shape.iter().product();
+            let mut out = vec![0f32; n];
+            quant::dequantize_row(t.ty, &data, &mut out).ok()?;
+            let bytes = out.iter().flat_map(|v| v.to_le_bytes()).collect();
+            return Some(TensorRef {
+                name: name.to_string(),
+                ty: GgmlType::F32,
+                shape,
+                data: Bytes::from_vec(bytes),
+            });
+        }
         Some(TensorRef {
             name: name.to_string(),
             ty: t.ty,
             shape,
-            data: self.file.tensor_data(t),
+            data,
         })
     }
     fn names(&self) -> Vec<String> {

@@ -50,10 +50,14 @@ fn last_logits_match_transformers() {
     }
 }
 
-/// Greedy 32 tokens equal llama.cpp's; a divergence is accepted only at a near-tie (top-2 gap
-/// below 0.1 in our logits), after which the continuations legitimately differ. Both engines
-/// quantize activations to 8 bits for the integer dot products (with different rounding and
-/// summation order), so near-ties can flip either way.
+/// Greedy 32 tokens equal llama.cpp's. A divergence is accepted only at a near-tie of the
+/// exact model: replaying llama.cpp's tokens on the F32-dequantized weights (what transformers
+/// computes; no activation quantization), the two candidate tokens' logits differ by less than
+/// 0.1, or the exact model picks ferrox's token (llama.cpp is then the one off the exact
+/// path). Both engines quantize activations to 8 bits, and both land an RMS of 0.17-0.22
+/// (max ~1.0) away from transformers' last-position logits on the gemma prompts
+/// (llama.cpp 0.174 / 0.218, ferrox 0.194 / 0.180), so a gap under 0.1 flips either way.
+/// The one divergence today: gemma "The capital of France is", step 18, exact gap 0.073.
 #[test]
 fn greedy_matches_llama_cpp() {
     for (file, _, greedy) in MODELS {
@@ -68,16 +72,27 @@ fn greedy_matches_llama_cpp() {
                 .pop()
                 .unwrap();
             for (k, &w) in want.iter().take(32).enumerate() {
-                let top = top_k(&logits, 2);
-                if top[0] != w {
-                    let gap = logits[top[0]] - logits[top[1]];
-                    assert!(
-                        gap < 0.1 && top[1] == w,
-                        "{greedy} prompt {:?}: step {k} got {} want {w} (gap {gap})",
-                        r["prompt"],
-                        top[0]
+                let ours = top_k(&logits, 1)[0];
+                if ours != w {
+                    let exact = Decoder::load_dequantized(model_path(file)).unwrap();
+                    let mut path = prompt.clone();
+                    path.extend_from_slice(&want[..k]);
+                    let mut c = exact.new_caches();
+                    let l = exact
+                        .forward_from(&path, 0, &mut c, path.len() - 1)
+                        .pop()
+                        .unwrap();
+                    let gap = (l[ours] - l[w]).abs();
+                    eprintln!(
+                        "{greedy}: divergence at step {k}: ferrox {ours}, llama.cpp {w}; ours gap {}, exact-model gap {gap} (exact top-1 {})",
+                        logits[ours] - logits[w],
+                        top_k(&l, 1)[0]
                     );
-                    eprintln!("{greedy}: near-tie divergence at step {k} (gap {gap})");
+                    assert!(
+                        gap < 0.1 || top_k(&l, 1)[0] == ours,
+                        "{greedy} prompt {:?}: step {k} got {ours} want {w}: not a near-tie of the exact model (gap {gap})",
+                        r["prompt"]
+                    );
                     break;
                 }
                 logits = dec.forward_token(w, prompt.len() + k, &mut caches);

@@ -1,10 +1,12 @@
-//! What the HTTP layer needs from a model, and the slot scheduler that runs requests on it:
-//! `parallel` slots (each with its own KV cache inside the backend's `Slot`), a bounded queue
-//! in front of them, cancellation when the client goes away.
+//! What the HTTP layer needs from a model, and the scheduler that runs requests on it:
+//! continuous batching over `parallel` slots (the backend's `Engine` advances every running
+//! generation by one batched step; requests join and leave between steps), a bounded queue in
+//! front, cancellation when the client goes away.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::api::ChatMessage;
@@ -46,16 +48,22 @@ pub struct GenSummary {
     pub cancelled: bool,
 }
 
-/// One generation context (KV caches and history); a backend hands out one per slot.
-pub trait Slot: Send {
-    /// Generates from `prompt`, calling `on_text` with each new piece of text; stops early
-    /// when `on_text` returns false.
-    fn generate(
-        &mut self,
-        prompt: &[u32],
-        params: &GenParams,
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> GenSummary;
+/// The generations running on a model: up to `capacity()` at once, each in a slot with its
+/// own KV cache, all advanced together by `step`.
+pub trait Engine: Send {
+    fn capacity(&self) -> usize;
+    fn active(&self) -> usize;
+    /// Starts generation `id` in a free slot (the scheduler only calls it when one is free).
+    fn admit(&mut self, id: u64, prompt: &[u32], params: &GenParams) -> Result<(), String>;
+    /// One batched step of every running generation; reports their text and completions
+    /// (`Event::Done` ends a generation and frees its slot).
+    fn step(&mut self, events: &mut dyn FnMut(u64, Event));
+    /// Ends generation `id` now and frees its slot.
+    fn cancel(&mut self, id: u64);
+    /// Draft tokens proposed and accepted so far (speculative decoding).
+    fn spec_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +89,8 @@ pub trait Backend: Send + Sync + 'static {
     fn text_prompt(&self, text: &str) -> Vec<u32>;
     fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32>;
     fn detokenize(&self, ids: &[u32]) -> Result<String, BackendError>;
-    fn new_slot(&self) -> Box<dyn Slot>;
+    /// A fresh engine with `slots` slots.
+    fn new_engine(&self, slots: usize) -> Box<dyn Engine>;
 }
 
 /// What a running generation reports to its HTTP handler.
@@ -108,9 +117,11 @@ pub struct Metrics {
     pub busy_slots: AtomicUsize,
     pub cancelled: AtomicU64,
     pub rejected: AtomicU64,
-    /// Decode tokens and the nanoseconds slots spent generating them (for tokens/s).
+    /// Generated tokens and the nanoseconds the engine spent stepping (aggregate tokens/s).
     pub decode_tokens: AtomicU64,
     pub decode_nanos: AtomicU64,
+    pub draft_tokens: AtomicU64,
+    pub accepted_tokens: AtomicU64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -126,21 +137,16 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts `parallel` slot threads with room for `queue` waiting requests.
+    /// Starts the engine thread with `parallel` slots and room for `queue` waiting requests.
     pub fn start(backend: Arc<dyn Backend>, parallel: usize, queue: usize) -> Scheduler {
         let parallel = parallel.max(1);
         let (tx, rx) = sync_channel::<Job>(queue);
-        let rx = Arc::new(Mutex::new(rx));
         let metrics = Arc::new(Metrics::default());
-        for i in 0..parallel {
-            let slot = backend.new_slot();
-            let rx = rx.clone();
-            let m = metrics.clone();
-            std::thread::Builder::new()
-                .name(format!("ferrox-slot-{i}"))
-                .spawn(move || slot_loop(slot, rx, m))
-                .expect("spawn slot thread");
-        }
+        let m = metrics.clone();
+        std::thread::Builder::new()
+            .name("ferrox-engine".into())
+            .spawn(move || engine_loop(backend, parallel, rx, m))
+            .expect("spawn engine thread");
         Scheduler {
             tx,
             metrics,
@@ -161,46 +167,110 @@ impl Scheduler {
     }
 }
 
-fn slot_loop(mut slot: Box<dyn Slot>, rx: Arc<Mutex<Receiver<Job>>>, m: Arc<Metrics>) {
+fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m: Arc<Metrics>) {
+    let mut engine = backend.new_engine(parallel);
+    let mut running: HashMap<u64, tokio::sync::mpsc::UnboundedSender<Event>> = HashMap::new();
+    let mut next_id = 0u64;
+    let mut gone: Vec<u64> = Vec::new();
     loop {
-        let job = {
-            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-            match rx.recv() {
-                Ok(j) => j,
-                Err(_) => return,
+        // Join waiting requests between steps (block only when nothing is running).
+        while running.len() < engine.capacity() {
+            let job = if running.is_empty() {
+                match rx.recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                }
+            } else {
+                match rx.try_recv() {
+                    Ok(j) => j,
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            };
+            m.queue_depth.fetch_sub(1, Ordering::SeqCst);
+            if job.events.is_closed() {
+                m.cancelled.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
-        };
-        m.queue_depth.fetch_sub(1, Ordering::SeqCst);
-        if job.events.is_closed() {
-            m.cancelled.fetch_add(1, Ordering::Relaxed);
+            let id = next_id;
+            next_id += 1;
+            match engine.admit(id, &job.prompt, &job.params) {
+                Ok(()) => {
+                    running.insert(id, job.events);
+                    m.busy_slots.fetch_add(1, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    tracing::warn!("request refused by the engine: {e}");
+                    m.errors.fetch_add(1, Ordering::Relaxed);
+                    let _ = job.events.send(Event::Done(GenSummary {
+                        finish: FinishReason::Length,
+                        completion_tokens: 0,
+                        cancelled: false,
+                    }));
+                }
+            }
+        }
+        // Clients that went away give their slots back before the next step.
+        gone.extend(
+            running
+                .iter()
+                .filter(|(_, tx)| tx.is_closed())
+                .map(|(&id, _)| id),
+        );
+        for id in gone.drain(..) {
+            if running.remove(&id).is_some() {
+                engine.cancel(id);
+                m.cancelled.fetch_add(1, Ordering::Relaxed);
+                m.busy_slots.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        if running.is_empty() {
             continue;
         }
-        m.busy_slots.fetch_add(1, Ordering::SeqCst);
         let t = Instant::now();
-        let events = job.events.clone();
-        let mut on_text = |s: &str| events.send(Event::Text(s.to_string())).is_ok();
-        // A panicking backend must not take the slot (or the server) down with it.
+        // A panicking engine must not take the server down: its requests end, a new engine
+        // takes over.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            slot.generate(&job.prompt, &job.params, &mut on_text)
+            engine.step(&mut |id, ev| {
+                let Some(tx) = running.get(&id) else { return };
+                match ev {
+                    Event::Text(t) => {
+                        if tx.send(Event::Text(t)).is_err() {
+                            gone.push(id);
+                        }
+                    }
+                    Event::Done(summary) => {
+                        m.completion_tokens
+                            .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
+                        m.decode_tokens
+                            .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
+                        let _ = tx.send(Event::Done(summary));
+                        running.remove(&id);
+                        m.busy_slots.fetch_sub(1, Ordering::SeqCst);
+                    }
+                }
+            })
         }));
-        let mut summary = r.unwrap_or(GenSummary {
-            finish: FinishReason::Stop,
-            completion_tokens: 0,
-            cancelled: true,
-        });
-        if job.events.is_closed() {
-            summary.cancelled = true;
-        }
-        m.decode_tokens
-            .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
         m.decode_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        m.completion_tokens
-            .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
-        if summary.cancelled {
-            m.cancelled.fetch_add(1, Ordering::Relaxed);
+        let (drafted, accepted) = engine.spec_counts();
+        m.draft_tokens.store(drafted, Ordering::Relaxed);
+        m.accepted_tokens.store(accepted, Ordering::Relaxed);
+        if r.is_err() {
+            tracing::error!(
+                "engine step panicked; ending its {} requests",
+                running.len()
+            );
+            for (_, tx) in running.drain() {
+                m.cancelled.fetch_add(1, Ordering::Relaxed);
+                m.busy_slots.fetch_sub(1, Ordering::SeqCst);
+                let _ = tx.send(Event::Done(GenSummary {
+                    finish: FinishReason::Stop,
+                    completion_tokens: 0,
+                    cancelled: true,
+                }));
+            }
+            gone.clear();
+            engine = backend.new_engine(parallel);
         }
-        let _ = job.events.send(Event::Done(summary));
-        m.busy_slots.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -272,14 +272,18 @@ async fn metrics(State(s): State<Shared>, headers: HeaderMap) -> Result<Response
     metric(
         "decode_tokens_per_second",
         "gauge",
-        "Generated tokens per second of slot time.",
+        "Generated tokens per second of engine time (all slots together).",
         format!("{tps:.3}"),
     );
     metric(
         "speculative_acceptance_ratio",
         "gauge",
-        "Accepted draft tokens over proposed (0 without a draft model).",
-        "0".into(),
+        "Accepted draft tokens over proposed draft tokens.",
+        {
+            let d = m.draft_tokens.load(Ordering::Relaxed);
+            let a = m.accepted_tokens.load(Ordering::Relaxed);
+            format!("{:.4}", if d > 0 { a as f64 / d as f64 } else { 0.0 })
+        },
     );
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }

@@ -6,7 +6,7 @@ pub mod http;
 
 use std::sync::Arc;
 
-pub use backend::{Backend, GenParams, Scheduler, Slot};
+pub use backend::{Backend, Engine, GenParams, Scheduler};
 pub use http::{router, AppState, Options};
 
 /// Serves `backend` on `listener` until the process ends.

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrox_server::api::ChatMessage;
-use ferrox_server::backend::{Backend, BackendError, FinishReason, GenParams, GenSummary, Slot};
+use ferrox_server::backend::{
+    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
+};
 use ferrox_server::Options;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,46 +15,69 @@ use tokio::net::TcpStream;
 
 struct Fake;
 
-struct FakeSlot;
+/// One running fake generation: emits `w0 `, `w1 `, ... one word per step.
+struct FakeGen {
+    id: u64,
+    i: usize,
+    slow: bool,
+    text: String,
+    params: GenParams,
+}
 
-impl Slot for FakeSlot {
-    fn generate(
-        &mut self,
-        prompt: &[u32],
-        p: &GenParams,
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> GenSummary {
+struct FakeEngine {
+    slots: usize,
+    running: Vec<FakeGen>,
+}
+
+impl Engine for FakeEngine {
+    fn capacity(&self) -> usize {
+        self.slots
+    }
+    fn active(&self) -> usize {
+        self.running.len()
+    }
+    fn admit(&mut self, id: u64, prompt: &[u32], params: &GenParams) -> Result<(), String> {
+        assert!(self.running.len() < self.slots, "admitted past capacity");
         let slow = String::from_utf8_lossy(&prompt.iter().map(|&t| t as u8).collect::<Vec<_>>())
             .contains("slow");
-        let mut text = String::new();
-        for i in 0..p.max_tokens {
-            if slow {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let piece = format!("w{i} ");
-            text.push_str(&piece);
-            if let Some(stop) = p.stop.iter().find(|s| text.contains(s.as_str())) {
-                let keep = text.find(stop.as_str()).unwrap() + stop.len() - piece.len();
-                let _ = keep;
-                return GenSummary {
-                    finish: FinishReason::Stop,
-                    completion_tokens: i + 1,
+        self.running.push(FakeGen {
+            id,
+            i: 0,
+            slow,
+            text: String::new(),
+            params: params.clone(),
+        });
+        Ok(())
+    }
+    fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
+        if self.running.iter().any(|g| g.slow) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.running.retain_mut(|g| {
+            let done = |finish, completion_tokens| {
+                Event::Done(GenSummary {
+                    finish,
+                    completion_tokens,
                     cancelled: false,
-                };
+                })
+            };
+            if g.i >= g.params.max_tokens {
+                events(g.id, done(FinishReason::Length, g.i));
+                return false;
             }
-            if !on_text(&piece) {
-                return GenSummary {
-                    finish: FinishReason::Stop,
-                    completion_tokens: i + 1,
-                    cancelled: true,
-                };
+            let piece = format!("w{} ", g.i);
+            g.i += 1;
+            g.text.push_str(&piece);
+            if g.params.stop.iter().any(|s| g.text.contains(s.as_str())) {
+                events(g.id, done(FinishReason::Stop, g.i));
+                return false;
             }
-        }
-        GenSummary {
-            finish: FinishReason::Length,
-            completion_tokens: p.max_tokens,
-            cancelled: false,
-        }
+            events(g.id, Event::Text(piece));
+            true
+        });
+    }
+    fn cancel(&mut self, id: u64) {
+        self.running.retain(|g| g.id != id);
     }
 }
 
@@ -89,8 +114,11 @@ impl Backend for Fake {
         }
         Ok(ids.iter().map(|&t| t as u8 as char).collect())
     }
-    fn new_slot(&self) -> Box<dyn Slot> {
-        Box::new(FakeSlot)
+    fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
+        Box::new(FakeEngine {
+            slots,
+            running: Vec::new(),
+        })
     }
 }
 

@@ -1,15 +1,19 @@
 //! `ferrox serve`: the OpenAI-compatible server (crates/ferrox-server) over a loaded model.
-//! Each slot owns a generation `Session` (its own KV caches, prefix reuse across turns).
+//! Requests run on a continuous-batching `BatchEngine`: one batched forward per step for all
+//! slots, each slot with its own KV caches (prefix reuse across turns) and prompt-lookup drafts.
 
 use std::sync::Arc;
 
+use ferrox_models::batch::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::decoder::Decoder;
-use ferrox_models::generate::{GenerateParams, Session, StopReason};
-use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::generate::StopReason;
+use ferrox_models::sampling::SamplerConfig;
 use ferrox_models::template::{render_prompt, Message};
 use ferrox_models::tokenizer::Tokenizer;
 use ferrox_server::api::ChatMessage;
-use ferrox_server::backend::{Backend, BackendError, FinishReason, GenParams, GenSummary, Slot};
+use ferrox_server::backend::{
+    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
+};
 
 use super::engine;
 
@@ -38,6 +42,9 @@ pub struct Args {
     /// Threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
+    /// Decode without prompt-lookup drafts.
+    #[arg(long = "no-spec")]
+    pub no_spec: bool,
 }
 
 struct ModelBackend {
@@ -46,10 +53,11 @@ struct ModelBackend {
     decoder: &'static Decoder,
     tokenizer: &'static Tokenizer,
     ctx: usize,
+    no_spec: bool,
 }
 
-struct ModelSlot {
-    session: Session<'static>,
+struct ModelEngine {
+    engine: BatchEngine<'static>,
 }
 
 /// Rendered template text to ids: special tokens parsed; BOS added when the model wants one
@@ -100,47 +108,63 @@ impl Backend for ModelBackend {
         }
         Ok(self.tokenizer.decode(ids))
     }
-    fn new_slot(&self) -> Box<dyn Slot> {
-        Box::new(ModelSlot {
-            session: Session::new(self.decoder, self.tokenizer, self.ctx),
-        })
+    fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
+        let mut engine = BatchEngine::new(self.decoder, self.tokenizer, slots, self.ctx);
+        if self.no_spec {
+            engine.max_draft = 0;
+        }
+        Box::new(ModelEngine { engine })
     }
 }
 
-impl Slot for ModelSlot {
-    fn generate(
-        &mut self,
-        prompt: &[u32],
-        p: &GenParams,
-        on_text: &mut dyn FnMut(&str) -> bool,
-    ) -> GenSummary {
+impl Engine for ModelEngine {
+    fn capacity(&self) -> usize {
+        self.engine.capacity()
+    }
+    fn active(&self) -> usize {
+        self.engine.active()
+    }
+    fn admit(&mut self, id: u64, prompt: &[u32], p: &GenParams) -> Result<(), String> {
         let prompt: Vec<usize> = prompt.iter().map(|&t| t as usize).collect();
-        let mut sampler = Sampler::new(SamplerConfig {
-            temperature: p.temperature,
-            top_k: p.top_k,
-            top_p: p.top_p,
-            min_p: p.min_p,
-            presence_penalty: p.presence_penalty,
-            frequency_penalty: p.frequency_penalty,
-            seed: p.seed,
-            ..SamplerConfig::default()
-        });
-        let params = GenerateParams {
+        let params = BatchParams {
+            sampler: SamplerConfig {
+                temperature: p.temperature,
+                top_k: p.top_k,
+                top_p: p.top_p,
+                min_p: p.min_p,
+                presence_penalty: p.presence_penalty,
+                frequency_penalty: p.frequency_penalty,
+                seed: p.seed,
+                ..SamplerConfig::default()
+            },
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
-            ..GenerateParams::default()
         };
-        let out = self
-            .session
-            .generate(&prompt, &params, &mut sampler, on_text);
-        GenSummary {
-            finish: match out.stop {
-                StopReason::MaxTokens | StopReason::Context => FinishReason::Length,
-                _ => FinishReason::Stop,
-            },
-            completion_tokens: out.gen_tokens,
-            cancelled: out.stop == StopReason::Cancelled,
-        }
+        self.engine
+            .admit(id, &prompt, &params)
+            .map_err(|e| e.to_string())
+    }
+    fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
+        self.engine.step(|id, ev| match ev {
+            BatchEvent::Text(t) => events(id, Event::Text(t)),
+            BatchEvent::Done { stop, tokens } => events(
+                id,
+                Event::Done(GenSummary {
+                    finish: match stop {
+                        StopReason::MaxTokens | StopReason::Context => FinishReason::Length,
+                        _ => FinishReason::Stop,
+                    },
+                    completion_tokens: tokens,
+                    cancelled: stop == StopReason::Cancelled,
+                }),
+            ),
+        });
+    }
+    fn cancel(&mut self, id: u64) {
+        self.engine.cancel(id);
+    }
+    fn spec_counts(&self) -> (u64, u64) {
+        (self.engine.stats.drafted, self.engine.stats.accepted)
     }
 }
 
@@ -174,6 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         decoder,
         tokenizer,
         ctx,
+        no_spec: args.no_spec,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

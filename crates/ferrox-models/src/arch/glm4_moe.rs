@@ -9,19 +9,38 @@ use super::sparse::{build_sparse, DENSE_FFN, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORM
 use crate::config::ModelConfig;
 use crate::decoder::Decoder;
 use crate::hf_config::parse_hf_config;
-use crate::weights::{LoadError, WeightSource};
+use crate::weights::{req, Dim::*, LoadError, Naming, TensorSpec, WeightSource};
 
 /// `config.json` → config (see `hf_config`).
 pub fn config_from_hf(text: &str) -> Result<ModelConfig, LoadError> {
     parse_hf_config(text).map_err(|e| LoadError::Config(e.to_string()))
 }
 
+/// llama.cpp's `glm4moe` stores the pre-FFN norm (HF `post_attention_layernorm`) as
+/// `post_attention_norm`, not `ffn_norm`.
+pub const GGUF_NORMS: &[TensorSpec] = &[
+    req(
+        "blk.{}.attn_norm.weight",
+        "model.layers.{}.input_layernorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.post_attention_norm.weight",
+        "model.layers.{}.post_attention_layernorm.weight",
+        &[Hidden],
+    ),
+];
+
 pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
+    let norms = match src.naming() {
+        Naming::Gguf => GGUF_NORMS,
+        Naming::HuggingFace => NORMS,
+    };
     let attn = if cfg.mla.is_some() {
         MLA_ATTN
     } else {
         STD_ATTN
     };
-    let specs = [NORMS, attn, DENSE_FFN, MOE_FFN].concat();
+    let specs = [norms, attn, DENSE_FFN, MOE_FFN].concat();
     build_sparse(cfg, src, &specs, &HF_EXPERTS)
 }

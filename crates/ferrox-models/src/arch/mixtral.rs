@@ -3,7 +3,9 @@
 //! (Hub names `block_sparse_moe.gate`, `experts.{e}.w1/w3/w2`); llama.cpp `LLM_ARCH_LLAMA` with
 //! `ffn_gate_inp` / `ffn_*_exps`.
 
-use super::sparse::{build_sparse, expert_ffn, experts, ExpertNames, NORMS, STD_ATTN};
+use super::sparse::{
+    build_sparse, expert_ffn, experts, ExpertNames, GATE_UP_EXPS, NORMS, STD_ATTN,
+};
 use crate::config::ModelConfig;
 use crate::decoder::Decoder;
 use crate::hf_config::parse_hf_config;
@@ -36,6 +38,7 @@ pub const MIXTRAL_MOE: &[TensorSpec] = &[
         "-",
         &[Of(experts), Hidden, Of(expert_ffn)],
     ),
+    GATE_UP_EXPS,
 ];
 
 pub const MIXTRAL_EXPERTS: ExpertNames = ExpertNames {

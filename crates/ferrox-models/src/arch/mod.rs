@@ -13,6 +13,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod random;
 pub mod sparse;
+pub mod sparse_gguf;
 
 use crate::blocks::{GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{
@@ -33,11 +34,17 @@ pub fn load(path: &Path) -> Result<Decoder, LoadError> {
     if path.is_dir() {
         load_hf_dir(path)
     } else {
-        load_gguf(path)
+        load_gguf(path, false)
     }
 }
 
-fn load_gguf(path: &Path) -> Result<Decoder, LoadError> {
+/// A GGUF model with every weight dequantized to F32 at load: the exact-arithmetic reference
+/// (as transformers runs the GGUF) for judging near-ties; several times the memory.
+pub fn load_dequantized(path: &Path) -> Result<Decoder, LoadError> {
+    load_gguf(path, true)
+}
+
+fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
     let file = GgufFile::open(path).map_err(|e| LoadError::Format {
         path: path.to_path_buf(),
         msg: e.to_string(),
@@ -48,12 +55,22 @@ fn load_gguf(path: &Path) -> Result<Decoder, LoadError> {
     let arch = g.file.architecture().unwrap_or_default().to_string();
     let src = GgufSource {
         file: g.file.clone(),
+        dequantize,
     };
+    // Mixtral is stored as `llama` with experts.
+    let has_experts = g.opt_usize("expert_count").unwrap_or(0) > 0;
+    let sparse = || sparse_gguf::config_from_gguf(&g);
     let mut dec = match arch.as_str() {
+        "llama" if has_experts => mixtral::build(sparse()?, &src)?,
         "llama" => llama::build(llama::config_from_gguf(&g)?, &src)?,
         "qwen2" => qwen2::build(qwen2::config_from_gguf(&g)?, &src)?,
         "qwen3" => qwen3::build(qwen3::config_from_gguf(&g)?, &src)?,
         "gemma3" => gemma3::build(gemma3::config_from_gguf(&g)?, &src)?,
+        "deepseek2" => deepseek_v3::build(sparse()?, &src)?,
+        "deepseek32" | "glm-dsa" => glm_moe_dsa::build(sparse()?, &src)?,
+        "glm4moe" => glm4_moe::build(sparse()?, &src)?,
+        "glm4" => glm4::build(sparse()?, &src)?,
+        "qwen3moe" => qwen3_moe::build(sparse()?, &src)?,
         other => return Err(LoadError::UnsupportedArch(other.to_string())),
     };
     dec.source = ModelSource {

@@ -9,7 +9,7 @@
 
 use super::resolver;
 use crate::blocks::dsa::Indexer;
-use crate::blocks::mla::{Mla, MlaWeights};
+use crate::blocks::mla::{KvB, Mla, MlaWeights};
 use crate::blocks::moe::{MoeBlock, Routing};
 use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig};
@@ -25,6 +25,9 @@ pub fn experts(c: &ModelConfig) -> usize {
 }
 pub fn expert_ffn(c: &ModelConfig) -> usize {
     c.moe.expert_ffn_dim
+}
+pub fn expert_ffn2(c: &ModelConfig) -> usize {
+    2 * c.moe.expert_ffn_dim
 }
 pub fn shared_ffn(c: &ModelConfig) -> usize {
     c.moe.shared_ffn_dim
@@ -55,6 +58,15 @@ pub fn mla_q_rows(c: &ModelConfig) -> usize {
 }
 pub fn kv_b_rows(c: &ModelConfig) -> usize {
     c.n_heads * (mla(c).qk_nope_head_dim + mla(c).v_head_dim)
+}
+pub fn heads(c: &ModelConfig) -> usize {
+    c.n_heads
+}
+pub fn qk_nope(c: &ModelConfig) -> usize {
+    mla(c).qk_nope_head_dim
+}
+pub fn v_head(c: &ModelConfig) -> usize {
+    mla(c).v_head_dim
 }
 pub fn mla_o_cols(c: &ModelConfig) -> usize {
     c.n_heads * mla(c).v_head_dim
@@ -182,6 +194,18 @@ pub const MLA_ATTN: &[TensorSpec] = &[
         "model.layers.{}.self_attn.kv_b_proj.weight",
         &[Of(kv_b_rows), Of(kv_lora)],
     ),
+    // llama.cpp's converter splits `kv_b_proj` per head (`attn_k_b` transposed); only legacy
+    // GGUFs carry `attn_kv_b`.
+    o(
+        "blk.{}.attn_k_b.weight",
+        "-",
+        &[Of(heads), Of(kv_lora), Of(qk_nope)],
+    ),
+    o(
+        "blk.{}.attn_v_b.weight",
+        "-",
+        &[Of(heads), Of(v_head), Of(kv_lora)],
+    ),
     o(
         "blk.{}.attn_output.weight",
         "model.layers.{}.self_attn.o_proj.weight",
@@ -278,6 +302,7 @@ pub const MOE_FFN: &[TensorSpec] = &[
         "-",
         &[Of(experts), Hidden, Of(expert_ffn)],
     ),
+    GATE_UP_EXPS,
     o(
         "blk.{}.ffn_gate_shexp.weight",
         "model.layers.{}.mlp.shared_experts.gate_proj.weight",
@@ -294,6 +319,14 @@ pub const MOE_FFN: &[TensorSpec] = &[
         &[Hidden, Of(shared_ffn)],
     ),
 ];
+
+/// llama.cpp's optional fused expert gate/up (`--fuse-gate-up-exps`): per expert, the gate rows
+/// then the up rows.
+pub const GATE_UP_EXPS: TensorSpec = o(
+    "blk.{}.ffn_gate_up_exps.weight",
+    "-",
+    &[Of(experts), Of(expert_ffn2), Hidden],
+);
 
 /// Hugging Face per-expert tensor names (`{}` layer, `{e}` expert): gate, up, down.
 #[derive(Debug, Clone, Copy)]
@@ -426,7 +459,7 @@ pub fn build_sparse(
             attn_norm: norm(&n("attn_norm.weight"))?,
             attn,
             post_attn_norm,
-            ffn_norm: norm(&n("ffn_norm.weight"))?,
+            ffn_norm: norm(&n(pre_ffn_norm(&cfg, &b, l)))?,
             ffn,
             post_ffn_norm,
         });
@@ -439,6 +472,19 @@ pub fn build_sparse(
         output_norm,
         lm_head,
     ))
+}
+
+/// Name of the norm before the FFN: `ffn_norm`, except in llama.cpp's GLM-4.5 GGUFs, which store
+/// it (HF `post_attention_layernorm`) as `post_attention_norm` — a name that means the sandwich
+/// norm on the attention output when the config has post-norms (GLM-4, Gemma 3).
+fn pre_ffn_norm(cfg: &ModelConfig, b: &Bound, l: usize) -> &'static str {
+    let ffn = "ffn_norm.weight";
+    let glm = "post_attention_norm.weight";
+    if !cfg.post_norms && !b.has(&format!("blk.{l}.{ffn}")) && b.has(&format!("blk.{l}.{glm}")) {
+        glm
+    } else {
+        ffn
+    }
 }
 
 /// Dense SwiGLU: separate gate/up, or one fused `[2·ffn, hidden]` up (GLM-4: gate rows first).
@@ -473,8 +519,21 @@ fn build_moe(
     let experts = match src.naming() {
         Naming::Gguf => {
             let get = |s: &str| b.get(&n(s)).ok_or_else(|| LoadError::MissingTensor(n(s)));
-            let g = split_rows(get("ffn_gate_exps.weight")?, e)?;
-            let u = split_rows(get("ffn_up_exps.weight")?, e)?;
+            let (g, u) = match b.get(&n("ffn_gate_up_exps.weight")) {
+                Some(fused) => {
+                    let parts = split_rows(fused, 2 * e)?;
+                    let (g, u): (Vec<_>, Vec<_>) =
+                        parts.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+                    (
+                        g.into_iter().map(|p| p.1).collect(),
+                        u.into_iter().map(|p| p.1).collect(),
+                    )
+                }
+                None => (
+                    split_rows(get("ffn_gate_exps.weight")?, e)?,
+                    split_rows(get("ffn_up_exps.weight")?, e)?,
+                ),
+            };
             let dn = split_rows(get("ffn_down_exps.weight")?, e)?;
             g.into_iter()
                 .zip(u)
@@ -518,6 +577,7 @@ fn build_moe(
             None
         },
         routing: Routing::from_config(m),
+        scratch: Default::default(),
     })
 }
 
@@ -541,7 +601,15 @@ fn build_mla(cfg: &ModelConfig, b: &Bound, l: usize) -> Result<Mla, LoadError> {
         kv_a: b.matrix(&n("attn_kv_a_mqa.weight"))?,
         kv_a_bias: b.opt_vector(&n("attn_kv_a_mqa.bias"))?,
         kv_a_norm: b.vector(&n("attn_kv_a_norm.weight"))?,
-        kv_b: b.matrix(&n("attn_kv_b.weight"))?,
+        kv_b: match (b.get(&n("attn_k_b.weight")), b.get(&n("attn_v_b.weight"))) {
+            (Some(k_b), Some(v_b)) => KvB::Split {
+                k_b: split_rows(k_b, cfg.n_heads)?,
+                v_b: split_rows(v_b, cfg.n_heads)?,
+            },
+            (Some(_), None) => return Err(LoadError::MissingTensor(n("attn_v_b.weight"))),
+            (None, Some(_)) => return Err(LoadError::MissingTensor(n("attn_k_b.weight"))),
+            (None, None) => KvB::Fused(b.matrix(&n("attn_kv_b.weight"))?),
+        },
         o: b.matrix(&n("attn_output.weight"))?,
         o_bias: b.opt_vector(&n("attn_output.bias"))?,
     };
@@ -563,4 +631,50 @@ fn build_mla(cfg: &ModelConfig, b: &Bound, l: usize) -> Result<Mla, LoadError> {
         _ => None,
     };
     Ok(Mla::new(cfg, l, w, indexer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrox_core::quant::{self, GgmlType};
+    use ferrox_core::storage::Bytes;
+
+    /// Q8_0 blocks (f16 scale + 32 i8) with a different scale and pattern in every block.
+    fn q8_0_bytes(n_blocks: usize) -> Vec<u8> {
+        let mut v = Vec::with_capacity(n_blocks * 34);
+        for b in 0..n_blocks {
+            v.extend_from_slice(&(0x2000u16 + b as u16 * 7).to_le_bytes());
+            v.extend((0..32).map(|i| ((i * 5 + b * 3) % 61) as u8 ^ 0x20));
+        }
+        v
+    }
+
+    /// Stacked quantized experts (and MLA's per-head `attn_k_b`) split zero-copy into the same
+    /// rows a whole-tensor dequantization gives.
+    #[test]
+    fn split_rows_of_quantized_stack() {
+        let (parts, rows, cols) = (3, 4, 64);
+        let bytes = q8_0_bytes(parts * rows * cols / 32);
+        let mut whole = vec![0f32; parts * rows * cols];
+        quant::dequantize_row(GgmlType::Q8_0, &bytes, &mut whole).unwrap();
+        let t = TensorRef {
+            name: "blk.1.ffn_up_exps.weight".into(),
+            ty: GgmlType::Q8_0,
+            shape: vec![parts, rows, cols],
+            data: Bytes::from_vec(bytes),
+        };
+        let mats = split_rows(&t, parts).unwrap();
+        assert_eq!(mats.len(), parts);
+        let mut row = vec![0f32; cols];
+        for (p, m) in mats.iter().enumerate() {
+            assert_eq!((m.rows(), m.cols()), (rows, cols));
+            for r in 0..rows {
+                m.dequantize_row(r, &mut row).unwrap();
+                let at = (p * rows + r) * cols;
+                assert_eq!(row, whole[at..at + cols], "part {p} row {r}");
+            }
+        }
+        let e = split_rows(&t, 5).unwrap_err().to_string();
+        assert!(e.contains("blk.1.ffn_up_exps.weight"), "{e}");
+    }
 }

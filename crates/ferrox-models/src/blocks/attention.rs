@@ -6,7 +6,7 @@
 //! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
 //! so batched and single-token forwards agree bit for bit.
 
-use super::{AttentionBlock, PassState, RmsNorm, Rope};
+use super::{AttentionBlock, PassState, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
 use rayon::prelude::*;
@@ -93,50 +93,22 @@ fn add_bias(y: &mut [f32], b: &Option<Vec<f32>>) {
     }
 }
 
-impl AttentionBlock for StandardAttention {
-    fn forward(
+impl StandardAttention {
+    /// Attention of `n` query rows at positions `pos..pos + n` over `cache` (which already
+    /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out.
+    fn attend(
         &self,
-        x: &[f32],
+        q: &[f32],
         n: usize,
         pos: usize,
-        cache: &mut KvCache,
-        _state: &mut PassState,
-        out: &mut [f32],
+        cache: &KvCache,
+        scores: &mut [f32],
+        att: &mut [f32],
     ) {
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let (qd, kvd) = (nh * hd, nkv * hd);
-        assert_eq!(
-            cache.len(),
-            pos,
-            "KV cache length must equal the start position"
-        );
-        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let s = &mut *guard;
-        let q = grow(&mut s.q, n * qd);
-        let k = grow(&mut s.k, n * kvd);
-        let v = grow(&mut s.v, n * kvd);
-        self.wq.gemm(x, n, q);
-        self.wk.gemm(x, n, k);
-        self.wv.gemm(x, n, v);
-        add_bias(q, &self.bq);
-        add_bias(k, &self.bk);
-        add_bias(v, &self.bv);
-        for i in 0..n {
-            let (qi, ki) = (&mut q[i * qd..(i + 1) * qd], &mut k[i * kvd..(i + 1) * kvd]);
-            if let Some(norm) = &self.q_norm {
-                norm.forward_inplace(qi);
-            }
-            if let Some(norm) = &self.k_norm {
-                norm.forward_inplace(ki);
-            }
-            self.rope.apply(qi, nh, hd, pos + i);
-            self.rope.apply(ki, nkv, hd, pos + i);
-            cache.append(ki, &v[i * kvd..(i + 1) * kvd]);
-        }
-
         let total = pos + n;
-        let att = grow(&mut s.att, n * qd);
-        let scores = grow(&mut s.scores, nh * total);
+        let scores = &mut scores[..nh * total];
         let keys = cache.keys();
         let values = cache.values();
         let group = nh / nkv;
@@ -189,6 +161,80 @@ impl AttentionBlock for StandardAttention {
                     .enumerate()
                     .for_each(head);
             }
+        }
+    }
+}
+
+impl AttentionBlock for StandardAttention {
+    fn forward(
+        &self,
+        x: &[f32],
+        n: usize,
+        pos: usize,
+        cache: &mut KvCache,
+        state: &mut PassState,
+        out: &mut [f32],
+    ) {
+        let mut seg = [Segment {
+            n,
+            pos,
+            caches: std::slice::from_mut(cache),
+            state,
+        }];
+        self.forward_segments(x, 0, &mut seg, out);
+    }
+
+    /// Projections run once over every segment's rows (one read of the weights for the whole
+    /// step); RoPE, the cache append and attention run per segment on its own cache.
+    fn forward_segments(&self, x: &[f32], layer: usize, segs: &mut [Segment<'_>], out: &mut [f32]) {
+        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let (qd, kvd) = (nh * hd, nkv * hd);
+        let n: usize = segs.iter().map(|s| s.n).sum();
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        let q = grow(&mut s.q, n * qd);
+        let k = grow(&mut s.k, n * kvd);
+        let v = grow(&mut s.v, n * kvd);
+        self.wq.gemm(x, n, q);
+        self.wk.gemm(x, n, k);
+        self.wv.gemm(x, n, v);
+        add_bias(q, &self.bq);
+        add_bias(k, &self.bk);
+        add_bias(v, &self.bv);
+        let max_total = segs.iter().map(|s| s.pos + s.n).max().unwrap_or(0);
+        let att = grow(&mut s.att, n * qd);
+        let scores = grow(&mut s.scores, nh * max_total);
+        let mut r0 = 0;
+        for seg in segs.iter_mut() {
+            let cache = &mut seg.caches[layer];
+            assert_eq!(
+                cache.len(),
+                seg.pos,
+                "KV cache length must equal the start position"
+            );
+            for i in r0..r0 + seg.n {
+                let (qi, ki) = (&mut q[i * qd..(i + 1) * qd], &mut k[i * kvd..(i + 1) * kvd]);
+                if let Some(norm) = &self.q_norm {
+                    norm.forward_inplace(qi);
+                }
+                if let Some(norm) = &self.k_norm {
+                    norm.forward_inplace(ki);
+                }
+                let p = seg.pos + i - r0;
+                self.rope.apply(qi, nh, hd, p);
+                self.rope.apply(ki, nkv, hd, p);
+                cache.append(ki, &v[i * kvd..(i + 1) * kvd]);
+            }
+            let rows = r0 * qd..(r0 + seg.n) * qd;
+            self.attend(
+                &q[rows.clone()],
+                seg.n,
+                seg.pos,
+                cache,
+                scores,
+                &mut att[rows],
+            );
+            r0 += seg.n;
         }
         self.wo.gemm(att, n, out);
     }

@@ -34,6 +34,14 @@ pub struct Indexer {
 
 const KEY_NORM_EPS: f32 = 1e-6;
 
+/// Reusable buffers of [`Indexer::select_with`] (held by the owning MLA layer).
+#[derive(Debug, Default)]
+pub struct IndexerScratch {
+    q: Vec<f32>,
+    w: Vec<f32>,
+    scores: Vec<(usize, f32)>,
+}
+
 impl Indexer {
     pub fn head_dim(&self) -> usize {
         self.wk.rows()
@@ -41,14 +49,21 @@ impl Indexer {
 
     /// Indexer keys `[n, Di]` for rows of the normed hidden state at positions `pos..`.
     pub fn keys(&self, h: &[f32], n: usize, pos: usize) -> Vec<f32> {
+        let mut k = Vec::new();
+        self.keys_into(h, n, pos, &mut k);
+        k
+    }
+
+    /// [`Indexer::keys`] into a reused buffer.
+    pub fn keys_into(&self, h: &[f32], n: usize, pos: usize, k: &mut Vec<f32>) {
         let di = self.head_dim();
-        let mut k = vec![0f32; n * di];
-        self.wk.gemm(h, n, &mut k);
+        k.clear();
+        k.resize(n * di, 0.0);
+        self.wk.gemm(h, n, k);
         for (t, row) in k.chunks_mut(di).enumerate() {
             layer_norm(row, &self.k_norm_w, &self.k_norm_b, KEY_NORM_EPS);
             self.rope.apply(row, 1, di, pos + t);
         }
-        k
     }
 
     /// Top-k key positions for each of the `n` query rows at `pos..`, given every cached
@@ -64,6 +79,23 @@ impl Indexer {
         keys: &[f32],
         state: &mut PassState,
     ) {
+        let mut scratch = IndexerScratch::default();
+        self.select_with(h, q_resid, n, pos, keys, state, &mut scratch);
+    }
+
+    /// [`Indexer::select`] with reused buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn select_with(
+        &self,
+        h: &[f32],
+        q_resid: &[f32],
+        n: usize,
+        pos: usize,
+        keys: &[f32],
+        state: &mut PassState,
+        scratch: &mut IndexerScratch,
+    ) {
+        let IndexerScratch { q, w, scores } = scratch;
         let (hi, di, k) = (self.n_heads, self.head_dim(), self.topk);
         state.topk_width = k;
         state.topk.clear();
@@ -76,13 +108,14 @@ impl Indexer {
             }
             return;
         }
-        let mut q = vec![0f32; n * hi * di];
-        self.wq_b.gemm(q_resid, n, &mut q);
-        let mut w = vec![0f32; n * hi];
-        self.weights_proj.gemm(h, n, &mut w);
+        q.clear();
+        q.resize(n * hi * di, 0.0);
+        self.wq_b.gemm(q_resid, n, q);
+        w.clear();
+        w.resize(n * hi, 0.0);
+        self.weights_proj.gemm(h, n, w);
         let wscale = (hi as f32).powf(-0.5);
         let sscale = (di as f32).powf(-0.5);
-        let mut scores: Vec<(usize, f32)> = Vec::new();
         for t in 0..n {
             let last = pos + t;
             let row = &mut state.topk[t * k..(t + 1) * k];

@@ -9,11 +9,12 @@
 //! With YaRN, the softmax scale gets DeepSeek-V3's `mscale(factor, mscale_all_dim)²` correction on
 //! top of the RoPE attention factor.
 
-use super::dsa::Indexer;
+use super::dsa::{Indexer, IndexerScratch};
 use super::{AttentionBlock, PassState, Rope};
 use crate::config::{ModelConfig, RopeConfig, RopeScaling};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
+use std::sync::Mutex;
 
 pub(crate) fn yarn_mscale(scale: f32, m: f32) -> f32 {
     if scale <= 1.0 {
@@ -56,14 +57,28 @@ pub struct MlaWeights {
     pub kv_a_bias: Option<Vec<f32>>,
     /// `kv_a_layernorm` `[kv_lora_rank]`.
     pub kv_a_norm: Vec<f32>,
-    /// `kv_b_proj` `[H*(dn+dv), kv_lora_rank]`.
-    pub kv_b: WeightMatrix,
+    /// `kv_b_proj`, fused or already split per head.
+    pub kv_b: KvB,
     /// `o_proj` `[hidden, H*dv]`.
     pub o: WeightMatrix,
     pub o_bias: Option<Vec<f32>>,
 }
 
+/// The latent up-projection of keys and values.
 #[derive(Debug, Clone)]
+pub enum KvB {
+    /// Hugging Face `kv_b_proj` (and legacy GGUF `attn_kv_b`) `[H*(dn+dv), kv_lora_rank]`: per head
+    /// `dn` key rows then `dv` value rows. Split and transposed into f32 at load.
+    Fused(WeightMatrix),
+    /// llama.cpp's split form, used as stored (quantized or not): per head `attn_k_b`
+    /// `[kv_lora_rank, dn]` (already `W_ukᵀ`) and `attn_v_b` `[dv, kv_lora_rank]` (`W_uv`).
+    Split {
+        k_b: Vec<WeightMatrix>,
+        v_b: Vec<WeightMatrix>,
+    },
+}
+
+#[derive(Debug)]
 pub struct Mla {
     n_heads: usize,
     dn: usize,
@@ -81,6 +96,32 @@ pub struct Mla {
     pub indexer: Option<Indexer>,
     /// Whether this layer's attention is restricted to an indexer selection.
     pub sparse: bool,
+    /// Temporaries reused across calls (as `StandardAttention` does).
+    scratch: Mutex<MlaScratch>,
+}
+
+/// Reusable buffers of one MLA layer's forward pass.
+#[derive(Debug, Default)]
+struct MlaScratch {
+    q: Vec<f32>,
+    q_resid: Vec<f32>,
+    ckv: Vec<f32>,
+    q_lat: Vec<f32>,
+    qn: Vec<f32>,
+    o_lat: Vec<f32>,
+    idx: Vec<usize>,
+    p: Vec<f32>,
+    attn: Vec<f32>,
+    vh: Vec<f32>,
+    ix_keys: Vec<f32>,
+    ix: IndexerScratch,
+}
+
+/// `v` resized to `n` zeros.
+fn zeroed(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.clear();
+    v.resize(n, 0.0);
+    v
 }
 
 /// Latent-space eps of `q_a_layernorm` / `kv_a_layernorm` (built without `eps` in transformers).
@@ -96,31 +137,10 @@ impl Mla {
             m.v_head_dim,
             m.kv_lora_rank,
         );
-        // Split kv_b per head into the key (first dn rows) and value (next dv rows) parts.
-        let mut row = vec![0f32; rkv];
-        let mut w_uk_t = Vec::with_capacity(h);
-        let mut w_uv = Vec::with_capacity(h);
-        for head in 0..h {
-            let base = head * (dn + dv);
-            let mut kt = vec![0f32; rkv * dn];
-            for d in 0..dn {
-                w.kv_b
-                    .dequantize_row(base + d, &mut row)
-                    .expect("kv_b rows validated at load");
-                for (r, v) in row.iter().enumerate() {
-                    kt[r * dn + d] = *v;
-                }
-            }
-            let mut uv = Vec::with_capacity(dv * rkv);
-            for d in 0..dv {
-                w.kv_b
-                    .dequantize_row(base + dn + d, &mut row)
-                    .expect("kv_b rows validated at load");
-                uv.extend_from_slice(&row);
-            }
-            w_uk_t.push(WeightMatrix::from_f32(rkv, dn, &kt));
-            w_uv.push(WeightMatrix::from_f32(dv, rkv, &uv));
-        }
+        let (w_uk_t, w_uv) = match &w.kv_b {
+            KvB::Split { k_b, v_b } => (k_b.clone(), v_b.clone()),
+            KvB::Fused(kv_b) => split_kv_b(kv_b, h, dn, dv, rkv),
+        };
         let mut scale = ((dn + dr) as f32).powf(-0.5);
         if let RopeScaling::Yarn {
             factor,
@@ -153,6 +173,7 @@ impl Mla {
             scale,
             indexer,
             sparse,
+            scratch: Mutex::default(),
         }
     }
 
@@ -184,29 +205,45 @@ impl AttentionBlock for Mla {
         let d_model = self.w.o.rows();
         assert_eq!(h.len(), n * d_model, "Mla: input shape");
 
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let MlaScratch {
+            q,
+            q_resid,
+            ckv,
+            q_lat,
+            qn,
+            o_lat,
+            idx,
+            p,
+            attn,
+            vh,
+            ix_keys,
+            ix: ix_scratch,
+        } = &mut *guard;
+
         // Queries.
-        let mut q = vec![0f32; n * nh * dq];
-        let q_resid = match &self.w.q_a {
+        let q = zeroed(q, n * nh * dq);
+        let q_resid: Option<&[f32]> = match &self.w.q_a {
             Some((qa, norm)) => {
-                let mut r = vec![0f32; n * qa.rows()];
-                qa.gemm(h, n, &mut r);
-                add_bias(&mut r, self.w.q_a_bias.as_ref());
+                let r = zeroed(q_resid, n * qa.rows());
+                qa.gemm(h, n, r);
+                add_bias(r, self.w.q_a_bias.as_ref());
                 for row in r.chunks_mut(qa.rows()) {
                     rms_norm(row, norm, LATENT_EPS);
                 }
-                self.w.q_b.gemm(&r, n, &mut q);
+                self.w.q_b.gemm(r, n, q);
                 Some(r)
             }
             None => {
-                self.w.q_b.gemm(h, n, &mut q);
+                self.w.q_b.gemm(h, n, q);
                 None
             }
         };
 
         // Compressed KV: normed latent + roped shared key, one cache row per position.
-        let mut ckv = vec![0f32; n * (rkv + dr)];
-        self.w.kv_a.gemm(h, n, &mut ckv);
-        add_bias(&mut ckv, self.w.kv_a_bias.as_ref());
+        let ckv = zeroed(ckv, n * (rkv + dr));
+        self.w.kv_a.gemm(h, n, ckv);
+        add_bias(ckv, self.w.kv_a_bias.as_ref());
         for (t, row) in ckv.chunks_mut(rkv + dr).enumerate() {
             let (c, kpe) = row.split_at_mut(rkv);
             rms_norm(c, &self.w.kv_a_norm, LATENT_EPS);
@@ -223,7 +260,8 @@ impl AttentionBlock for Mla {
         cache.truncate(pos);
         match &self.indexer {
             Some(ix) => {
-                let keys = ix.keys(h, n, pos);
+                ix.keys_into(h, n, pos, ix_keys);
+                let keys = &*ix_keys;
                 cache
                     .ensure_aux_width(ix.head_dim())
                     .expect("MLA cache: indexer width changed on a non-empty cache");
@@ -235,8 +273,8 @@ impl AttentionBlock for Mla {
                         &keys[t * kw..(t + 1) * kw],
                     );
                 }
-                let qr = q_resid.as_deref().expect("DSA indexer needs q_lora_rank");
-                ix.select(h, qr, n, pos, cache.aux(), state);
+                let qr = q_resid.expect("DSA indexer needs q_lora_rank");
+                ix.select_with(h, qr, n, pos, cache.aux(), state, ix_scratch);
             }
             None => {
                 for row in ckv.chunks(rkv + dr) {
@@ -253,22 +291,22 @@ impl AttentionBlock for Mla {
                 self.rope.apply(&mut q[off..off + dr], 1, dr, pos + t);
             }
         }
-        let mut q_lat = vec![0f32; nh * n * rkv]; // [head][t][rkv]
-        let mut qn = vec![0f32; n * dn];
+        let q_lat = zeroed(q_lat, nh * n * rkv); // [head][t][rkv]
+        let qn = zeroed(qn, n * dn);
         for hd in 0..nh {
             for t in 0..n {
                 let off = (t * nh + hd) * dq;
                 qn[t * dn..(t + 1) * dn].copy_from_slice(&q[off..off + dn]);
             }
-            self.w_uk_t[hd].gemm(&qn, n, &mut q_lat[hd * n * rkv..(hd + 1) * n * rkv]);
+            self.w_uk_t[hd].gemm(qn, n, &mut q_lat[hd * n * rkv..(hd + 1) * n * rkv]);
         }
 
         // Scores against the latent cache; attended latent per head.
         let keys = cache.keys();
         let kw = rkv + dr;
-        let mut o_lat = vec![0f32; nh * n * rkv]; // [head][t][rkv]
-        let mut idx: Vec<usize> = Vec::new();
-        let mut p: Vec<f32> = Vec::new();
+        let o_lat = zeroed(o_lat, nh * n * rkv); // [head][t][rkv]
+        idx.clear();
+        p.clear();
         for t in 0..n {
             let last = pos + t;
             idx.clear();
@@ -284,7 +322,7 @@ impl AttentionBlock for Mla {
                 let qpe = &q[qoff..qoff + dr];
                 p.clear();
                 let mut max = f32::NEG_INFINITY;
-                for &j in &idx {
+                for &j in idx.iter() {
                     let k = &keys[j * kw..(j + 1) * kw];
                     let s = (dot(ql, &k[..rkv]) + dot(qpe, &k[rkv..])) * self.scale;
                     max = max.max(s);
@@ -296,7 +334,7 @@ impl AttentionBlock for Mla {
                     sum += *v;
                 }
                 let ol = &mut o_lat[(hd * n + t) * rkv..(hd * n + t + 1) * rkv];
-                for (&j, &pj) in idx.iter().zip(&p) {
+                for (&j, &pj) in idx.iter().zip(p.iter()) {
                     let c = &keys[j * kw..j * kw + rkv];
                     let w = pj / sum;
                     for (o, cv) in ol.iter_mut().zip(c) {
@@ -307,18 +345,52 @@ impl AttentionBlock for Mla {
         }
 
         // Values per head, then the output projection.
-        let mut attn = vec![0f32; n * nh * dv];
-        let mut vh = vec![0f32; n * dv];
+        let attn = zeroed(attn, n * nh * dv);
+        let vh = zeroed(vh, n * dv);
         for hd in 0..nh {
-            self.w_uv[hd].gemm(&o_lat[hd * n * rkv..(hd + 1) * n * rkv], n, &mut vh);
+            self.w_uv[hd].gemm(&o_lat[hd * n * rkv..(hd + 1) * n * rkv], n, vh);
             for t in 0..n {
                 attn[(t * nh + hd) * dv..(t * nh + hd + 1) * dv]
                     .copy_from_slice(&vh[t * dv..(t + 1) * dv]);
             }
         }
-        self.w.o.gemm(&attn, n, out);
+        self.w.o.gemm(attn, n, out);
         add_bias(out, self.w.o_bias.as_ref());
     }
+}
+
+/// Splits a fused `kv_b` per head into the key (first `dn` rows, transposed) and value (next
+/// `dv` rows) parts.
+fn split_kv_b(
+    kv_b: &WeightMatrix,
+    h: usize,
+    dn: usize,
+    dv: usize,
+    rkv: usize,
+) -> (Vec<WeightMatrix>, Vec<WeightMatrix>) {
+    let mut row = vec![0f32; rkv];
+    let mut w_uk_t = Vec::with_capacity(h);
+    let mut w_uv = Vec::with_capacity(h);
+    for head in 0..h {
+        let base = head * (dn + dv);
+        let mut kt = vec![0f32; rkv * dn];
+        for d in 0..dn {
+            kv_b.dequantize_row(base + d, &mut row)
+                .expect("kv_b rows validated at load");
+            for (r, v) in row.iter().enumerate() {
+                kt[r * dn + d] = *v;
+            }
+        }
+        let mut uv = Vec::with_capacity(dv * rkv);
+        for d in 0..dv {
+            kv_b.dequantize_row(base + dn + d, &mut row)
+                .expect("kv_b rows validated at load");
+            uv.extend_from_slice(&row);
+        }
+        w_uk_t.push(WeightMatrix::from_f32(rkv, dn, &kt));
+        w_uv.push(WeightMatrix::from_f32(dv, rkv, &uv));
+    }
+    (w_uk_t, w_uv)
 }
 
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {

@@ -27,6 +27,16 @@ pub struct PassState {
     pub topk_width: usize,
 }
 
+/// One sequence's rows in a multi-sequence forward: `n` consecutive positions from `pos`,
+/// with that sequence's per-layer caches and its own pass state.
+pub struct Segment<'a> {
+    pub n: usize,
+    pub pos: usize,
+    /// One cache per layer.
+    pub caches: &'a mut [KvCache],
+    pub state: &'a mut PassState,
+}
+
 /// Attention sublayer over a batch of `n` consecutive positions starting at `pos`.
 pub trait AttentionBlock: Send + Sync {
     /// `x`: normed input `[n, hidden]`; writes `out` `[n, hidden]` and appends the `n`
@@ -41,6 +51,28 @@ pub trait AttentionBlock: Send + Sync {
         state: &mut PassState,
         out: &mut [f32],
     );
+
+    /// Several sequences at once (continuous batching): `x` holds the segments' rows back to
+    /// back, and layer `layer` of each segment's caches is used. Row results must equal
+    /// `forward` on each segment alone. The default runs the segments one after another;
+    /// blocks override it to share the weight reads of their projections.
+    fn forward_segments(&self, x: &[f32], layer: usize, segs: &mut [Segment<'_>], out: &mut [f32]) {
+        let rows: usize = segs.iter().map(|s| s.n).sum();
+        let d = x.len().checked_div(rows).unwrap_or(0);
+        let mut r = 0;
+        for s in segs.iter_mut() {
+            let (a, b) = (r * d, (r + s.n) * d);
+            self.forward(
+                &x[a..b],
+                s.n,
+                s.pos,
+                &mut s.caches[layer],
+                s.state,
+                &mut out[a..b],
+            );
+            r += s.n;
+        }
+    }
 
     /// Cache geometry `(n_kv_heads, head_dim, v_width)` this layer stores per position.
     fn cache_shape(&self) -> (usize, usize, usize);

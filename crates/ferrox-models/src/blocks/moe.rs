@@ -11,6 +11,7 @@
 use super::{FfnBlock, GatedMlp};
 use crate::config::{MoeConfig, RouterScoring};
 use ferrox_core::matmul::WeightMatrix;
+use std::sync::Mutex;
 
 /// One routed or shared expert: a gated FFN.
 pub type Expert = GatedMlp;
@@ -49,6 +50,31 @@ pub struct MoeBlock {
     /// `[1, hidden]`: shared output scaled by `sigmoid(gate · x)` (Qwen2-MoE).
     pub shared_gate: Option<WeightMatrix>,
     pub routing: Routing,
+    /// Temporaries reused across calls (as `StandardAttention` does); `Default::default()`.
+    pub scratch: Mutex<MoeScratch>,
+}
+
+/// Reusable buffers of one MoE block's forward pass.
+#[derive(Default)]
+pub struct MoeScratch {
+    /// Per expert: (token, weight).
+    per_expert: Vec<Vec<(usize, f32)>>,
+    logits: Vec<f32>,
+    xs: Vec<f32>,
+    ys: Vec<f32>,
+    gate: Vec<f32>,
+    chosen: Vec<(usize, f32)>,
+    route: RouteScratch,
+}
+
+/// Buffers of [`route_into`].
+#[derive(Default)]
+pub struct RouteScratch {
+    scores: Vec<f32>,
+    sel: Vec<f32>,
+    group: Vec<f32>,
+    gscore: Vec<(usize, f32)>,
+    idx: Vec<usize>,
 }
 
 impl MoeBlock {
@@ -68,6 +94,7 @@ impl MoeBlock {
                 norm_topk_prob: false,
                 routed_scaling_factor: 1.0,
             },
+            scratch: Default::default(),
         }
     }
 
@@ -103,16 +130,37 @@ impl MoeBlock {
         assert_eq!(x.len(), n * d, "MoeBlock: input shape");
         assert_eq!(out.len(), n * d, "MoeBlock: output shape");
         let n_exp = self.experts.len();
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let MoeScratch {
+            per_expert,
+            logits,
+            xs,
+            ys,
+            gate,
+            chosen,
+            route,
+        } = &mut *guard;
 
         // Token lists per expert: (token, weight).
-        let mut per_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_exp];
+        per_expert.resize_with(n_exp, Vec::new);
+        for toks in per_expert.iter_mut() {
+            toks.clear();
+        }
         match &self.router {
             None => per_expert[0].extend((0..n).map(|t| (t, 1.0))),
             Some(router) => {
-                let mut logits = vec![0f32; n * n_exp];
-                router.gemm(x, n, &mut logits);
+                logits.clear();
+                logits.resize(n * n_exp, 0.0);
+                router.gemm(x, n, logits);
                 for t in 0..n {
-                    for (e, w) in self.route(&logits[t * n_exp..(t + 1) * n_exp]) {
+                    route_into(
+                        &self.routing,
+                        self.correction_bias.as_deref(),
+                        &logits[t * n_exp..(t + 1) * n_exp],
+                        route,
+                        chosen,
+                    );
+                    for &(e, w) in chosen.iter() {
                         per_expert[e].push((t, w));
                     }
                 }
@@ -120,8 +168,6 @@ impl MoeBlock {
         }
 
         out.fill(0.0);
-        let mut xs = Vec::new();
-        let mut ys = Vec::new();
         for (e, toks) in per_expert.iter().enumerate() {
             if toks.is_empty() {
                 continue;
@@ -133,7 +179,7 @@ impl MoeBlock {
             }
             ys.clear();
             ys.resize(m * d, 0.0);
-            self.experts[e].forward(&xs, m, &mut ys);
+            self.experts[e].forward(xs, m, ys);
             for (i, &(t, w)) in toks.iter().enumerate() {
                 let dst = &mut out[t * d..(t + 1) * d];
                 for (o, y) in dst.iter_mut().zip(&ys[i * d..(i + 1) * d]) {
@@ -143,11 +189,13 @@ impl MoeBlock {
         }
 
         if let Some(shared) = &self.shared {
-            let mut ys = vec![0f32; n * d];
-            shared.forward(x, n, &mut ys);
-            let mut gate = vec![1f32; n];
+            ys.clear();
+            ys.resize(n * d, 0.0);
+            shared.forward(x, n, ys);
+            gate.clear();
+            gate.resize(n, 1.0);
             if let Some(g) = &self.shared_gate {
-                g.gemm(x, n, &mut gate);
+                g.gemm(x, n, gate);
                 for v in gate.iter_mut() {
                     *v = 1.0 / (1.0 + (-*v).exp());
                 }
@@ -174,42 +222,65 @@ impl FfnBlock for MoeBlock {
 /// selection scores (others' selection scores become 0); weights are the unbiased scores of the chosen experts, renormalised when
 /// `norm_topk_prob`, then multiplied by `routed_scaling_factor`.
 pub fn route(r: &Routing, bias: Option<&[f32]>, logits: &[f32]) -> Vec<(usize, f32)> {
+    let mut chosen = Vec::new();
+    route_into(r, bias, logits, &mut RouteScratch::default(), &mut chosen);
+    chosen
+}
+
+/// [`route`] into `chosen`, with reusable buffers.
+pub fn route_into(
+    r: &Routing,
+    bias: Option<&[f32]>,
+    logits: &[f32],
+    s: &mut RouteScratch,
+    chosen: &mut Vec<(usize, f32)>,
+) {
     let n = logits.len();
-    let scores: Vec<f32> = match r.scoring {
-        RouterScoring::Sigmoid => logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp())).collect(),
+    let scores = &mut s.scores;
+    scores.clear();
+    match r.scoring {
+        RouterScoring::Sigmoid => scores.extend(logits.iter().map(|&l| 1.0 / (1.0 + (-l).exp()))),
         RouterScoring::Softmax => {
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let e: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
-            let s: f32 = e.iter().sum();
-            e.iter().map(|v| v / s).collect()
+            scores.extend(logits.iter().map(|&l| (l - max).exp()));
+            let sum: f32 = scores.iter().sum();
+            for v in scores.iter_mut() {
+                *v /= sum;
+            }
         }
-    };
-    let mut sel: Vec<f32> = match bias {
-        Some(b) => scores.iter().zip(b).map(|(s, b)| s + b).collect(),
-        None => scores.clone(),
-    };
+    }
+    let sel = &mut s.sel;
+    sel.clear();
+    match bias {
+        Some(b) => sel.extend(scores.iter().zip(b).map(|(s, b)| s + b)),
+        None => sel.extend_from_slice(scores),
+    }
 
     if r.n_group > 1 && r.topk_group < r.n_group {
         let gsize = n / r.n_group;
-        let mut gscore: Vec<(usize, f32)> = (0..r.n_group)
-            .map(|g| {
-                let mut v: Vec<f32> = sel[g * gsize..(g + 1) * gsize].to_vec();
-                v.sort_by(|a, b| b.total_cmp(a));
-                (g, v.iter().take(2).sum())
-            })
-            .collect();
-        gscore.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        s.gscore.clear();
+        for g in 0..r.n_group {
+            s.group.clear();
+            s.group.extend_from_slice(&sel[g * gsize..(g + 1) * gsize]);
+            s.group.sort_by(|a, b| b.total_cmp(a));
+            s.gscore.push((g, s.group.iter().take(2).sum()));
+        }
+        s.gscore
+            .sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         // transformers fills dropped groups with 0.0 (not -inf), so a dropped expert can still
         // win over kept ones whose biased score is negative.
-        for &(g, _) in &gscore[r.topk_group..] {
+        for &(g, _) in &s.gscore[r.topk_group..] {
             sel[g * gsize..(g + 1) * gsize].fill(0.0);
         }
     }
 
-    let mut idx: Vec<usize> = (0..n).collect();
+    let idx = &mut s.idx;
+    idx.clear();
+    idx.extend(0..n);
     idx.sort_by(|&a, &b| sel[b].total_cmp(&sel[a]).then(a.cmp(&b)));
     idx.truncate(r.n_active);
-    let mut chosen: Vec<(usize, f32)> = idx.iter().map(|&e| (e, scores[e])).collect();
+    chosen.clear();
+    chosen.extend(idx.iter().map(|&e| (e, scores[e])));
     if r.norm_topk_prob {
         let sum: f32 = chosen.iter().map(|c| c.1).sum::<f32>()
             + if r.scoring == RouterScoring::Sigmoid {
@@ -224,7 +295,6 @@ pub fn route(r: &Routing, bias: Option<&[f32]>, logits: &[f32]) -> Vec<(usize, f
     for c in chosen.iter_mut() {
         c.1 *= r.routed_scaling_factor;
     }
-    chosen
 }
 
 #[cfg(test)]
@@ -268,6 +338,7 @@ mod tests {
                 norm_topk_prob: true,
                 routed_scaling_factor: 2.5,
             },
+            scratch: Default::default(),
         }
     }
 

@@ -113,6 +113,7 @@ pub fn random_layer(shape: MoeShape, seed: u64) -> MoeBlock {
             norm_topk_prob: true,
             routed_scaling_factor: 1.0,
         },
+        scratch: Default::default(),
     }
 }
 

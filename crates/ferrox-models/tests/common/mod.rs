@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod tiny;
+
 pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")

@@ -1,0 +1,50 @@
+//! The hf-tiny reference check shared by the safetensors and GGUF tests: a model loaded from
+//! `model` (a Hugging Face directory or a GGUF file) against transformers' outputs stored in
+//! `reference` (`input_ids.json`, `logits.npy`, `greedy.json`).
+
+use super::{argmax, ids, max_abs_diff, read_json, read_npy_f32};
+use ferrox_models::decoder::Decoder;
+use std::path::Path;
+
+/// Logits at every position within 1e-4 max abs of transformers', and the token-by-token path
+/// through the cache bit-identical to the batch.
+pub fn check_tiny_logits(model: &Path, reference: &Path) {
+    let name = model.display();
+    let dec = Decoder::load(model).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let input = ids(&read_json(&reference.join("input_ids.json")));
+    let (shape, want) = read_npy_f32(&reference.join("logits.npy"));
+    assert_eq!(shape, vec![input.len(), dec.vocab_size()]);
+    let mut caches = dec.new_caches();
+    let got = dec.forward_batch(&input, 0, &mut caches);
+    let v = dec.vocab_size();
+    let mut worst = 0f32;
+    for (i, row) in got.iter().enumerate() {
+        worst = worst.max(max_abs_diff(row, &want[i * v..(i + 1) * v]));
+    }
+    eprintln!("{name}: max abs logit diff {worst:e}");
+    assert!(worst < 1e-4, "{name}: max abs logit diff {worst}");
+
+    let mut caches = dec.new_caches();
+    for (p, &t) in input.iter().enumerate() {
+        let row = dec.forward_token(t, p, &mut caches);
+        assert_eq!(row, got[p], "{name}: token path differs from batch at {p}");
+    }
+}
+
+/// The greedy continuation in `greedy.json`, reproduced exactly.
+pub fn check_tiny_greedy(model: &Path, reference: &Path) {
+    let name = model.display();
+    let dec = Decoder::load(model).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let g = read_json(&reference.join("greedy.json"));
+    let prompt = ids(&g["prompt_ids"]);
+    let want = ids(&g["new_ids"]);
+    let mut caches = dec.new_caches();
+    let mut logits = dec.forward_from(&prompt, 0, &mut caches, prompt.len() - 1);
+    let mut got = Vec::new();
+    for p in prompt.len()..prompt.len() + want.len() {
+        let t = argmax(logits.last().unwrap());
+        got.push(t);
+        logits = vec![dec.forward_token(t, p, &mut caches)];
+    }
+    assert_eq!(got, want, "{name}: greedy continuation");
+}

@@ -1,0 +1,180 @@
+//! The hf-tiny MoE / MLA / DSA checkpoints (and dense GLM-4) loaded from GGUF files written with
+//! llama.cpp's tensor names, transforms and metadata keys (scripts/hf_tiny_to_gguf.py: stacked
+//! `ffn_*_exps`, split `attn_k_b`/`attn_v_b`, permuted Llama q/k, MQA-style MLA keys) checked
+//! against the same transformers fp32 outputs as the safetensors test: logits at every position
+//! within 1e-4, greedy continuation exact, token path bit-identical to the batch. Also checks
+//! that the GGUF and safetensors loads agree on the config and that a broken file is refused
+//! with the offending tensor named.
+
+mod common;
+use common::tiny::{check_tiny_greedy, check_tiny_logits};
+use common::*;
+use ferrox_models::decoder::Decoder;
+use ferrox_models::gguf::GgufFile;
+use std::path::PathBuf;
+
+fn gguf(arch: &str) -> PathBuf {
+    fixture(&format!("gguf-tiny/{arch}.gguf"))
+}
+
+fn reference(arch: &str) -> PathBuf {
+    fixture(&format!("hf-tiny/{arch}"))
+}
+
+fn check_logits(arch: &str) {
+    check_tiny_logits(&gguf(arch), &reference(arch));
+}
+
+fn check_greedy(arch: &str) {
+    check_tiny_greedy(&gguf(arch), &reference(arch));
+}
+
+/// Both loads describe the same model (the GGUF side reconstructed from llama.cpp's keys).
+fn check_config(arch: &str) {
+    let g = Decoder::load(gguf(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let h = Decoder::load(reference(arch)).unwrap();
+    let (g, h) = (&g.config, &h.config);
+    assert_eq!(g.moe, h.moe, "{arch}: MoE config");
+    assert_eq!(g.mla, h.mla, "{arch}: MLA config");
+    assert_eq!(g.dsa, h.dsa, "{arch}: DSA config");
+    assert_eq!(g.layer_moe, h.layer_moe, "{arch}: dense/MoE layers");
+    assert_eq!(g.layer_attn, h.layer_attn, "{arch}: attention kinds");
+    assert_eq!(g.rope.rotary_dim, h.rope.rotary_dim, "{arch}: rotary dim");
+    assert_eq!(g.rope.scaling, h.rope.scaling, "{arch}: rope scaling");
+    assert_eq!(
+        (g.qk_norm, g.qkv_bias, g.post_norms, g.head_dim),
+        (h.qk_norm, h.qkv_bias, h.post_norms, h.head_dim),
+        "{arch}: attention switches"
+    );
+}
+
+macro_rules! arch_tests {
+    ($($name:ident => $dir:literal),* $(,)?) => {
+        mod logits {
+            use super::*;
+            $(#[test] fn $name() { check_logits($dir); })*
+        }
+        mod greedy {
+            use super::*;
+            $(#[test] fn $name() { check_greedy($dir); })*
+        }
+        mod config {
+            use super::*;
+            $(#[test] fn $name() { check_config($dir); })*
+        }
+    };
+}
+
+arch_tests! {
+    glm4 => "glm4",
+    glm4_moe => "glm4_moe",
+    glm4_moe_lite => "glm4_moe_lite",
+    glm_moe_dsa => "glm_moe_dsa",
+    glm_moe_dsa_shared_indexer => "glm_moe_dsa_shared_indexer",
+    deepseek_v3 => "deepseek_v3",
+    deepseek_v32 => "deepseek_v32",
+    qwen3_moe => "qwen3_moe",
+    mixtral => "mixtral",
+}
+
+#[test]
+fn files_use_llama_cpp_arch_names_and_split_mla() {
+    let arch_of = |a: &str| {
+        GgufFile::open(&gguf(a))
+            .unwrap()
+            .architecture()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(arch_of("deepseek_v3"), "deepseek2");
+    assert_eq!(arch_of("glm4_moe_lite"), "deepseek2");
+    assert_eq!(arch_of("deepseek_v32"), "deepseek32");
+    assert_eq!(arch_of("glm_moe_dsa"), "glm-dsa");
+    assert_eq!(arch_of("glm4_moe"), "glm4moe");
+    assert_eq!(arch_of("qwen3_moe"), "qwen3moe");
+    assert_eq!(arch_of("mixtral"), "llama");
+    let f = GgufFile::open(&gguf("deepseek_v3")).unwrap();
+    assert!(f.tensor("blk.1.attn_k_b.weight").is_some());
+    assert!(f.tensor("blk.1.attn_kv_b.weight").is_none());
+    assert_eq!(
+        f.tensor("blk.1.ffn_gate_exps.weight").unwrap().dims,
+        vec![64, 32, 16]
+    );
+}
+
+/// A copy of a fixture with `edit` applied to its bytes, loaded.
+fn load_edited(arch: &str, tag: &str, edit: impl Fn(&mut Vec<u8>)) -> String {
+    let mut bytes = std::fs::read(gguf(arch)).unwrap();
+    edit(&mut bytes);
+    let path = std::env::temp_dir().join(format!(
+        "ferrox-moe-gguf-{}-{arch}-{tag}.gguf",
+        std::process::id()
+    ));
+    std::fs::write(&path, &bytes).unwrap();
+    let res = Decoder::load(&path);
+    std::fs::remove_file(&path).ok();
+    match res {
+        Ok(_) => panic!("{arch}/{tag}: a broken file loaded"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap_or_else(|| panic!("{:?} not in file", String::from_utf8_lossy(needle)))
+}
+
+#[test]
+fn missing_or_misshapen_tensors_are_named() {
+    // Rename one half of the split MLA up-projection: the other half is then missing.
+    let msg = load_edited("deepseek_v3", "missing", |b| {
+        let at = find(b, b"blk.2.attn_k_b.weight");
+        b[at..at + 21].copy_from_slice(b"blk.2.attn_k_X.weight");
+    });
+    assert!(msg.contains("blk.2.attn_k_b.weight"), "{msg}");
+
+    // Swap the two inner dims of a stacked expert tensor (same size, wrong shape).
+    let msg = load_edited("qwen3_moe", "shape", |b| {
+        let name = b"blk.1.ffn_gate_exps.weight";
+        let dims = find(b, name) + name.len() + 4; // n_dims: u32, then u64 dims
+        let (d0, d1) = (dims, dims + 8);
+        let a: [u8; 8] = b[d0..d0 + 8].try_into().unwrap();
+        let c: [u8; 8] = b[d1..d1 + 8].try_into().unwrap();
+        b[d0..d0 + 8].copy_from_slice(&c);
+        b[d1..d1 + 8].copy_from_slice(&a);
+    });
+    assert!(msg.contains("blk.1.ffn_gate_exps.weight"), "{msg}");
+}
+
+/// `convert_hf_to_gguf.py --fuse-gate-up-exps`: one `ffn_gate_up_exps` per layer instead of
+/// separate gate and up stacks.
+#[test]
+fn fused_gate_up_experts() {
+    let path = gguf("qwen3_moe_fused");
+    let f = GgufFile::open(&path).unwrap();
+    assert!(f.tensor("blk.1.ffn_gate_up_exps.weight").is_some());
+    assert!(f.tensor("blk.1.ffn_gate_exps.weight").is_none());
+    check_tiny_logits(&path, &reference("qwen3_moe"));
+    check_tiny_greedy(&path, &reference("qwen3_moe"));
+}
+
+/// `block_count` includes appended NextN/MTP blocks (`nextn_predict_layers`), which the decoder
+/// leaves out: declaring the last of glm4_moe's 3 blocks an MTP block gives a 2-layer model.
+#[test]
+fn mtp_blocks_are_not_decoder_layers() {
+    let mut bytes = std::fs::read(gguf("glm4_moe")).unwrap();
+    let key = b"glm4moe.nextn_predict_layers";
+    let at = find(&bytes, key) + key.len();
+    assert_eq!(&bytes[at..at + 4], &4u32.to_le_bytes(), "value type u32");
+    assert_eq!(&bytes[at + 4..at + 8], &0u32.to_le_bytes());
+    bytes[at + 4..at + 8].copy_from_slice(&1u32.to_le_bytes());
+    let path =
+        std::env::temp_dir().join(format!("ferrox-moe-gguf-{}-mtp.gguf", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let dec = Decoder::load(&path);
+    std::fs::remove_file(&path).ok();
+    let dec = dec.unwrap();
+    assert_eq!(dec.config.n_layers, 2);
+    assert_eq!(dec.config.layer_moe, vec![false, true]);
+}

@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""Writes the hf-tiny checkpoints (crates/ferrox-models/tests/fixtures/hf-tiny/*) as F32 GGUF the
+way llama.cpp's convert_hf_to_gguf.py does (`--outtype f32`), without torch.
+
+Mirrors, per family, llama.cpp's conversion/*.py classes:
+  deepseek_v3, glm4_moe_lite -> DeepseekV2Model / Glm4MoeLiteModel  (arch `deepseek2`)
+  deepseek_v32               -> DeepseekV32Model                   (arch `deepseek32`)
+  glm_moe_dsa                -> GlmMoeDsaModel                     (arch `glm-dsa`)
+  glm4_moe                   -> Glm4MoeModel                       (arch `glm4moe`)
+  glm4                       -> Glm4Model                          (arch `glm4`)
+  qwen3_moe                  -> Qwen3MoeModel                      (arch `qwen3moe`)
+  mixtral                    -> LlamaModel                         (arch `llama`)
+Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
+`e_score_correction_bias` -> `exp_probs_b.bias`; MLA `kv_b_proj` split per head into
+`attn_k_b` `[n_head, kv_lora_rank, qk_nope]` (transposed) and `attn_v_b`
+`[n_head, v_head_dim, kv_lora_rank]`; Llama-arch q/k rows permuted to adjacent-pair RoPE.
+Tensor names come from gguf-py's own TensorNameMap, as in the converter.
+
+Where the tiny checkpoints differ from real ones, four things are added on purpose:
+  * `expert_gating_func = sigmoid` for the DeepSeek/GLM-MLA families when config.json has no
+    `scoring_func` (transformers always routes them with sigmoid; real DeepSeek-V3/V3.2 configs
+    carry `scoring_func: sigmoid`, which the converter writes);
+  * `attention.sliding_window` when the config enables a window on every layer (Mixtral,
+    Qwen3-MoE), which llama.cpp's converter drops for these archs but transformers applies;
+  * Qwen3-MoE `mlp_only_layers` written as dense `ffn_{gate,up,down}` (llama.cpp has no
+    dense layers in qwen3moe and its converter stops there);
+  * a synthetic 512-entry SentencePiece-style vocabulary: hf-tiny has no tokenizer, and a GGUF
+    model file is expected to carry one.
+
+Usage: hf_tiny_to_gguf.py [--gguf-py DIR] [--fuse-gate-up-exps] SRC_DIR OUT.gguf
+       hf_tiny_to_gguf.py --all  (every supported fixture into tests/fixtures/gguf-tiny/, plus
+                                  qwen3_moe_fused.gguf with fused `ffn_gate_up_exps`)
+Needs numpy and safetensors (pip), and gguf-py (the llama.cpp tree, or `pip install gguf`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "crates/ferrox-models/tests/fixtures"
+LLAMA_CPP_GGUF_PY = Path(
+    "/work/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py"
+)
+
+ARCHS = {
+    "deepseek_v3": "DEEPSEEK2",
+    "glm4_moe_lite": "DEEPSEEK2",
+    "deepseek_v32": "DEEPSEEK32",
+    "glm_moe_dsa": "GLM_DSA",
+    "glm4_moe": "GLM4_MOE",
+    "glm4": "GLM4",
+    "qwen3_moe": "QWEN3MOE",
+    "mixtral": "LLAMA",
+}
+MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
+ALL_FIXTURES = [
+    "deepseek_v3",
+    "deepseek_v32",
+    "glm4_moe",
+    "glm4_moe_lite",
+    "glm_moe_dsa",
+    "glm_moe_dsa_shared_indexer",
+    "qwen3_moe",
+    "mixtral",
+    "glm4",
+]
+
+
+def rope_params(h: dict) -> dict:
+    p = h.get("rope_parameters") or h.get("rope_scaling") or {}
+    p = dict(p)
+    p.setdefault("rope_theta", h.get("rope_theta", 10000.0))
+    return p
+
+
+def write_common(w, gguf, h: dict, block_count: int) -> None:
+    """TextModel.set_gguf_parameters (conversion/base.py)."""
+    w.add_block_count(block_count)
+    w.add_context_length(h["max_position_embeddings"])
+    w.add_embedding_length(h["hidden_size"])
+    w.add_feed_forward_length(h["intermediate_size"])
+    w.add_head_count(h["num_attention_heads"])
+    if h.get("num_key_value_heads") is not None:
+        w.add_head_count_kv(h["num_key_value_heads"])
+    rp = rope_params(h)
+    if rp.get("rope_type") == "yarn" and rp.get("factor") is not None:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rp["factor"])
+        w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+        if rp.get("beta_fast") is not None:
+            w.add_rope_scaling_yarn_beta_fast(rp["beta_fast"])
+        if rp.get("beta_slow") is not None:
+            w.add_rope_scaling_yarn_beta_slow(rp["beta_slow"])
+    elif rp.get("rope_type") == "linear" and rp.get("factor") is not None:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rp["factor"])
+    elif rp.get("rope_type") not in (None, "default"):
+        raise ValueError(f"rope_type {rp.get('rope_type')!r} not handled here")
+    w.add_rope_freq_base(rp["rope_theta"])
+    w.add_layer_norm_rms_eps(h.get("rms_norm_eps", 1e-6))
+    n_exp = next(
+        (h[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if h.get(k) is not None),
+        None,
+    )
+    if n_exp is not None:
+        w.add_expert_count(n_exp)
+    if h.get("num_experts_per_tok") is not None:
+        w.add_expert_used_count(h["num_experts_per_tok"])
+    if h.get("n_group") is not None:
+        w.add_expert_group_count(h["n_group"])
+    if h.get("topk_group") is not None:
+        w.add_expert_group_used_count(h["topk_group"])
+    if h.get("scoring_func") is not None:
+        w.add_expert_gating_func(
+            gguf.ExpertGatingFuncType.SIGMOID
+            if h["scoring_func"] == "sigmoid"
+            else gguf.ExpertGatingFuncType.SOFTMAX
+        )
+    if h.get("head_dim") is not None:
+        w.add_key_length(h["head_dim"])
+        w.add_value_length(h["head_dim"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+
+def write_arch_params(w, gguf, mt: str, h: dict) -> None:
+    if mt in MLA_TYPES:
+        # DeepseekV2Model.set_gguf_parameters: MLA is stored as MQA over the latent.
+        w.add_head_count_kv(1)
+        w.add_leading_dense_block_count(h.get("first_k_dense_replace") or _first_dense(h))
+        w.add_vocab_size(h["vocab_size"])
+        if h.get("q_lora_rank") is not None:
+            w.add_q_lora_rank(h["q_lora_rank"])
+        kv_lora = h.get("kv_lora_rank", 512)
+        w.add_kv_lora_rank(kv_lora)
+        w.add_key_length(kv_lora + h["qk_rope_head_dim"])
+        w.add_value_length(kv_lora)
+        w.add_key_length_mla(h["qk_nope_head_dim"] + h["qk_rope_head_dim"])
+        w.add_value_length_mla(h["v_head_dim"])
+        w.add_expert_feed_forward_length(h["moe_intermediate_size"])
+        w.add_expert_count(h["n_routed_experts"])
+        w.add_expert_shared_count(h.get("n_shared_experts", 0))
+        if h.get("routed_scaling_factor") is not None:
+            w.add_expert_weights_scale(h["routed_scaling_factor"])
+        if h.get("norm_topk_prob"):
+            w.add_expert_weights_norm(True)
+        w.add_rope_dimension_count(h["qk_rope_head_dim"])
+        rp = rope_params(h)
+        if rp.get("mscale_all_dim") is not None:
+            w.add_rope_scaling_yarn_log_mul(0.1 * rp["mscale_all_dim"])
+        if h.get("scoring_func") is None:
+            w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        if mt in ("deepseek_v32", "glm_moe_dsa") or (mt == "glm4_moe_lite" and h.get("num_nextn_predict_layers")):
+            if h.get("num_nextn_predict_layers") is not None:
+                w.add_nextn_predict_layers(h["num_nextn_predict_layers"])
+        if mt in ("deepseek_v32", "glm_moe_dsa"):
+            w.add_indexer_head_count(h["index_n_heads"])
+            w.add_indexer_key_length(h["index_head_dim"])
+            w.add_indexer_top_k(h["index_topk"])
+        if mt == "glm_moe_dsa" and h.get("indexer_types") is not None:
+            w.add_indexer_types([t == "full" for t in h["indexer_types"]])
+    elif mt == "glm4_moe":
+        head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
+        w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.5)))
+        w.add_expert_count(h["n_routed_experts"])
+        w.add_expert_feed_forward_length(h["moe_intermediate_size"])
+        w.add_expert_shared_count(h["n_shared_experts"])
+        if h.get("first_k_dense_replace") is not None:
+            w.add_leading_dense_block_count(h["first_k_dense_replace"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        if h.get("routed_scaling_factor") is not None:
+            w.add_expert_weights_scale(h["routed_scaling_factor"])
+        if h.get("norm_topk_prob") is not None:
+            w.add_expert_weights_norm(h["norm_topk_prob"])
+        if h.get("num_nextn_predict_layers") is not None:
+            w.add_nextn_predict_layers(h["num_nextn_predict_layers"])
+    elif mt == "glm4":
+        head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
+        w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.5)))
+    elif mt == "qwen3_moe":
+        w.add_expert_feed_forward_length(h["moe_intermediate_size"])
+    elif mt == "mixtral":
+        w.add_vocab_size(h["vocab_size"])
+        head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
+        w.add_rope_dimension_count(head_dim)
+    if mt in ("mixtral", "qwen3_moe") and h.get("sliding_window"):
+        if mt == "mixtral" or h.get("use_sliding_window"):
+            w.add_sliding_window(h["sliding_window"])
+
+
+def _first_dense(h: dict) -> int:
+    types = h.get("mlp_layer_types")
+    if types:
+        return next((i for i, t in enumerate(types) if t != "dense"), len(types))
+    return 0
+
+
+def llama_permute(x: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
+    """LlamaModel.permute: HF half-split rows -> adjacent-pair rows, per head."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (
+        x.reshape(n_head, 2, x.shape[0] // n_head // 2, *x.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(x.shape)
+    )
+
+
+def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
+    h = json.loads((src / "config.json").read_text())
+    mt = h["model_type"]
+    if mt not in ARCHS:
+        raise SystemExit(f"{src}: model_type {mt!r} is not handled")
+    arch = getattr(gguf.MODEL_ARCH, ARCHS[mt])
+    n_layers = h["num_hidden_layers"]
+    tmap = gguf.get_tensor_name_map(arch, n_layers)
+    tensors = load_file(str(src / "model.safetensors"))
+    # llama.cpp's qwen3moe has no dense-FFN tensors, so its converter refuses `mlp_only_layers`;
+    # those layers are written under the standard dense names (`blk.N.ffn_{gate,up,down}`).
+    dense_map = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, n_layers) if mt == "qwen3_moe" else None
+
+    def gguf_name(name: str) -> str:
+        if name.endswith("e_score_correction_bias"):
+            name = name.replace("e_score_correction_bias", "e_score_correction.bias")
+        new = tmap.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None and dense_map is not None:
+            new = dense_map.get_name(name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise ValueError(f"can not map tensor {name!r}")
+        return new
+
+    out_tensors: list[tuple[str, np.ndarray]] = []
+    experts: dict[str, np.ndarray] = {}
+    n_head = h["num_attention_heads"]
+    n_kv = h.get("num_key_value_heads")
+    for name in sorted(tensors):
+        t = tensors[name].astype(np.float32)
+        if h.get("tie_word_embeddings") and name == "lm_head.weight":
+            continue
+        if ".experts." in name and ".shared_experts." not in name:
+            experts[name] = t
+            continue
+        if mt == "mixtral":
+            if name.endswith("q_proj.weight"):
+                t = llama_permute(t, n_head, n_head)
+            elif name.endswith("k_proj.weight"):
+                t = llama_permute(t, n_head, n_kv)
+        if mt in MLA_TYPES and name.endswith("kv_b_proj.weight"):
+            dn, dv = h["qk_nope_head_dim"], h["v_head_dim"]
+            kv_b = t.reshape(n_head, dn + dv, t.shape[-1])
+            k_b = np.ascontiguousarray(kv_b[:, :dn, :].transpose(0, 2, 1))
+            v_b = np.ascontiguousarray(kv_b[:, dn:, :])
+            out_tensors.append((gguf_name(name.replace("kv_b_proj", "k_b_proj")), k_b))
+            out_tensors.append((gguf_name(name.replace("kv_b_proj", "v_b_proj")), v_b))
+            continue
+        out_tensors.append((gguf_name(name), t))
+
+    # Stack routed experts per layer, as every MoE converter does (torch.stack(dim=0)).
+    layers = sorted({int(m.group(1)) for k in experts if (m := re.match(r"model\.layers\.(\d+)\.", k))})
+    for bid in layers:
+        if mt == "mixtral":
+            n_exp = h["num_local_experts"]
+            for wid in ("w1", "w2", "w3"):
+                data = np.stack(
+                    [experts.pop(f"model.layers.{bid}.block_sparse_moe.experts.{x}.{wid}.weight") for x in range(n_exp)]
+                )
+                out_tensors.append((gguf_name(f"layers.{bid}.feed_forward.experts.{wid}.weight"), data))
+        else:
+            n_exp = h.get("n_routed_experts") or h.get("num_local_experts") or h["num_experts"]
+            stacked = {}
+            for wn in ("down_proj", "gate_proj", "up_proj"):
+                stacked[wn] = np.stack(
+                    [experts.pop(f"model.layers.{bid}.mlp.experts.{x}.{wn}.weight") for x in range(n_exp)]
+                )
+            if fuse_gate_up:
+                # ModelBase.modify_tensors with --fuse-gate-up-exps: cat([gate, up], dim=1).
+                fused = np.concatenate([stacked.pop("gate_proj"), stacked.pop("up_proj")], axis=1)
+                out_tensors.append((f"blk.{bid}.ffn_gate_up_exps.weight", fused))
+            for wn, data in stacked.items():
+                out_tensors.append((gguf_name(f"model.layers.{bid}.mlp.experts.{wn}.weight"), data))
+    if experts:
+        raise ValueError(f"unprocessed experts: {sorted(experts)[:4]}")
+
+    w = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])
+    w.add_name(f"hf-tiny {src.name}")
+    write_common(w, gguf, h, n_layers)
+    write_arch_params(w, gguf, mt, h)
+    write_vocab(w, gguf, h["vocab_size"])
+    for name, t in out_tensors:
+        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_vocab(w, gguf, n: int) -> None:
+    """A stand-in SentencePiece vocabulary: <unk>, <s>, </s>, 256 byte tokens, then pieces."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    tokens += [f"\u2581t{i}" for i in range(len(tokens), n)]
+    tokens = tokens[:n]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256
+    types += [gguf.TokenType.NORMAL] * (n - len(types))
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * 3 + [0.0] * 256 + [-float(i) for i in range(n - 259)])
+    w.add_token_types(types[:n])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gguf-py", type=Path, default=LLAMA_CPP_GGUF_PY)
+    ap.add_argument("--all", action="store_true")
+    ap.add_argument("--fuse-gate-up-exps", action="store_true", help="as convert_hf_to_gguf.py's option")
+    ap.add_argument("src", nargs="?", type=Path)
+    ap.add_argument("out", nargs="?", type=Path)
+    a = ap.parse_args()
+    if a.gguf_py.is_dir():
+        sys.path.insert(0, str(a.gguf_py))
+    import gguf  # noqa: E402
+
+    if a.all:
+        dst = FIXTURES / "gguf-tiny"
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in ALL_FIXTURES:
+            convert(FIXTURES / "hf-tiny" / name, dst / f"{name}.gguf", gguf)
+            print(f"wrote {dst / (name + '.gguf')}")
+        convert(FIXTURES / "hf-tiny/qwen3_moe", dst / "qwen3_moe_fused.gguf", gguf, fuse_gate_up=True)
+        print(f"wrote {dst / 'qwen3_moe_fused.gguf'}")
+    elif a.src and a.out:
+        convert(a.src, a.out, gguf, a.fuse_gate_up_exps)
+    else:
+        ap.error("give SRC_DIR OUT.gguf or --all")
+
+
+if __name__ == "__main__":
+    main()
