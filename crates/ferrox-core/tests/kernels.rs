@@ -179,14 +179,24 @@ fn f32_dot_and_axpy_match_f64() {
         let a: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
         let b: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0f32..1.0) * 1e3).collect();
         let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-        let mag: f64 = a.iter().zip(&b).map(|(x, y)| (*x as f64 * *y as f64).abs()).sum();
+        let mag: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (*x as f64 * *y as f64).abs())
+            .sum();
         let got = f32_dot(&a, &b) as f64;
-        assert!((got - want).abs() <= 1e-6 * mag + 1e-30, "n={n}: {got} vs {want}");
+        assert!(
+            (got - want).abs() <= 1e-6 * mag + 1e-30,
+            "n={n}: {got} vs {want}"
+        );
         let mut y = a.clone();
         f32_axpy(&mut y, 0.37, &b);
         for i in 0..n {
             let w = a[i] as f64 + 0.37f32 as f64 * b[i] as f64;
-            assert!((y[i] as f64 - w).abs() <= 1e-6 * w.abs().max(1.0), "n={n} i={i}");
+            assert!(
+                (y[i] as f64 - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "n={n} i={i}"
+            );
         }
     }
 }
