@@ -45,22 +45,13 @@ fn simd_kernels_match_scalar_reference() {
                     for t in 0..3 {
                         let xs = &x[t * cols..(t + 1) * cols];
                         let mag: f64 = wf.iter().zip(xs).map(|(a, b)| (a * b).abs() as f64).sum();
-                        let exact_k = matches!(ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K);
                         let diff = (simd[t] as f64 - refr[t] as f64).abs();
-                        if exact_k {
-                            assert_eq!(
-                                simd[t].to_bits(),
-                                refr[t].to_bits(),
-                                "{isa:?} {ty:?} cols={cols} extreme={extreme} t={t}"
-                            );
-                        } else {
-                            assert!(
-                                diff <= 4e-5 * mag * 1.05 + 1e-35,
-                                "{isa:?} {ty:?} cols={cols} extreme={extreme} t={t}: simd {} ref {} mag {mag}",
-                                simd[t],
-                                refr[t]
-                            );
-                        }
+                        assert!(
+                            diff <= 4e-5 * mag * 1.05 + 1e-35,
+                            "{isa:?} {ty:?} cols={cols} extreme={extreme} t={t}: simd {} ref {} mag {mag}",
+                            simd[t],
+                            refr[t]
+                        );
                         checked += 1;
                     }
                 }
@@ -125,6 +116,87 @@ fn token_grouping_is_bit_invariant() {
             for k in 0..3 {
                 assert_eq!(mid[k].to_bits(), all[2 + k].to_bits(), "{isa:?} {ty:?}");
             }
+        }
+    }
+}
+
+/// The SIMD activation quantizers give the reference's bytes exactly (ties, extremes, zeros,
+/// non-finite values).
+#[test]
+fn simd_quantizers_match_reference_bitwise() {
+    use ferrox_core::kernels::{quantize_row_q8_0, quantize_row_q8_k};
+    use ferrox_core::quant::act;
+    use ferrox_core::quant::blocks::{BlockQ8K, BlockQ8_0};
+    let mut rng = StdRng::seed_from_u64(5);
+    for isa in simd_isas() {
+        for case in 0..60 {
+            let n = 512;
+            let scale = [1.0f32, 1e-30, 3e30, 127.0][case % 4];
+            let mut x: Vec<f32> = (0..n)
+                .map(|_| rng.gen_range(-1.0f32..1.0) * scale)
+                .collect();
+            match case % 6 {
+                // Exact halves after scaling (ties), duplicated extremes of both signs.
+                1 => x.iter_mut().for_each(|v| *v = (*v * 8.0).round() / 8.0),
+                2 => {
+                    x[3] = -2.0 * scale;
+                    x[9] = 2.0 * scale;
+                }
+                3 => x[..256].iter_mut().for_each(|v| *v = 0.0),
+                4 => x[17] = f32::NAN,
+                5 => x[40] = f32::INFINITY,
+                _ => {}
+            }
+            let (mut a, mut b) = (
+                vec![BlockQ8_0::default(); n / 32],
+                vec![BlockQ8_0::default(); n / 32],
+            );
+            quantize_row_q8_0(isa, &x, &mut a);
+            act::quantize_row_q8_0(&x, &mut b);
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!((p.d, p.qs), (q.d, q.qs), "{isa:?} q8_0 case {case}");
+            }
+            let (mut a, mut b) = (
+                vec![BlockQ8K::default(); n / 256],
+                vec![BlockQ8K::default(); n / 256],
+            );
+            quantize_row_q8_k(isa, &x, &mut a);
+            act::quantize_row_q8_k(&x, &mut b);
+            for (p, q) in a.iter().zip(&b) {
+                assert_eq!(p.d.to_bits(), q.d.to_bits(), "{isa:?} q8_k d case {case}");
+                assert_eq!((p.qs, p.bsums), (q.qs, q.bsums), "{isa:?} q8_k case {case}");
+            }
+        }
+    }
+}
+
+/// The f32 attention helpers agree with plain f64 sums on every length (ragged tails too).
+#[test]
+fn f32_dot_and_axpy_match_f64() {
+    use ferrox_core::kernels::{f32_axpy, f32_dot};
+    let mut rng = StdRng::seed_from_u64(9);
+    for n in [0usize, 1, 7, 8, 9, 15, 16, 17, 64, 100, 128, 256] {
+        let a: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+        let b: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0f32..1.0) * 1e3).collect();
+        let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        let mag: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (*x as f64 * *y as f64).abs())
+            .sum();
+        let got = f32_dot(&a, &b) as f64;
+        assert!(
+            (got - want).abs() <= 1e-6 * mag + 1e-30,
+            "n={n}: {got} vs {want}"
+        );
+        let mut y = a.clone();
+        f32_axpy(&mut y, 0.37, &b);
+        for i in 0..n {
+            let w = a[i] as f64 + 0.37f32 as f64 * b[i] as f64;
+            assert!(
+                (y[i] as f64 - w).abs() <= 1e-6 * w.abs().max(1.0),
+                "n={n} i={i}"
+            );
         }
     }
 }

@@ -114,23 +114,6 @@ fn hsum_ps(v: __m256) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_epi32_128(s: __m128i) -> i32 {
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-    _mm_cvtsi128_si32(s)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_epi32(v: __m256i) -> i32 {
-    hsum_epi32_128(_mm_add_epi32(
-        _mm256_castsi256_si128(v),
-        _mm256_extracti128_si256(v, 1),
-    ))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
 fn f16(h: [u8; 2]) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(
         _mm_cvtsi32_si128(u16::from_le_bytes(h) as i32),
@@ -164,12 +147,11 @@ fn bytes_from_bits(x: u32) -> __m256i {
 
 // ---- 32-element blocks against Q8_0 --------------------------------------------------------
 
-/// Activation rows of a Q8_0-paired kernel: quants, f32 scales, quant sums.
+/// Activation rows of a Q8_0-paired kernel: quants and f32 scales.
 #[derive(Clone, Copy)]
 struct Q8Rows<'a, const NT: usize> {
     q: [&'a [BlockQ8_0]; NT],
     d: [&'a [f32]; NT],
-    s: [&'a [i32]; NT],
 }
 
 /// Blocks whose scales are converted ahead of the integer work, per chunk.
@@ -177,19 +159,19 @@ const SCALE_CHUNK: usize = 32;
 
 /// Loop over the blocks of a Q8_0-paired row. Weight scales of a chunk of blocks are first
 /// gathered with scalar loads and converted eight at a time (keeping f16 conversions off the
-/// vector pipes in the hot loop). `$decode(block) -> (weights, offset)`: when `offset` is
-/// non-zero the weights are unsigned (w + offset) and `offset · Σy` is subtracted exactly in
-/// the integer sum; otherwise they are signed and multiplied with the sign idiom. Even and odd
-/// blocks feed two accumulators (two FMA chains).
+/// vector pipes in the hot loop). `$decode(block)` gives the 32 signed weights; they are
+/// multiplied with the sign idiom (|w| once per block, the sign moved onto each token's
+/// activations). Even and odd blocks feed two accumulators (two FMA chains).
 macro_rules! q8_family {
-    ($w:expr, $y:expr, $out:expr, $offset:expr, $decode:expr) => {{
+    ($w:expr, $y:expr, $out:expr, $decode:expr) => {{
         let (w, y) = ($w, $y);
         for t in 0..NT {
-            assert!(y.q[t].len() == w.len() && y.d[t].len() == w.len() && y.s[t].len() == w.len());
+            assert!(y.q[t].len() == w.len() && y.d[t].len() == w.len());
         }
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; NT];
         let mut dw = [0f32; SCALE_CHUNK];
+        let mut ds = [[0f32; SCALE_CHUNK]; NT];
         for c0 in (0..w.len()).step_by(SCALE_CHUNK) {
             let wc = &w[c0..(c0 + SCALE_CHUNK).min(w.len())];
             let mut h = [0u16; SCALE_CHUNK];
@@ -203,6 +185,25 @@ macro_rules! q8_family {
                     _mm256_storeu_ps(dw.as_mut_ptr().add(8 * k), v);
                 }
             }
+            // Per token, the block scale products d_w · d_y, eight at a time (the same f32
+            // product the scalar reference forms per block).
+            let full = wc.len() / 8 * 8;
+            for t in 0..NT {
+                let yd = &y.d[t][c0..c0 + wc.len()];
+                for k in (0..full).step_by(8) {
+                    // SAFETY: k + 8 <= wc.len() <= SCALE_CHUNK for dw, ds and yd.
+                    unsafe {
+                        let p = _mm256_mul_ps(
+                            _mm256_loadu_ps(dw.as_ptr().add(k)),
+                            _mm256_loadu_ps(yd.as_ptr().add(k)),
+                        );
+                        _mm256_storeu_ps(ds[t].as_mut_ptr().add(k), p);
+                    }
+                }
+                for k in full..wc.len() {
+                    ds[t][k] = dw[k] * yd[k];
+                }
+            }
             // One block into accumulator set `$a` (a literal, so accumulators stay in registers).
             macro_rules! block {
                 ($j:expr, $a:literal) => {{
@@ -210,36 +211,20 @@ macro_rules! q8_family {
                     let i = c0 + j;
                     // SAFETY: j < wc.len().
                     let x: __m256i = $decode(unsafe { wc.get_unchecked(j) });
-                    let ax = if $offset == 0 {
-                        _mm256_sign_epi8(x, x)
-                    } else {
-                        x
-                    };
+                    let ax = _mm256_sign_epi8(x, x);
                     for t in 0..NT {
                         // SAFETY: lengths asserted above; i < w.len(); j < SCALE_CHUNK.
-                        let (yb, yd, ys, d) = unsafe {
-                            (
-                                y.q[t].get_unchecked(i),
-                                y.d[t].get_unchecked(i),
-                                *y.s[t].get_unchecked(i),
-                                dw.get_unchecked(j),
-                            )
-                        };
+                        let (yb, d) = unsafe { (y.q[t].get_unchecked(i), ds[t].get_unchecked(j)) };
                         let yq = load32(&yb.qs);
-                        let dot = if $offset == 0 {
-                            _mm256_madd_epi16(
-                                _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq, x)),
-                                ones,
-                            )
-                        } else {
-                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, yq), ones);
-                            _mm256_sub_epi32(
-                                p,
-                                _mm256_castsi128_si256(_mm_cvtsi32_si128($offset * ys)),
-                            )
-                        };
-                        let scale = _mm256_mul_ps(_mm256_broadcast_ss(d), _mm256_broadcast_ss(yd));
-                        acc[t][$a] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(dot), acc[t][$a]);
+                        let dot = _mm256_madd_epi16(
+                            _mm256_maddubs_epi16(ax, _mm256_sign_epi8(yq, x)),
+                            ones,
+                        );
+                        acc[t][$a] = _mm256_fmadd_ps(
+                            _mm256_broadcast_ss(d),
+                            _mm256_cvtepi32_ps(dot),
+                            acc[t][$a],
+                        );
                     }
                 }};
             }
@@ -269,14 +254,23 @@ fn nibbles_bcast(qs: &[u8; 16]) -> __m256i {
     _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
 }
 
+/// Q5_0 weights as signed bytes q - 16: where the fifth bit is clear, setting the high nibble
+/// to 0xF turns the 4-bit value v into the byte of v - 16 (ggml's `bytes_from_bits` idiom).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn decode_q5_0(b: &BlockQ5_0) -> __m256i {
-    let hi = _mm256_and_si256(
+    let hi = _mm256_andnot_si256(
         bytes_from_bits(u32::from_le_bytes(b.qh)),
-        _mm256_set1_epi8(0x10),
+        _mm256_set1_epi8(0xF0u8 as i8),
     );
     _mm256_or_si256(nibbles_bcast(&b.qs), hi)
+}
+
+/// Q4_0 weights as signed bytes q - 8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn decode_q4_0(b: &BlockQ4_0) -> __m256i {
+    _mm256_sub_epi8(nibbles_bcast(&b.qs), _mm256_set1_epi8(8))
 }
 
 fn rows_q8<const NT: usize>(acts: &ActBuf, t0: usize) -> Q8Rows<'_, NT> {
@@ -285,26 +279,25 @@ fn rows_q8<const NT: usize>(acts: &ActBuf, t0: usize) -> Q8Rows<'_, NT> {
     Q8Rows {
         q: std::array::from_fn(|k| &acts.q8_0[r(k)]),
         d: std::array::from_fn(|k| &acts.d8[r(k)]),
-        s: std::array::from_fn(|k| &acts.s8[r(k)]),
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_0<const NT: usize>(w: &[BlockQ4_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
-    q8_family!(w, y, out, 8, |b: &BlockQ4_0| nibbles_bcast(&b.qs))
+    q8_family!(w, y, out, |b: &BlockQ4_0| decode_q4_0(b))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5_0<const NT: usize>(w: &[BlockQ5_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
-    q8_family!(w, y, out, 16, |b: &BlockQ5_0| decode_q5_0(b))
+    q8_family!(w, y, out, |b: &BlockQ5_0| decode_q5_0(b))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_k<const NT: usize>(w: &[BlockQ8_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
-    q8_family!(w, y, out, 0, |b: &BlockQ8_0| load32(&b.qs))
+    q8_family!(w, y, out, |b: &BlockQ8_0| load32(&b.qs))
 }
 
-// ---- K-quants against Q8_K: exact integer sums per super-block, scalar f32 combine ---------
+// ---- K-quants against Q8_K: exact integer sums per super-block, in lanes; f32 lanes per row --
 
 /// (scales, mins) of a Q4_K / Q5_K block as 8 bytes each.
 #[inline]
@@ -324,15 +317,46 @@ fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
-/// Σ_j mins[j] · (bsums[2j] + bsums[2j+1]).
+/// Lanes of Σ_j mins[j] · (bsums[2j] + bsums[2j+1]) (four i32 partial sums).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_min_sum(mins: __m128i, y: &BlockQ8K) -> i32 {
+fn k4_min_lanes(mins: __m128i, y: &BlockQ8K) -> __m128i {
     let p = y.bsums.as_ptr().cast::<__m128i>();
     // SAFETY: bsums is 16 i16 = two 128-bit loads.
     let (b0, b1) = unsafe { (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1))) };
-    let pairs = _mm_hadd_epi16(b0, b1);
-    hsum_epi32_128(_mm_madd_epi16(pairs, mins))
+    _mm_madd_epi16(_mm_hadd_epi16(b0, b1), mins)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn hsum_ps128(s: __m128) -> f32 {
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Per-token f32 accumulators of a K-quant row: the scale term in 8 lanes, the min term in 4.
+/// Reduced across lanes once per row (not once per super-block).
+#[derive(Clone, Copy)]
+struct KAcc {
+    s: __m256,
+    m: __m128,
+}
+
+impl KAcc {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn zero() -> KAcc {
+        KAcc {
+            s: _mm256_setzero_ps(),
+            m: _mm_setzero_ps(),
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn total(self) -> f32 {
+        hsum_ps(self.s) - hsum_ps128(self.m)
+    }
 }
 
 /// Shuffle masks broadcasting i16 lane `j` of a 128-bit half to all of a 256-bit vector.
@@ -357,7 +381,7 @@ fn k45<const NT: usize>(
     dmin: f32,
     y: &[&[BlockQ8K]; NT],
     i: usize,
-    acc: &mut [f32; NT],
+    acc: &mut [KAcc; NT],
 ) {
     // SAFETY: 8 bytes readable.
     let sc16 = _mm_cvtepu8_epi16(unsafe { _mm_loadl_epi64(sc.as_ptr().cast()) });
@@ -372,16 +396,17 @@ fn k45<const NT: usize>(
             let p = _mm256_maddubs_epi16(q[j], load32(&yb.qs[32 * j..]));
             s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[j]));
         }
-        let sumi = hsum_epi32(s);
-        let summ = k4_min_sum(mins, yb);
-        acc[t] += (yb.d * d) * sumi as f32 - (yb.d * dmin) * summ as f32;
+        let a = &mut acc[t];
+        a.s = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * d), _mm256_cvtepi32_ps(s), a.s);
+        let m = _mm_cvtepi32_ps(k4_min_lanes(mins, yb));
+        a.m = _mm_fmadd_ps(_mm_set1_ps(yb.d * dmin), m, a.m);
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4k<const NT: usize>(w: &[BlockQ4K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
     let m4 = _mm256_set1_epi8(0x0F);
-    let mut acc = [0f32; NT];
+    let mut acc = [KAcc::zero(); NT];
     for (i, b) in w.iter().enumerate() {
         let (sc, mn) = k4_scales_mins(&b.scales);
         let mut q = [_mm256_setzero_si256(); 8];
@@ -392,14 +417,14 @@ fn q4k<const NT: usize>(w: &[BlockQ4K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         }
         k45(&q, sc, mn, f16(b.d), f16(b.dmin), &y, i, &mut acc);
     }
-    *out = acc;
+    *out = std::array::from_fn(|t| acc[t].total());
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q5k<const NT: usize>(w: &[BlockQ5K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
     let m4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
-    let mut acc = [0f32; NT];
+    let mut acc = [KAcc::zero(); NT];
     for (i, b) in w.iter().enumerate() {
         let (sc, mn) = k4_scales_mins(&b.scales);
         let hb = load32(&b.qh);
@@ -419,7 +444,7 @@ fn q5k<const NT: usize>(w: &[BlockQ5K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         }
         k45(&q, sc, mn, f16(b.d), f16(b.dmin), &y, i, &mut acc);
     }
-    *out = acc;
+    *out = std::array::from_fn(|t| acc[t].total());
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -465,7 +490,7 @@ fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         )
     };
     let masks: [__m256i; 4] = std::array::from_fn(pair_mask);
-    let mut acc = [0f32; NT];
+    let mut acc = [_mm256_setzero_ps(); NT];
     for (i, b) in w.iter().enumerate() {
         // SAFETY: 16 scale bytes readable.
         let sc_all = _mm256_cvtepi8_epi16(unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) });
@@ -508,14 +533,14 @@ fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
                 let p = _mm256_maddubs_epi16(q[g], load32(&yb.qs[32 * g..]));
                 s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[g]));
             }
-            // The stored quants are q + 32: subtract 32 · Σ scale · bsum.
+            // The stored quants are q + 32: subtract 32 · Σ scale · bsum (lane-wise, exact).
             let bs = load32(&yb.bsums);
-            let off = hsum_epi32(_mm256_madd_epi16(bs, sc_all));
-            let sumi = hsum_epi32(s) - 32 * off;
-            acc[t] += (yb.d * d) * sumi as f32;
+            let off = _mm256_madd_epi16(bs, sc_all);
+            let sumi = _mm256_sub_epi32(s, _mm256_slli_epi32(off, 5));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
         }
     }
-    *out = acc;
+    *out = std::array::from_fn(|t| hsum_ps(acc[t]));
 }
 
 // ---- float weights against f32 activations -------------------------------------------------
@@ -615,5 +640,169 @@ fn float<const NT: usize, const KIND: u8>(w: &[u8], x: [&[f32]; NT], out: &mut [
             s += wv * x[t][j];
         }
         out[t] = s;
+    }
+}
+
+// ---- activation quantizers (bit-identical to quant::act) ----------------------------------
+
+/// Four vectors of 8 integral f32 values in [-128, 127] → 32 i8 in element order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_i8(v: [__m256; 4]) -> __m256i {
+    let i: [__m256i; 4] = [
+        _mm256_cvtps_epi32(v[0]),
+        _mm256_cvtps_epi32(v[1]),
+        _mm256_cvtps_epi32(v[2]),
+        _mm256_cvtps_epi32(v[3]),
+    ];
+    let ab = _mm256_packs_epi32(i[0], i[1]);
+    let cd = _mm256_packs_epi32(i[2], i[3]);
+    let p = _mm256_packs_epi16(ab, cd);
+    _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load8(x: &[f32], i: usize) -> __m256 {
+    debug_assert!(i + 8 <= x.len());
+    // SAFETY: callers stay within x (debug-checked).
+    unsafe { _mm256_loadu_ps(x.as_ptr().add(i)) }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C available; `x.len() == 32 * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN));
+    let one = _mm256_set1_ps(1.0);
+    let half = _mm256_set1_ps(0.5);
+    for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let v: [__m256; 4] = std::array::from_fn(|k| load8(xb, 8 * k));
+        let m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+        let nan = (0..4).fold(0, |a, k| {
+            a | _mm256_movemask_ps(_mm256_cmp_ps(v[k], v[k], _CMP_UNORD_Q))
+        });
+        if nan != 0 || !amax.is_finite() {
+            // Non-finite inputs take the reference path (its casts define the result).
+            crate::quant::act::quantize_row_q8_0(xb, std::slice::from_mut(b));
+            continue;
+        }
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f32_to_f16(d);
+        let idv = _mm256_set1_ps(id);
+        // Round half away from zero exactly: truncate, then step away when |frac| >= 0.5.
+        let r: [__m256; 4] = std::array::from_fn(|k| {
+            let p = _mm256_mul_ps(v[k], idv);
+            let t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            let frac = _mm256_and_ps(_mm256_sub_ps(p, t), abs_mask);
+            let away = _mm256_and_ps(_mm256_cmp_ps(frac, half, _CMP_GE_OQ), one);
+            let away = _mm256_or_ps(away, _mm256_and_ps(p, sign_mask));
+            _mm256_add_ps(t, away)
+        });
+        // SAFETY: qs is 32 bytes.
+        unsafe { _mm256_storeu_si256(b.qs.as_mut_ptr().cast(), pack_i8(r)) };
+    }
+}
+
+/// # Safety
+/// AVX2/FMA/F16C available; `x.len() == QK_K * out.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let lim = _mm256_set1_ps(127.0);
+    for (xb, b) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+        let mut m = _mm256_setzero_ps();
+        let mut nan = _mm256_setzero_ps();
+        for k in 0..QK_K / 8 {
+            let v = load8(xb, 8 * k);
+            m = _mm256_max_ps(m, _mm256_and_ps(v, abs_mask));
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        if amax == 0.0 || !amax.is_finite() || _mm256_movemask_ps(nan) != 0 {
+            // Zero and non-finite blocks take the reference path (its casts define the result).
+            crate::quant::act::quantize_row_q8_k(xb, std::slice::from_mut(b));
+            continue;
+        }
+        // The reference keeps the first element of largest magnitude (its sign sets the scale).
+        let av = _mm256_set1_ps(amax);
+        let mut max = amax;
+        for k in 0..QK_K / 8 {
+            let v = load8(xb, 8 * k);
+            let hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, abs_mask), av, _CMP_EQ_OQ));
+            if hit != 0 {
+                max = xb[8 * k + hit.trailing_zeros() as usize];
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let isv = _mm256_set1_ps(iscale);
+        for c in 0..QK_K / 32 {
+            let r: [__m256; 4] = std::array::from_fn(|k| {
+                let p = _mm256_mul_ps(isv, load8(xb, 32 * c + 8 * k));
+                let p = _mm256_round_ps(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                _mm256_min_ps(p, lim)
+            });
+            // SAFETY: 32 bytes at 32 * c of the 256-byte qs.
+            unsafe { _mm256_storeu_si256(b.qs.as_mut_ptr().add(32 * c).cast(), pack_i8(r)) };
+        }
+        for (s, g) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *s = g.iter().map(|&q| q as i16).sum();
+        }
+        b.d = 1.0 / iscale;
+    }
+}
+
+// ---- f32 vector helpers for attention ------------------------------------------------------
+
+/// # Safety
+/// AVX2/FMA available; `a.len() == b.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut i = 0;
+    while i + 16 <= n {
+        for u in 0..2 {
+            acc[u] = _mm256_fmadd_ps(load8(a, i + 8 * u), load8(b, i + 8 * u), acc[u]);
+        }
+        i += 16;
+    }
+    if i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(load8(a, i), load8(b, i), acc[0]);
+        i += 8;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+    for j in i..n {
+        s += a[j] * b[j];
+    }
+    s
+}
+
+/// # Safety
+/// AVX2/FMA available; `y.len() == x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn f32_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+    let n = y.len().min(x.len());
+    let av = _mm256_set1_ps(alpha);
+    let mut i = 0;
+    while i + 8 <= n {
+        let v = _mm256_fmadd_ps(av, load8(x, i), load8(y, i));
+        // SAFETY: i + 8 <= y.len().
+        unsafe { _mm256_storeu_ps(y.as_mut_ptr().add(i), v) };
+        i += 8;
+    }
+    for j in i..n {
+        y[j] += alpha * x[j];
     }
 }

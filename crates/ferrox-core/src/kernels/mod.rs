@@ -4,9 +4,13 @@
 //! that depends only on the weight row and that token's activation row — never on how many
 //! tokens are processed together — so gemm rows are bit-identical to gemv. Integer sums inside
 //! a block are exact; only the f32 accumulation order differs from the scalar reference
-//! (`quant::dot_row_ref`), and for K-quants it does not differ at all.
+//! (`quant::dot_row_ref`): SIMD kernels keep per-lane f32 sums and reduce them once per row.
 
-use crate::quant::{dot_row_ref, ActBuf, GgmlType};
+// Kernels index parallel per-lane arrays by lane number.
+#![allow(clippy::needless_range_loop)]
+
+use crate::quant::blocks::{BlockQ8K, BlockQ8_0};
+use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
@@ -120,4 +124,70 @@ pub fn dot_f32(isa: Isa, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     let mut out = [0f32];
     dot_rows(isa, ty, w, &acts, 0, &mut out);
     out[0]
+}
+
+/// Q8_0 activation quantization, bit-identical to `quant::act::quantize_row_q8_0`.
+pub fn quantize_row_q8_0(isa: Isa, x: &[f32], out: &mut [BlockQ8_0]) {
+    assert_eq!(x.len(), out.len() * 32, "quantize_row_q8_0: length");
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.supported() {
+        // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
+        unsafe { avx2::quantize_row_q8_0(x, out) };
+        return;
+    }
+    let _ = isa;
+    act::quantize_row_q8_0(x, out)
+}
+
+/// Q8_K activation quantization, bit-identical to `quant::act::quantize_row_q8_k`.
+pub fn quantize_row_q8_k(isa: Isa, x: &[f32], out: &mut [BlockQ8K]) {
+    assert_eq!(
+        x.len(),
+        out.len() * crate::quant::blocks::QK_K,
+        "quantize_row_q8_k: length"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.supported() {
+        // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
+        unsafe { avx2::quantize_row_q8_k(x, out) };
+        return;
+    }
+    let _ = isa;
+    act::quantize_row_q8_k(x, out)
+}
+
+/// Σ a[i]·b[i] over f32 slices of equal length (attention scores). The summation order
+/// depends only on the length, never on the caller's batch.
+pub fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "f32_dot: lengths");
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx2 {
+        // SAFETY: `isa()` only reports Avx2 when the CPU has AVX2/FMA/F16C; lengths equal.
+        return unsafe { avx2::f32_dot(a, b) };
+    }
+    let mut acc = [0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for j in 0..8 {
+            acc[j] += x[j] * y[j];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]);
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += x * y;
+    }
+    s
+}
+
+/// y[i] += alpha · x[i] (attention's weighted sum of values).
+pub fn f32_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
+    assert_eq!(y.len(), x.len(), "f32_axpy: lengths");
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx2 {
+        // SAFETY: as in `f32_dot`.
+        unsafe { avx2::f32_axpy(y, alpha, x) };
+        return;
+    }
+    y.iter_mut().zip(x).for_each(|(a, &b)| *a += alpha * b);
 }

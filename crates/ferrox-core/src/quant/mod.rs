@@ -320,8 +320,6 @@ pub struct ActBuf {
     pub(crate) q8k: Vec<BlockQ8K>,
     /// f32 copies of the Q8_0 block scales (kernels avoid an f16 conversion per block and row).
     pub(crate) d8: Vec<f32>,
-    /// Σ qs of each Q8_0 block (offset correction for kernels that treat weights as unsigned).
-    pub(crate) s8: Vec<i32>,
 }
 
 impl ActBuf {
@@ -342,16 +340,10 @@ impl ActBuf {
                     .chunks_exact(cols)
                     .zip(self.q8_0.chunks_exact_mut(cols / 32))
                 {
-                    act::quantize_row_q8_0(xr, br);
+                    crate::kernels::quantize_row_q8_0(crate::kernels::isa(), xr, br);
                 }
                 self.d8.clear();
                 self.d8.extend(self.q8_0.iter().map(|b| f16_to_f32(b.d)));
-                self.s8.clear();
-                self.s8.extend(
-                    self.q8_0
-                        .iter()
-                        .map(|b| b.qs.iter().map(|&q| q as i32).sum::<i32>()),
-                );
             }
             ActType::Q8_1 => {
                 self.q8_1.resize(x.len() / 32, BlockQ8_1::default());
@@ -368,7 +360,7 @@ impl ActBuf {
                     .chunks_exact(cols)
                     .zip(self.q8k.chunks_exact_mut(cols / QK_K))
                 {
-                    act::quantize_row_q8_k(xr, br);
+                    crate::kernels::quantize_row_q8_k(crate::kernels::isa(), xr, br);
                 }
             }
         }

@@ -5,11 +5,8 @@
 //! Reference: transformers `modeling_gemma3.py`; llama.cpp `LLM_ARCH_GEMMA3`.
 //! HF checkpoints store norms as `w` in `x * (1 + w)`; GGUF stores `1 + w`.
 
-use super::{
-    build_dense, dense_config_from_gguf, dense_config_from_hf, GgufMeta, HfConfig, ATTN, MLP,
-    QK_NORM,
-};
-use crate::config::{Activation, Arch, AttnKind, ModelConfig, NormKind, RopeScaling};
+use super::{build_dense, dense_config_from_gguf, GgufMeta, ATTN, MLP, QK_NORM};
+use crate::config::{Activation, Arch, AttnKind, ModelConfig, RopeScaling};
 use crate::decoder::Decoder;
 use crate::weights::{req, Dim::*, LoadError, TensorSpec, WeightSource};
 
@@ -32,33 +29,6 @@ const GEMMA_NORMS: &[TensorSpec] = &[
         &[Hidden],
     ),
 ];
-pub fn config_from_hf(hf: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = dense_config_from_hf(hf, Arch::Gemma3)?;
-    let hd = cfg.head_dim;
-    cfg.norm = NormKind::RmsOffsetOne;
-    cfg.activation = Activation::GeluTanh;
-    cfg.qk_norm = true;
-    cfg.post_norms = true;
-    cfg.embed_scale = true;
-    cfg.tie_embeddings = hf.bool("tie_word_embeddings", true);
-    let scalar = hf.opt_f32("query_pre_attn_scalar").unwrap_or(hd as f32);
-    cfg.attn_scale = Some(1.0 / scalar.sqrt());
-    let nested = hf
-        .get("rope_parameters")
-        .is_some_and(|p| p.get("full_attention").is_some());
-    if nested {
-        cfg.rope = hf.rope(Some("full_attention"), hd, false)?;
-        cfg.rope_local = Some(hf.rope(Some("sliding_attention"), hd, false)?);
-    } else {
-        // Older configs: `rope_theta` (global) + `rope_local_base_freq`.
-        let mut local = cfg.rope;
-        local.theta = hf.opt_f32("rope_local_base_freq").unwrap_or(10_000.0);
-        local.scaling = RopeScaling::None;
-        cfg.rope_local = Some(local);
-    }
-    Ok(cfg)
-}
-
 pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
     build_dense(cfg, src, &[ATTN, QK_NORM, GEMMA_NORMS, MLP])
 }

@@ -8,13 +8,7 @@
 use super::sparse::{build_sparse, DENSE_FFN, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS, STD_ATTN};
 use crate::config::ModelConfig;
 use crate::decoder::Decoder;
-use crate::hf_config::parse_hf_config;
 use crate::weights::{req, Dim::*, LoadError, Naming, TensorSpec, WeightSource};
-
-/// `config.json` → config (see `hf_config`).
-pub fn config_from_hf(text: &str) -> Result<ModelConfig, LoadError> {
-    parse_hf_config(text).map_err(|e| LoadError::Config(e.to_string()))
-}
 
 /// llama.cpp's `glm4moe` stores the pre-FFN norm (HF `post_attention_layernorm`) as
 /// `post_attention_norm`, not `ffn_norm`.

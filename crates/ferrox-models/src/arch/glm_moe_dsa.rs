@@ -8,13 +8,7 @@
 use super::sparse::{build_sparse, DENSE_FFN, DSA_INDEXER, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
 use crate::config::ModelConfig;
 use crate::decoder::Decoder;
-use crate::hf_config::parse_hf_config;
 use crate::weights::{LoadError, WeightSource};
-
-/// `config.json` → config (see `hf_config`).
-pub fn config_from_hf(text: &str) -> Result<ModelConfig, LoadError> {
-    parse_hf_config(text).map_err(|e| LoadError::Config(e.to_string()))
-}
 
 pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
     let specs = [NORMS, MLA_ATTN, DSA_INDEXER, DENSE_FFN, MOE_FFN].concat();

@@ -8,14 +8,8 @@ use super::sparse::{
 };
 use crate::config::ModelConfig;
 use crate::decoder::Decoder;
-use crate::hf_config::parse_hf_config;
 use crate::weights::{opt, Dim::*, TensorSpec};
 use crate::weights::{LoadError, WeightSource};
-
-/// `config.json` → config (see `hf_config`).
-pub fn config_from_hf(text: &str) -> Result<ModelConfig, LoadError> {
-    parse_hf_config(text).map_err(|e| LoadError::Config(e.to_string()))
-}
 
 pub const MIXTRAL_MOE: &[TensorSpec] = &[
     opt(

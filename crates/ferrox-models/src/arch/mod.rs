@@ -26,7 +26,6 @@ use crate::weights::{
     opt, read_to_string, req, Bound, Dim, Dim::*, GgufSource, LoadError, SafetensorsDir,
     TensorSpec, WeightSource,
 };
-use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -183,187 +182,31 @@ pub fn dense_config_from_gguf(g: &GgufMeta, arch: Arch) -> Result<ModelConfig, L
 fn load_hf_dir(dir: &Path) -> Result<Decoder, LoadError> {
     let cfg_path = dir.join("config.json");
     let text = read_to_string(&cfg_path)?;
-    let json: Value = serde_json::from_str(&text).map_err(|e| LoadError::Format {
-        path: cfg_path.clone(),
-        msg: e.to_string(),
+    let cfg = crate::hf_config::parse_hf_config(&text).map_err(|e| match e {
+        crate::hf_config::HfConfigError::UnknownModelType(t) => LoadError::UnsupportedArch(t),
+        e => LoadError::Format {
+            path: cfg_path.clone(),
+            msg: e.to_string(),
+        },
     })?;
-    let hf = HfConfig(json);
-    let model_type = hf.str("model_type").unwrap_or_default();
     let src = SafetensorsDir::open(dir)?;
-    let mut dec = match model_type.as_str() {
-        "llama" => llama::build(llama::config_from_hf(&hf)?, &src)?,
-        "qwen2" => qwen2::build(qwen2::config_from_hf(&hf)?, &src)?,
-        "qwen3" => qwen3::build(qwen3::config_from_hf(&hf)?, &src)?,
-        "gemma3_text" | "gemma3" => gemma3::build(gemma3::config_from_hf(&hf)?, &src)?,
-        "glm4" => glm4::build(glm4::config_from_hf(&text)?, &src)?,
-        "glm4_moe" | "glm4_moe_lite" => glm4_moe::build(glm4_moe::config_from_hf(&text)?, &src)?,
-        "glm_moe_dsa" | "deepseek_v32" => {
-            glm_moe_dsa::build(glm_moe_dsa::config_from_hf(&text)?, &src)?
-        }
-        "deepseek_v3" => deepseek_v3::build(deepseek_v3::config_from_hf(&text)?, &src)?,
-        "qwen3_moe" => qwen3_moe::build(qwen3_moe::config_from_hf(&text)?, &src)?,
-        "mixtral" => mixtral::build(mixtral::config_from_hf(&text)?, &src)?,
-        other => return Err(LoadError::UnsupportedArch(other.to_string())),
+    let mut dec = match cfg.arch {
+        Arch::Llama => llama::build(cfg, &src)?,
+        Arch::Qwen2 => qwen2::build(cfg, &src)?,
+        Arch::Qwen3 => qwen3::build(cfg, &src)?,
+        Arch::Gemma3 => gemma3::build(cfg, &src)?,
+        Arch::Glm4 => glm4::build(cfg, &src)?,
+        Arch::Glm4Moe | Arch::Glm4MoeLite => glm4_moe::build(cfg, &src)?,
+        Arch::GlmMoeDsa | Arch::DeepseekV32 => glm_moe_dsa::build(cfg, &src)?,
+        Arch::DeepseekV3 => deepseek_v3::build(cfg, &src)?,
+        Arch::Qwen3Moe => qwen3_moe::build(cfg, &src)?,
+        Arch::Mixtral => mixtral::build(cfg, &src)?,
     };
     dec.source = ModelSource {
         path: dir.to_path_buf(),
         is_gguf: false,
     };
     Ok(dec)
-}
-
-/// A parsed `config.json` with typed accessors.
-pub struct HfConfig(pub Value);
-
-impl HfConfig {
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        self.0.get(key).filter(|v| !v.is_null())
-    }
-    pub fn str(&self, key: &str) -> Option<String> {
-        self.get(key).and_then(|v| v.as_str()).map(String::from)
-    }
-    pub fn usize(&self, key: &str) -> Result<usize, LoadError> {
-        self.opt_usize(key)
-            .ok_or_else(|| LoadError::Config(format!("config.json: missing integer `{key}`")))
-    }
-    pub fn opt_usize(&self, key: &str) -> Option<usize> {
-        self.get(key).and_then(|v| v.as_u64()).map(|v| v as usize)
-    }
-    pub fn opt_f32(&self, key: &str) -> Option<f32> {
-        self.get(key).and_then(|v| v.as_f64()).map(|v| v as f32)
-    }
-    pub fn bool(&self, key: &str, default: bool) -> bool {
-        self.get(key).and_then(|v| v.as_bool()).unwrap_or(default)
-    }
-
-    /// Per-layer attention kinds from `layer_types`, else from the Qwen2-style
-    /// `use_sliding_window` / `max_window_layers` switches.
-    pub fn layer_attn(&self, n_layers: usize) -> Vec<AttnKind> {
-        if let Some(list) = self.get("layer_types").and_then(|v| v.as_array()) {
-            return list
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("sliding_attention") => AttnKind::Sliding,
-                    _ => AttnKind::Full,
-                })
-                .collect();
-        }
-        if self.bool("use_sliding_window", false) && self.get("sliding_window").is_some() {
-            let m = self.opt_usize("max_window_layers").unwrap_or(0);
-            return (0..n_layers)
-                .map(|l| {
-                    if l >= m {
-                        AttnKind::Sliding
-                    } else {
-                        AttnKind::Full
-                    }
-                })
-                .collect();
-        }
-        vec![AttnKind::Full; n_layers]
-    }
-
-    /// RoPE parameters: transformers 5 `rope_parameters` (optionally keyed by layer type), or
-    /// the older `rope_theta` + `rope_scaling`.
-    pub fn rope(
-        &self,
-        layer_type: Option<&str>,
-        rotary_dim: usize,
-        interleaved: bool,
-    ) -> Result<RopeConfig, LoadError> {
-        let mut params = self
-            .get("rope_parameters")
-            .or_else(|| self.get("rope_scaling"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        if let Some(lt) = layer_type {
-            if let Some(p) = params.get(lt) {
-                params = p.clone();
-            }
-        }
-        let f = |k: &str| params.get(k).and_then(|v| v.as_f64()).map(|v| v as f32);
-        let theta = f("rope_theta")
-            .or_else(|| self.opt_f32("rope_theta"))
-            .unwrap_or(10_000.0);
-        let kind = params
-            .get("rope_type")
-            .or_else(|| params.get("type"))
-            .and_then(|v| v.as_str())
-            .unwrap_or("default");
-        let need =
-            |k: &str| f(k).ok_or_else(|| LoadError::Config(format!("rope `{kind}` needs `{k}`")));
-        let scaling = match kind {
-            "default" => RopeScaling::None,
-            "linear" => RopeScaling::Linear {
-                factor: need("factor")?,
-            },
-            "llama3" => RopeScaling::Llama3 {
-                factor: need("factor")?,
-                low_freq_factor: need("low_freq_factor")?,
-                high_freq_factor: need("high_freq_factor")?,
-                original_max_position: need("original_max_position_embeddings")? as usize,
-            },
-            "yarn" => RopeScaling::Yarn {
-                factor: need("factor")?,
-                original_max_position: need("original_max_position_embeddings")? as usize,
-                beta_fast: f("beta_fast").unwrap_or(32.0),
-                beta_slow: f("beta_slow").unwrap_or(1.0),
-                mscale: f("mscale").unwrap_or(0.0),
-                mscale_all_dim: f("mscale_all_dim").unwrap_or(0.0),
-            },
-            other => {
-                return Err(LoadError::Config(format!(
-                    "unsupported rope_type `{other}`"
-                )))
-            }
-        };
-        Ok(RopeConfig {
-            theta,
-            scaling,
-            rotary_dim,
-            interleaved,
-        })
-    }
-}
-
-/// The dense-model `ModelConfig` skeleton from the fields every HF config shares.
-pub fn dense_config_from_hf(hf: &HfConfig, arch: Arch) -> Result<ModelConfig, LoadError> {
-    let hidden = hf.usize("hidden_size")?;
-    let n_layers = hf.usize("num_hidden_layers")?;
-    let n_heads = hf.usize("num_attention_heads")?;
-    let n_kv_heads = hf.opt_usize("num_key_value_heads").unwrap_or(n_heads);
-    let head_dim = hf.opt_usize("head_dim").unwrap_or(hidden / n_heads);
-    let rope = hf.rope(None, head_dim, false)?;
-    Ok(ModelConfig {
-        arch,
-        vocab_size: hf.usize("vocab_size")?,
-        hidden_dim: hidden,
-        n_layers,
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        ffn_dim: hf.usize("intermediate_size")?,
-        max_seq_len: hf.opt_usize("max_position_embeddings").unwrap_or(4096),
-        norm_eps: hf.opt_f32("rms_norm_eps").unwrap_or(1e-6),
-        norm: NormKind::Rms,
-        activation: Activation::Silu,
-        rope,
-        rope_local: None,
-        sliding_window: hf.opt_usize("sliding_window"),
-        layer_attn: hf.layer_attn(n_layers),
-        layer_moe: vec![false; n_layers],
-        qkv_bias: false,
-        qk_norm: false,
-        post_norms: false,
-        attn_scale: None,
-        embed_scale: false,
-        tie_embeddings: hf.bool("tie_word_embeddings", false),
-        final_logit_softcap: hf.opt_f32("final_logit_softcapping"),
-        attn_logit_softcap: hf.opt_f32("attn_logit_softcapping"),
-        moe: dense_moe(hidden),
-        mla: None,
-        dsa: None,
-    })
 }
 
 /// The MoE section of a dense model: no experts.
@@ -399,9 +242,7 @@ pub fn resolver(cfg: &ModelConfig) -> impl Fn(Dim) -> usize + '_ {
     }
 }
 
-/// Builds a dense decoder (standard attention + gated MLP in every layer) from a table.
-/// Logical names follow llama.cpp; optional tensors switch features on when present.
-/// Tensors of every dense model outside the layers.
+/// Tensors of every model outside the layers.
 pub const DENSE_GLOBAL: &[TensorSpec] = &[
     req(
         "token_embd.weight",
@@ -500,7 +341,9 @@ pub const MLP: &[TensorSpec] = &[
     ),
 ];
 
-/// Builds a dense model whose layer table is the concatenation of `layer_tables`.
+/// Builds a dense decoder (standard attention + gated MLP in every layer) whose layer table is
+/// the concatenation of `layer_tables`. Logical names follow llama.cpp; optional tensors switch
+/// features on when present.
 pub fn build_dense(
     cfg: ModelConfig,
     src: &dyn WeightSource,

@@ -81,15 +81,7 @@ pub fn idx_q_rows(c: &ModelConfig) -> usize {
     idx_heads(c) * idx_dim(c)
 }
 
-pub const GLOBAL: &[TensorSpec] = &[
-    req(
-        "token_embd.weight",
-        "model.embed_tokens.weight",
-        &[Vocab, Hidden],
-    ),
-    req("output_norm.weight", "model.norm.weight", &[Hidden]),
-    opt("output.weight", "lm_head.weight", &[Vocab, Hidden]),
-];
+pub const GLOBAL: &[TensorSpec] = super::DENSE_GLOBAL;
 
 const fn o(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) -> TensorSpec {
     opt(gguf, hf, shape)

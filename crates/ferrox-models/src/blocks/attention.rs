@@ -49,7 +49,7 @@ fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
 }
 
 /// Below this many score entries per row (heads × keys) attention runs on one thread.
-const PAR_MIN_WORK: usize = 4096;
+const PAR_MIN_WORK: usize = 1024;
 
 impl StandardAttention {
     #[allow(clippy::too_many_arguments)]
@@ -128,7 +128,7 @@ impl StandardAttention {
                 for (t, sv) in sc.iter_mut().enumerate() {
                     let j = start + t;
                     let kj = &keys[j * kvd + g * hd..j * kvd + (g + 1) * hd];
-                    let mut d = dot(qh, kj) * self.scale;
+                    let mut d = ferrox_core::kernels::f32_dot(qh, kj) * self.scale;
                     if let Some(cap) = self.softcap {
                         d = cap * (d / cap).tanh();
                     }
@@ -146,7 +146,7 @@ impl StandardAttention {
                     let j = start + t;
                     let pj = sv * inv;
                     let vj = &values[j * kvd + g * hd..j * kvd + (g + 1) * hd];
-                    o.iter_mut().zip(vj).for_each(|(a, &b)| *a += pj * b);
+                    ferrox_core::kernels::f32_axpy(o, pj, vj);
                 }
             };
             let oi = &mut att[i * qd..(i + 1) * qd];
@@ -246,20 +246,4 @@ impl AttentionBlock for StandardAttention {
             self.n_kv_heads * self.head_dim,
         )
     }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for j in 0..8 {
-            acc[j] += x[j] * y[j];
-        }
-    }
-    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + (acc[2] + acc[6]) + (acc[3] + acc[7]);
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        s += x * y;
-    }
-    s
 }

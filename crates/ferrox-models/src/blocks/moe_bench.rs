@@ -1,5 +1,6 @@
 //! Speed of one MoE layer shaped like GLM-4.5-Air (hidden 4096, 128 experts, 8 active + 1
-//! shared, expert FFN 1408) with Q4_K weights filled from random data, at a given batch size:
+//! shared, expert FFN 1408) with Q4_K weights filled from random data (`down`, 1408 wide, in
+//! Q5_0 as llama.cpp stores it), at a given batch size:
 //! tokens/s and the weight bandwidth it implies (bytes of every expert the batch touched, read
 //! once per forward). `ferrox bench` prints these rows.
 
@@ -54,9 +55,15 @@ impl Rng {
     }
 }
 
-/// `rows x cols` Q4_K matrix of random blocks with small finite scales.
+/// `rows x cols` Q4_K matrix of random blocks with small finite scales. A width that is not a
+/// multiple of 256 (the expert FFN's 1408 feeding `down`) gets Q5_0, as llama.cpp's quantizer
+/// falls back for Q4_K.
 fn random_q4k(rows: usize, cols: usize, rng: &mut Rng) -> WeightMatrix {
-    let ty = GgmlType::Q4K;
+    let ty = if cols.is_multiple_of(256) {
+        GgmlType::Q4K
+    } else {
+        GgmlType::Q5_0
+    };
     let (block_elems, block_bytes) = ty.block_layout();
     let n_blocks = rows * cols / block_elems;
     let mut bytes = vec![0u8; n_blocks * block_bytes];
@@ -66,9 +73,11 @@ fn random_q4k(rows: usize, cols: usize, rng: &mut Rng) -> WeightMatrix {
     }
     for b in bytes.chunks_mut(block_bytes) {
         b[..2].copy_from_slice(&f32_to_f16(0.002 + 0.002 * rng.unit()));
-        b[2..4].copy_from_slice(&f32_to_f16(0.002 * rng.unit()));
+        if ty == GgmlType::Q4K {
+            b[2..4].copy_from_slice(&f32_to_f16(0.002 * rng.unit()));
+        }
     }
-    WeightMatrix::new(ty, rows, cols, Bytes::from_vec(bytes)).expect("Q4_K layout")
+    WeightMatrix::new(ty, rows, cols, Bytes::from_vec(bytes)).expect("block-aligned shape")
 }
 
 fn random_f32(rows: usize, cols: usize, rng: &mut Rng) -> WeightMatrix {
@@ -158,7 +167,7 @@ mod tests {
             n_experts: 8,
             n_active: 2,
             n_shared: 1,
-            expert_ffn: 256,
+            expert_ffn: 288,
         };
         let layer = random_layer(shape, 1);
         let row = bench(&layer, 4, 0.0);
