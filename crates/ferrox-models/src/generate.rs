@@ -2,10 +2,15 @@
 //! (reusing the longest cached prefix, so a chat turn only prefills what is new), samples,
 //! and streams text until a stop condition: an end-of-generation token, a stop string, the
 //! token budget or the context size.
+//!
+//! With a [`Speculation`] attached, each forward feeds the next token plus a draft and
+//! `speculative::verify` commits several tokens at once; only committed tokens are streamed and
+//! the stop conditions apply to them one by one, exactly as in plain decoding.
 
 use crate::decoder::Decoder;
 use crate::sampling::Sampler;
-use crate::tokenizer::Tokenizer;
+use crate::speculative::{SpecStats, Speculation};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
 use ferrox_core::cache::KvCache;
 use std::time::{Duration, Instant};
 
@@ -49,6 +54,8 @@ pub struct GenerateOutput {
     pub prompt_time: Duration,
     pub gen_tokens: usize,
     pub gen_time: Duration,
+    /// Speculation counters of this call (all zero without speculation).
+    pub spec: SpecStats,
 }
 
 pub struct Session<'m> {
@@ -59,6 +66,7 @@ pub struct Session<'m> {
     history: Vec<usize>,
     pub ctx_size: usize,
     logits: Vec<f32>,
+    spec: Option<Speculation>,
 }
 
 impl<'m> Session<'m> {
@@ -71,7 +79,17 @@ impl<'m> Session<'m> {
             history: Vec::new(),
             ctx_size,
             logits: Vec::new(),
+            spec: None,
         }
+    }
+
+    /// Turns speculative decoding on (`Some`) or off for the following `generate` calls.
+    pub fn set_speculation(&mut self, spec: Option<Speculation>) {
+        self.spec = spec;
+    }
+
+    pub fn speculation(&self) -> Option<&Speculation> {
+        self.spec.as_ref()
     }
 
     /// Tokens currently held in the cache.
@@ -137,67 +155,166 @@ impl<'m> Session<'m> {
             prompt_time,
             gen_tokens: 0,
             gen_time: Duration::ZERO,
+            spec: SpecStats::default(),
         };
         if prompt.len() >= self.ctx_size {
             out.stop = StopReason::Context;
             return out;
         }
-        let mut stream = self.tokenizer.stream_decoder().skip_special(true);
-        // Text decoded but not yet emitted because it may begin a stop string.
-        let mut held = String::new();
-        let max_stop = params.stop.iter().map(|s| s.len()).max().unwrap_or(0);
-        loop {
-            if out.tokens.len() >= params.max_tokens {
-                out.stop = StopReason::MaxTokens;
-                break;
-            }
-            let tok = sampler.sample(&self.logits, &self.history);
-            if !params.ignore_eog && self.tokenizer.is_eog(tok as u32) {
-                out.stop = StopReason::Eog;
-                break;
-            }
-            out.tokens.push(tok);
-            held.push_str(&stream.push(tok as u32));
-            if let Some((i, _)) = params
-                .stop
-                .iter()
-                .filter_map(|s| held.find(s.as_str()).map(|i| (i, s)))
-                .min_by_key(|(i, _)| *i)
-            {
-                held.truncate(i);
-                out.text.push_str(&held);
-                on_text(&held);
-                held.clear();
-                out.stop = StopReason::StopString;
-                break;
-            }
-            // Emit everything that cannot be the start of a stop string.
-            let keep = hold_back(&held, &params.stop, max_stop);
-            if keep < held.len() {
-                let emit: String = held.drain(..held.len() - keep).collect();
-                out.text.push_str(&emit);
-                if !on_text(&emit) {
-                    out.stop = StopReason::Cancelled;
+        let mut em = Emitter {
+            stream: self.tokenizer.stream_decoder().skip_special(true),
+            held: String::new(),
+            max_stop: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+            params,
+            tokenizer: self.tokenizer,
+        };
+        if self.spec.is_some() {
+            self.generate_spec(&mut em, &mut out, sampler, &mut on_text);
+        } else {
+            loop {
+                let tok = sampler.sample(&self.logits, &self.history);
+                if let Some(stop) = em.push(tok, &mut out, &mut on_text) {
+                    out.stop = stop;
                     break;
                 }
+                let pos = self.history.len();
+                if pos + 1 > self.ctx_size {
+                    out.stop = StopReason::Context;
+                    break;
+                }
+                self.decoder
+                    .forward_into(&[tok], pos, &mut self.caches, 0, &mut self.logits);
+                self.history.push(tok);
+            }
+        }
+        em.held.push_str(&em.stream.finish());
+        if !em.held.is_empty() && out.stop != StopReason::StopString {
+            out.text.push_str(&em.held);
+            on_text(&em.held);
+        }
+        out.gen_tokens = out.tokens.len();
+        out.gen_time = t1.elapsed();
+        out
+    }
+
+    /// The speculative loop: feed the next token with a draft, commit what `verify` keeps, run
+    /// every committed token through the same stop rules as plain decoding. On a stop the
+    /// caches and history are cut to what plain decoding would hold (every token before the one
+    /// that stopped), so the next turn continues from a warm, consistent cache.
+    fn generate_spec(
+        &mut self,
+        em: &mut Emitter<'_, '_>,
+        out: &mut GenerateOutput,
+        sampler: &mut Sampler,
+        on_text: &mut impl FnMut(&str) -> bool,
+    ) {
+        let Some(mut spec) = self.spec.take() else {
+            return;
+        };
+        let before = spec.stats;
+        let vocab = self.decoder.vocab_size();
+        let mut next = sampler.sample(&self.logits, &self.history);
+        let mut batch = Vec::new();
+        'gen: loop {
+            if let Some(stop) = em.push(next, out, on_text) {
+                out.stop = stop;
+                break;
             }
             let pos = self.history.len();
             if pos + 1 > self.ctx_size {
                 out.stop = StopReason::Context;
                 break;
             }
+            self.history.push(next);
+            // Drafts that could still be emitted and still fit the context.
+            let room = (em.params.max_tokens - out.tokens.len()).min(self.ctx_size - pos - 1);
+            let draft = spec.draft(&self.history, room);
+            batch.clear();
+            batch.push(next);
+            batch.extend_from_slice(&draft);
+            let t = Instant::now();
             self.decoder
-                .forward_into(&[tok], pos, &mut self.caches, 0, &mut self.logits);
-            self.history.push(tok);
+                .forward_into(&batch, pos, &mut self.caches, 0, &mut self.logits);
+            spec.record_cost(batch.len(), t.elapsed().as_secs_f64());
+            let rows: Vec<&[f32]> = self.logits.chunks_exact(vocab).collect();
+            let committed = spec.verify(&rows, &draft, sampler, &self.history);
+            let accepted = committed.len() - 1;
+            let keep = pos + 1 + accepted;
+            self.caches.iter_mut().for_each(|c| c.truncate(keep));
+            self.history.extend_from_slice(&committed[..accepted]);
+            for (j, &t) in committed[..accepted].iter().enumerate() {
+                if let Some(stop) = em.push(t, out, on_text) {
+                    out.stop = stop;
+                    let cut = pos + 1 + j;
+                    self.history.truncate(cut);
+                    self.caches.iter_mut().for_each(|c| c.truncate(cut));
+                    break 'gen;
+                }
+            }
+            // `self.logits` now holds verify rows; a later prefill re-evaluates its last token.
+            next = committed[accepted];
         }
-        held.push_str(&stream.finish());
-        if !held.is_empty() && out.stop != StopReason::StopString {
-            out.text.push_str(&held);
-            on_text(&held);
+        let s = spec.stats;
+        out.spec = SpecStats {
+            calls: s.calls - before.calls,
+            verify_calls: s.verify_calls - before.verify_calls,
+            drafted: s.drafted - before.drafted,
+            accepted: s.accepted - before.accepted,
+        };
+        self.spec = Some(spec);
+    }
+}
+
+/// Turns committed tokens into streamed text and applies the per-token stop rules.
+struct Emitter<'p, 't> {
+    stream: StreamDecoder<'t>,
+    /// Text decoded but not yet emitted because it may begin a stop string.
+    held: String,
+    max_stop: usize,
+    params: &'p GenerateParams,
+    tokenizer: &'t Tokenizer,
+}
+
+impl Emitter<'_, '_> {
+    /// Handles one sampled token: stops before it at the token budget or an end-of-generation
+    /// token; otherwise records it, emits the text that cannot start a stop string, and stops
+    /// after it on a stop string or a cancel.
+    fn push(
+        &mut self,
+        tok: usize,
+        out: &mut GenerateOutput,
+        on_text: &mut impl FnMut(&str) -> bool,
+    ) -> Option<StopReason> {
+        let params = self.params;
+        if out.tokens.len() >= params.max_tokens {
+            return Some(StopReason::MaxTokens);
         }
-        out.gen_tokens = out.tokens.len();
-        out.gen_time = t1.elapsed();
-        out
+        if !params.ignore_eog && self.tokenizer.is_eog(tok as u32) {
+            return Some(StopReason::Eog);
+        }
+        out.tokens.push(tok);
+        self.held.push_str(&self.stream.push(tok as u32));
+        if let Some((i, _)) = params
+            .stop
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()).map(|i| (i, s)))
+            .min_by_key(|(i, _)| *i)
+        {
+            self.held.truncate(i);
+            out.text.push_str(&self.held);
+            on_text(&self.held);
+            self.held.clear();
+            return Some(StopReason::StopString);
+        }
+        let keep = hold_back(&self.held, &params.stop, self.max_stop);
+        if keep < self.held.len() {
+            let emit: String = self.held.drain(..self.held.len() - keep).collect();
+            out.text.push_str(&emit);
+            if !on_text(&emit) {
+                return Some(StopReason::Cancelled);
+            }
+        }
+        None
     }
 }
 

@@ -8,8 +8,18 @@
 //! `d(i+1)` is kept only while it equals that row's argmax. The first mismatch ends the round and
 //! the caches are cut back to the committed tokens. Batch invariance of the decoder makes every
 //! kept token bit-for-bit the one plain decoding would have produced.
+//!
+//! Beyond the seed: a [`Drafter`] trait (n-gram lookup and a suffix-automaton
+//! [`LongestMatchDrafter`]), an [`AdaptiveDraft`] length controller, and [`verify`], which is
+//! lossless under any sampler (speculative sampling with a deterministic draft). [`Speculation`]
+//! bundles them per sequence; `generate::Session` and the CLI drive it.
+
+mod longest;
+
+pub use longest::LongestMatchDrafter;
 
 use crate::decoder::Decoder;
+use crate::sampling::Sampler;
 use ferrox_core::cache::KvCache;
 
 /// Drafts a continuation by n-gram lookup in the history (no draft model).
@@ -139,6 +149,340 @@ fn argmax(logits: &[f32]) -> usize {
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map_or(0, |(i, _)| i)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Beyond the seed: drafters, adaptive draft length and lossless verification under sampling.
+// ---------------------------------------------------------------------------------------------
+
+/// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
+/// the draft as a point mass, which is what makes the rejection rule in [`verify`] exact.
+pub trait Drafter: Send {
+    /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
+    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize>;
+    /// Short name for statistics and benchmarks.
+    fn name(&self) -> &'static str;
+}
+
+impl Drafter for PromptLookupSpeculator {
+    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+        let mut d = PromptLookupSpeculator::propose(self, history);
+        d.truncate(max);
+        d
+    }
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+}
+
+/// Draft length from the running acceptance and the measured cost of verify batches, so
+/// speculation never costs more than it saves.
+///
+/// Acceptance follows a geometric model: each draft token is kept with probability `a` while
+/// the previous ones were, estimated from decayed counts of accepted tokens and rejections. A
+/// draft of `k` then yields `E(k) = 1 + a + .. + a^k` tokens for the cost `c(k + 1)` of a
+/// forward of `k + 1` rows (decayed means of measured times; unmeasured sizes are interpolated,
+/// and extrapolated optimistically so they get tried). Each round picks the `k` with the best
+/// `E(k) / c(k + 1)`; `k = 0` is plain decoding. While plain wins, a one-token probe is made
+/// after a pause that doubles with each probe that does not tip the balance (up to 16 rounds), so a change of
+/// regime (the model starts copying) is noticed without paying for drafts that miss.
+#[derive(Debug, Clone)]
+pub struct AdaptiveDraft {
+    /// Longest draft ever asked for.
+    pub max_len: usize,
+    /// Decayed counts of accepted draft tokens and of rounds ended by a rejection.
+    accepted: f64,
+    rejected: f64,
+    /// Decayed mean seconds of a forward by rows (index = rows - 1); 0 = not measured.
+    cost: Vec<f64>,
+    /// Rounds left before the next probe while plain decoding wins.
+    pause: usize,
+    backoff: usize,
+}
+
+/// Longest pause (in rounds) between probes.
+const MAX_BACKOFF: usize = 16;
+/// Per-round decay of the acceptance counts (a memory of roughly 20 rounds).
+const ACCEPT_DECAY: f64 = 0.95;
+/// Weight of a new timing in the decayed mean.
+const COST_WEIGHT: f64 = 0.3;
+/// Assumed extra cost per extra row, relative to one row, where nothing is measured.
+const PRIOR_ROW_COST: f64 = 0.1;
+
+impl AdaptiveDraft {
+    pub fn new(max_len: usize) -> Self {
+        AdaptiveDraft {
+            max_len,
+            accepted: 0.0,
+            rejected: 0.0,
+            cost: vec![0.0; max_len + 1],
+            pause: 0,
+            backoff: 1,
+        }
+    }
+
+    /// Estimated probability that a draft token is accepted (prior: one half-token each way).
+    pub fn acceptance(&self) -> f64 {
+        (self.accepted + 0.5) / (self.accepted + self.rejected + 1.0)
+    }
+
+    /// Cost of a forward of `rows` rows: measured, else interpolated between measured sizes,
+    /// else extrapolated from the largest smaller measured size at `PRIOR_ROW_COST` per row.
+    fn cost_of(&self, rows: usize) -> f64 {
+        let i = rows - 1;
+        if self.cost[i] > 0.0 {
+            return self.cost[i];
+        }
+        let one = self.cost.iter().find(|&&c| c > 0.0).copied().unwrap_or(1.0);
+        let below = (0..i).rev().find(|&j| self.cost[j] > 0.0);
+        let above = (i + 1..self.cost.len()).find(|&j| self.cost[j] > 0.0);
+        match (below, above) {
+            (Some(b), Some(a)) => {
+                let f = (i - b) as f64 / (a - b) as f64;
+                self.cost[b] + f * (self.cost[a] - self.cost[b])
+            }
+            (Some(b), None) => self.cost[b] + (i - b) as f64 * PRIOR_ROW_COST * one,
+            (None, Some(a)) => {
+                self.cost[a] * (1.0 + i as f64 * PRIOR_ROW_COST) / (1.0 + a as f64 * PRIOR_ROW_COST)
+            }
+            (None, None) => one * (1.0 + i as f64 * PRIOR_ROW_COST),
+        }
+    }
+
+    /// The draft length with the best expected tokens per unit of time. Batches grow one row
+    /// past the largest measured one at a time: batch cost is often a step function (kernels
+    /// work on groups of rows), which interpolating across unmeasured sizes would hide.
+    fn best_len(&self) -> usize {
+        let a = self.acceptance();
+        let measured_rows = self.cost.iter().rposition(|&c| c > 0.0).unwrap_or(0) + 1;
+        let max_k = measured_rows.min(self.max_len);
+        let (mut best, mut best_rate) = (0, 0.0);
+        let (mut expect, mut term) = (0.0, 1.0);
+        for k in 0..=max_k {
+            expect += term;
+            term *= a;
+            let rate = expect / self.cost_of(k + 1);
+            if rate > best_rate {
+                (best, best_rate) = (k, rate);
+            }
+        }
+        best
+    }
+
+    /// The draft length to ask for this round (0: decode plainly).
+    pub fn next_len(&mut self) -> usize {
+        // Plain decoding is the yardstick every draft length is compared with: time it first.
+        if self.max_len == 0 || self.cost[0] == 0.0 {
+            return 0;
+        }
+        let best = self.best_len();
+        if best > 0 {
+            self.backoff = 1;
+            return best;
+        }
+        if self.pause > 0 {
+            self.pause -= 1;
+            return 0;
+        }
+        self.pause = self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        1
+    }
+
+    /// Feeds back one verified round: `drafted` tokens proposed, `accepted` of them kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.accepted = self.accepted * ACCEPT_DECAY + accepted as f64;
+        self.rejected = self.rejected * ACCEPT_DECAY + u8::from(accepted < drafted) as f64;
+    }
+
+    /// Feeds back the wall time of a forward of `rows` rows (the fed token plus the draft).
+    pub fn record_cost(&mut self, rows: usize, secs: f64) {
+        if rows == 0 || rows > self.cost.len() || secs.is_nan() || secs <= 0.0 {
+            return;
+        }
+        let c = &mut self.cost[rows - 1];
+        *c = if *c > 0.0 {
+            *c + COST_WEIGHT * (secs - *c)
+        } else {
+            secs
+        };
+    }
+}
+
+/// Counters of a speculative run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Forward calls made while decoding (one per round, speculative or not).
+    pub calls: usize,
+    /// Rounds that verified a non-empty draft.
+    pub verify_calls: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl SpecStats {
+    /// Fraction of drafted tokens that were kept (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+}
+
+/// One sequence's speculation state: a drafter, its length controller and counters. The owner
+/// runs the forward; this only drafts and verifies, so a server can batch several sequences'
+/// verify rows into one forward and hand each sequence its own rows.
+pub struct Speculation {
+    pub drafter: Box<dyn Drafter>,
+    pub adaptive: AdaptiveDraft,
+    pub stats: SpecStats,
+}
+
+impl Speculation {
+    pub fn new(drafter: Box<dyn Drafter>, max_draft: usize) -> Self {
+        Speculation {
+            drafter,
+            adaptive: AdaptiveDraft::new(max_draft),
+            stats: SpecStats::default(),
+        }
+    }
+
+    /// The draft to verify after `history` (whose last token is the one being fed), at most
+    /// `room` tokens (what the budget and the context still allow).
+    pub fn draft(&mut self, history: &[usize], room: usize) -> Vec<usize> {
+        let want = self.adaptive.next_len().min(room);
+        if want == 0 {
+            return Vec::new();
+        }
+        self.drafter.propose(history, want)
+    }
+
+    /// Feeds back the wall time of the forward that fed `rows` rows (token plus draft), for the
+    /// draft-length cost model. Optional: without it the controller assumes cheap batches.
+    pub fn record_cost(&mut self, rows: usize, secs: f64) {
+        self.adaptive.record_cost(rows, secs);
+    }
+
+    /// [`verify`] plus bookkeeping (counters, adaptive length). `rows` are the logits of the
+    /// fed token followed by the draft.
+    pub fn verify<R: AsRef<[f32]>>(
+        &mut self,
+        rows: &[R],
+        draft: &[usize],
+        sampler: &mut Sampler,
+        history: &[usize],
+    ) -> Vec<usize> {
+        let committed = verify(rows, draft, sampler, history);
+        let accepted = committed.len() - 1;
+        self.stats.calls += 1;
+        if !draft.is_empty() {
+            self.stats.verify_calls += 1;
+            self.stats.drafted += draft.len();
+            self.stats.accepted += accepted;
+        }
+        self.adaptive.record(draft.len(), accepted);
+        committed
+    }
+}
+
+/// Verifies `draft` against the target model and returns the committed tokens: the accepted
+/// draft prefix followed by exactly one more token drawn by the target.
+///
+/// `rows[i]` (for `i` in `0..=draft.len()`) are the logits after `history` and `draft[..i]`;
+/// `history` is everything before the first draft token (its last token is the one that was fed
+/// with the draft). Each draft token `t` is checked against the sampler's final distribution
+/// `p` (penalties with the accepted drafts in the history, temperature, top-k/p, min-p): it is
+/// accepted with probability `p(t)`; on rejection the token is drawn from `p` without `t`,
+/// renormalised; when the whole draft is accepted the last row gives a bonus token. This is
+/// speculative sampling (Leviathan et al. 2023; Chen et al. 2023) with a point-mass draft.
+///
+/// It is realised by the coupling that makes it exact and reproducible: the sampler draws its
+/// own token `x ~ p` at each position, exactly as plain decoding would, and the draft token is
+/// accepted iff `x == t`. Then `P(accept) = p(t)`, and after a rejection `x` is distributed as
+/// `p` without `t`, renormalised. Each committed token consumes exactly one draw of the
+/// sampler's random stream, as in plain decoding, so for a given seed speculative output is
+/// token for token the plain output whatever the drafts were. Greedy is the argmax rule.
+///
+/// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
+pub fn verify<R: AsRef<[f32]>>(
+    rows: &[R],
+    draft: &[usize],
+    sampler: &mut Sampler,
+    history: &[usize],
+) -> Vec<usize> {
+    assert!(
+        rows.len() > draft.len(),
+        "verify needs one logits row per draft token plus one"
+    );
+    // Penalties only look at the last `penalty_last_n` tokens: a window is the same history.
+    let window = sampler.config.penalty_last_n;
+    let mut hist = history[history.len().saturating_sub(window)..].to_vec();
+    let mut out = Vec::with_capacity(draft.len() + 1);
+    for (i, row) in rows.iter().take(draft.len() + 1).enumerate() {
+        let x = sampler.sample(row.as_ref(), &hist);
+        out.push(x);
+        if draft.get(i) != Some(&x) {
+            break;
+        }
+        hist.push(x);
+    }
+    out
+}
+
+/// Greedy/sampled decoding with a [`Drafter`]: the library-level loop behind
+/// [`speculative_decode`], for any sampler and drafter. Returns the generated tokens and the
+/// counters (`calls` excludes the prefill). `kv_caches` are filled from position 0.
+pub fn speculative_generate(
+    decoder: &Decoder,
+    prompt: &[usize],
+    max_new_tokens: usize,
+    kv_caches: &mut [KvCache],
+    spec: &mut Speculation,
+    sampler: &mut Sampler,
+) -> Vec<usize> {
+    assert!(!prompt.is_empty(), "prompt must not be empty");
+    let mut history = prompt.to_vec();
+    let mut logits = Vec::new();
+    decoder.forward_into(prompt, 0, kv_caches, prompt.len() - 1, &mut logits);
+    let mut out = Vec::with_capacity(max_new_tokens);
+    if max_new_tokens == 0 {
+        return out;
+    }
+    let mut next = sampler.sample(&logits, &history);
+    loop {
+        out.push(next);
+        if out.len() >= max_new_tokens {
+            break;
+        }
+        let pos = history.len();
+        history.push(next);
+        let draft = spec.draft(&history, max_new_tokens - out.len());
+        let mut batch = Vec::with_capacity(1 + draft.len());
+        batch.push(next);
+        batch.extend_from_slice(&draft);
+        let t = std::time::Instant::now();
+        decoder.forward_into(&batch, pos, kv_caches, 0, &mut logits);
+        spec.record_cost(batch.len(), t.elapsed().as_secs_f64());
+        let rows: Vec<&[f32]> = logits.chunks_exact(decoder.vocab_size()).collect();
+        let committed = spec.verify(&rows, &draft, sampler, &history);
+        let accepted = committed.len() - 1;
+        kv_caches
+            .iter_mut()
+            .for_each(|c| c.truncate(pos + 1 + accepted));
+        history.extend_from_slice(&committed[..accepted]);
+        out.extend_from_slice(&committed[..accepted]);
+        next = committed[accepted];
+        if out.len() >= max_new_tokens {
+            break;
+        }
+    }
+    out.truncate(max_new_tokens);
+    out
 }
 
 #[cfg(test)]
@@ -281,6 +625,42 @@ mod own_tests {
         assert_eq!(r.tokens_generated, 5);
         assert_eq!(r.forward_calls, 6);
         assert_eq!(r.tokens_per_call(), 5.0 / 6.0);
+    }
+
+    /// Runs the controller against a simulated drafter whose tokens are each accepted with
+    /// probability `a` and a forward of `n` rows costing `cost(n)`; returns the mean length.
+    fn simulate(a: f64, cost: impl Fn(usize) -> f64, rounds: usize) -> (f64, usize) {
+        let mut ad = AdaptiveDraft::new(16);
+        let mut rng = crate::sampling::Rng::new(3);
+        let (mut total, mut zeros) = (0, 0);
+        for _ in 0..rounds {
+            let k = ad.next_len();
+            total += k;
+            zeros += (k == 0) as usize;
+            let kept = (0..k).take_while(|_| rng.next_f64() < a).count();
+            ad.record(k, kept);
+            ad.record_cost(k + 1, cost(k + 1));
+        }
+        (total as f64 / rounds as f64, zeros)
+    }
+
+    #[test]
+    fn adaptive_length_follows_acceptance_and_cost() {
+        // Cheap batches, drafts that hit: long drafts.
+        let (mean, _) = simulate(0.97, |n| 1.0 + 0.02 * n as f64, 300);
+        assert!(mean > 8.0, "mean draft {mean}");
+        // Drafts that miss: almost always plain decoding (only sparse probes).
+        let (mean, zeros) = simulate(0.0, |n| 1.0 + 0.1 * n as f64, 300);
+        assert!(zeros > 260 && mean < 0.15, "zeros {zeros}, mean {mean}");
+        // A batch that costs as much as its rows never pays: plain decoding.
+        let (_, zeros) = simulate(0.9, |n| n as f64, 300);
+        assert!(zeros > 260, "zeros {zeros}");
+        // Rows in pairs (a kernel working on groups of two tokens), drafts that hit: one.
+        let (mean, _) = simulate(0.99, |n| n.div_ceil(2) as f64, 300);
+        assert!((0.8..=1.6).contains(&mean), "mean draft {mean}");
+        // Two rows cheap, more expensive (today's kernels): short drafts.
+        let (mean, _) = simulate(0.9, |n| if n <= 2 { 1.0 } else { n as f64 * 0.6 }, 300);
+        assert!((0.8..=2.5).contains(&mean), "mean draft {mean}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `ferrox chat`: interactive multi-turn chat through the model's template. The KV cache
 //! carries over between turns: each turn only evaluates the tokens the template added.
+//! Speculative decoding is on unless `--no-spec`.
 
 use super::engine;
 use super::run::{report, tokenize_prompt, GenFlags};
@@ -23,6 +24,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
     let tok = eng.tokenizer()?;
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
+    // The drafter indexes the whole conversation: later turns draft from earlier ones.
+    session.set_speculation(args.gen.speculation());
     let mut sampler = args.gen.sampler();
     let params = args.gen.params();
     let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();

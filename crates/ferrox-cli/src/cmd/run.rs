@@ -5,6 +5,9 @@
 use super::engine;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::speculative::{
+    Drafter, LongestMatchDrafter, PromptLookupSpeculator, Speculation,
+};
 use ferrox_models::template::{render_prompt, Message};
 use ferrox_models::tokenizer::Tokenizer;
 use std::io::Write;
@@ -39,9 +42,39 @@ pub struct GenFlags {
     /// Threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
-    /// Print prompt and generation speed to stderr.
+    /// Print prompt and generation speed (and speculation statistics) to stderr.
     #[arg(long)]
     pub verbose: bool,
+    /// Decode plainly, without speculative decoding.
+    #[arg(long = "no-spec")]
+    pub no_spec: bool,
+    /// Drafter for speculative decoding.
+    #[arg(long, value_enum, default_value_t = DrafterKind::Longest)]
+    pub drafter: DrafterKind,
+    /// Longest draft verified per forward call.
+    #[arg(long = "draft-max", default_value_t = DEFAULT_DRAFT_MAX)]
+    pub draft_max: usize,
+}
+
+/// Longest draft by default: long verbatim copies are common in code edits, and the adaptive
+/// length only reaches it after consecutive full acceptances.
+pub const DEFAULT_DRAFT_MAX: usize = 16;
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrafterKind {
+    /// Suffix automaton: continuation of the longest earlier match of the context.
+    Longest,
+    /// The seed's prompt lookup: continuation of the latest earlier 3-gram.
+    Ngram,
+}
+
+impl DrafterKind {
+    pub fn build(self) -> Box<dyn Drafter> {
+        match self {
+            DrafterKind::Longest => Box::new(LongestMatchDrafter::new(2)),
+            DrafterKind::Ngram => Box::new(PromptLookupSpeculator::new(3, DEFAULT_DRAFT_MAX)),
+        }
+    }
 }
 
 impl GenFlags {
@@ -61,6 +94,12 @@ impl GenFlags {
             seed,
             ..SamplerConfig::default()
         })
+    }
+
+    /// Speculative decoding state for a session, unless `--no-spec` (or a zero draft length).
+    pub fn speculation(&self) -> Option<Speculation> {
+        (!self.no_spec && self.draft_max > 0)
+            .then(|| Speculation::new(self.drafter.build(), self.draft_max))
     }
 
     pub fn params(&self) -> GenerateParams {
@@ -122,6 +161,19 @@ pub fn report(out: &GenerateOutput) {
         rate(out.gen_tokens, out.gen_time),
         out.stop
     );
+    let s = &out.spec;
+    if s.calls > 0 {
+        eprintln!(
+            "speculation: {} forward calls, {:.2} tokens/call; {} drafts verified, {} tokens drafted, {} accepted ({:.1}%), {:.2} accepted/verify",
+            s.calls,
+            out.gen_tokens as f64 / s.calls as f64,
+            s.verify_calls,
+            s.drafted,
+            s.accepted,
+            100.0 * s.acceptance(),
+            s.accepted as f64 / s.verify_calls.max(1) as f64
+        );
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -142,6 +194,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     anyhow::ensure!(!ids.is_empty(), "empty prompt");
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
+    session.set_speculation(args.gen.speculation());
     let mut sampler = args.gen.sampler();
     let stdout = std::io::stdout();
     let out = session.generate(&ids, &args.gen.params(), &mut sampler, |t| {
