@@ -3,15 +3,17 @@
 //! chunk for slots still prefilling and `[next token, draft...]` for decoding slots; requests
 //! join and leave between steps.
 //!
-//! Speculation per slot is prompt lookup checked by sample-and-match: row `i` of a slot's
-//! logits is sampled exactly as plain decoding would sample it (same sampler, same history,
-//! same RNG draws) and the draft token is kept only when it equals that sample. Output is
-//! therefore identical to plain decoding, greedy or seeded; drafts only save forwards.
+//! Speculation per slot drafts the continuation of the longest earlier match of the history
+//! (`speculative::LongestMatchDrafter`), sized by `AdaptiveDraft` from the slot's acceptance
+//! and measured verify costs, and checks it by sample-and-match (`speculative::verify`'s rule):
+//! row `i` of a slot's logits is sampled exactly as plain decoding would sample it (same
+//! sampler, same history, same RNG draws) and the draft token is kept only when it equals that
+//! sample. Output is therefore identical to plain decoding, greedy or seeded.
 
 use crate::decoder::{Decoder, SeqBatch};
 use crate::generate::StopReason;
 use crate::sampling::{Sampler, SamplerConfig};
-use crate::speculative::PromptLookupSpeculator;
+use crate::speculative::{LongestMatchDrafter, Speculation};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use ferrox_core::cache::KvCache;
 
@@ -111,7 +113,12 @@ struct Slot<'t> {
     /// Tokens in `caches`, in order.
     history: Vec<usize>,
     job: Option<Job<'t>>,
+    /// Drafter and draft-length controller; kept across requests (costs are the model's).
+    spec: Speculation,
 }
+
+/// Longest draft a slot may verify in one step.
+const MAX_DRAFT: usize = 12;
 
 pub struct BatchEngine<'m> {
     decoder: &'m Decoder,
@@ -126,7 +133,6 @@ pub struct BatchEngine<'m> {
     /// Speculation stops once a step would carry this many rows (batching already
     /// amortizes the weight reads then).
     pub max_rows: usize,
-    speculator: PromptLookupSpeculator,
     pub stats: BatchStats,
 }
 
@@ -142,13 +148,13 @@ impl<'m> BatchEngine<'m> {
                     caches: decoder.new_caches(),
                     history: Vec::new(),
                     job: None,
+                    spec: Speculation::new(Box::new(LongestMatchDrafter::default()), MAX_DRAFT),
                 })
                 .collect(),
             logits: Vec::new(),
             prefill_chunk: 256,
-            max_draft: 8,
+            max_draft: MAX_DRAFT,
             max_rows: 16,
-            speculator: PromptLookupSpeculator::new(3, 8),
             stats: BatchStats::default(),
         }
     }
@@ -256,9 +262,8 @@ impl<'m> BatchEngine<'m> {
                     let k = self.max_draft.min(budget).min(room).min(share);
                     if k > 0 {
                         slot.history.push(next);
-                        let mut d = self.speculator.propose(&slot.history);
+                        let d = slot.spec.draft(&slot.history, k);
                         slot.history.pop();
-                        d.truncate(k);
                         job.n_draft = d.len();
                         job.input.extend_from_slice(&d);
                     }
@@ -289,7 +294,10 @@ impl<'m> BatchEngine<'m> {
                 })
             })
             .collect();
+        let alone = seqs.len() == 1;
+        let t = std::time::Instant::now();
         self.decoder.forward_multi(&mut seqs, &mut self.logits);
+        let secs = t.elapsed().as_secs_f64();
         drop(seqs);
         self.stats.steps += 1;
         self.stats.rows += rows as u64;
@@ -321,7 +329,9 @@ impl<'m> BatchEngine<'m> {
                 Some(_) => slot.history.len() - job.input.len() + 1,
             };
             self.stats.drafted += job.n_draft as u64;
+            let decoding = job.next.is_some();
             let mut outcome = None;
+            let mut accepted = 0;
             for (i, row) in logits.chunks_exact(vocab).enumerate() {
                 let hist = &slot.history[..base + i];
                 if job.generated >= job.max_tokens {
@@ -347,12 +357,20 @@ impl<'m> BatchEngine<'m> {
                 }
                 let drafted = job.input.get(i + 1).filter(|_| i < job.n_draft);
                 if drafted == Some(&tok) {
-                    self.stats.accepted += 1;
+                    accepted += 1;
                     continue;
                 }
                 job.next = Some(tok);
                 slot.history.truncate(base + i);
                 break;
+            }
+            self.stats.accepted += accepted as u64;
+            if decoding {
+                slot.spec.adaptive.record(job.n_draft, accepted);
+                // A verify's cost is only this slot's when it ran alone.
+                if alone {
+                    slot.spec.record_cost(job.input.len(), secs);
+                }
             }
             if let Some(stop) = outcome {
                 let text = if stop == StopReason::StopString {
