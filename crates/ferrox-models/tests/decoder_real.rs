@@ -53,11 +53,11 @@ fn last_logits_match_transformers() {
 /// Greedy 32 tokens equal llama.cpp's. A divergence is accepted only at a near-tie of the
 /// exact model: replaying llama.cpp's tokens on the F32-dequantized weights (what transformers
 /// computes; no activation quantization), the two candidate tokens' logits differ by less than
-/// 0.1, or the exact model picks ferrox's token (llama.cpp is then the one off the exact
-/// path). Both engines quantize activations to 8 bits, and both land an RMS of 0.17-0.22
-/// (max ~1.0) away from transformers' last-position logits on the gemma prompts
-/// (llama.cpp 0.174 / 0.218, ferrox 0.194 / 0.180), so a gap under 0.1 flips either way.
-/// The one divergence today: gemma "The capital of France is", step 18, exact gap 0.073.
+/// 0.05, or the exact model picks ferrox's token (llama.cpp is then the one off the exact
+/// path). Both engines quantize activations to 8 bits and land an RMS of 0.17-0.22 (max ~1.0)
+/// away from transformers' last-position logits on the gemma prompts, so such a near-tie can
+/// flip either way. Today's one divergence: gemma "The capital of France is", step 11, exact
+/// gap 0.014 (ferrox's own gap 0.060).
 #[test]
 fn greedy_matches_llama_cpp() {
     for (file, _, greedy) in MODELS {
@@ -89,7 +89,7 @@ fn greedy_matches_llama_cpp() {
                         top_k(&l, 1)[0]
                     );
                     assert!(
-                        gap < 0.1 || top_k(&l, 1)[0] == ours,
+                        gap < 0.05 || top_k(&l, 1)[0] == ours,
                         "{greedy} prompt {:?}: step {k} got {ours} want {w}: not a near-tie of the exact model (gap {gap})",
                         r["prompt"]
                     );
