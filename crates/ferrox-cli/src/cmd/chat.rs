@@ -49,7 +49,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let mut o = stdout.lock();
             o.write_all(t.as_bytes()).is_ok() && o.flush().is_ok()
         });
-        println!();
+        if writeln!(stdout.lock()).is_err() {
+            break;
+        }
         if args.gen.verbose {
             report(&out);
         }

@@ -201,7 +201,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut o = stdout.lock();
         o.write_all(t.as_bytes()).is_ok() && o.flush().is_ok()
     });
-    println!();
+    // A reader that went away (`| head`) ends the run quietly, as generation already stopped.
+    let _ = writeln!(stdout.lock());
     if args.gen.verbose {
         report(&out);
     }
