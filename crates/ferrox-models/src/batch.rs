@@ -11,10 +11,10 @@
 //! sample. Output is therefore identical to plain decoding, greedy or seeded.
 
 use crate::decoder::{Decoder, SeqBatch};
-use crate::generate::StopReason;
+use crate::generate::{GenerateParams, StopReason, StopRules};
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::speculative::{LongestMatchDrafter, Speculation};
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::tokenizer::Tokenizer;
 use ferrox_core::cache::KvCache;
 
 #[derive(Debug, Clone)]
@@ -50,57 +50,13 @@ pub struct BatchStats {
     pub accepted: u64,
 }
 
-/// Text out of a token stream, holding back what may be the start of a stop string.
-struct Emitter<'t> {
-    stream: StreamDecoder<'t>,
-    held: String,
-    stop: Vec<String>,
-    max_stop: usize,
-}
-
-impl<'t> Emitter<'t> {
-    fn new(tok: &'t Tokenizer, stop: Vec<String>) -> Self {
-        let max_stop = stop.iter().map(|s| s.len()).max().unwrap_or(0);
-        Emitter {
-            stream: tok.stream_decoder().skip_special(true),
-            held: String::new(),
-            stop,
-            max_stop,
-        }
-    }
-
-    /// Adds a token: the text that can be released, and whether a stop string ended it.
-    fn push(&mut self, tok: usize) -> (String, bool) {
-        self.held.push_str(&self.stream.push(tok as u32));
-        if let Some(i) = self
-            .stop
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-        {
-            self.held.truncate(i);
-            return (std::mem::take(&mut self.held), true);
-        }
-        let keep = crate::generate::hold_back(&self.held, &self.stop, self.max_stop);
-        let emit = self.held.drain(..self.held.len() - keep).collect();
-        (emit, false)
-    }
-
-    fn finish(&mut self) -> String {
-        self.held.push_str(&self.stream.finish());
-        std::mem::take(&mut self.held)
-    }
-}
-
 struct Job<'t> {
     id: u64,
     prompt: Vec<usize>,
     /// Prompt tokens in the cache.
     fed: usize,
     sampler: Sampler,
-    max_tokens: usize,
-    emitter: Emitter<'t>,
-    generated: usize,
+    rules: StopRules<'t>,
     /// Chosen but not yet in the cache.
     next: Option<usize>,
     /// This step's input rows and how many of them are draft tokens.
@@ -204,9 +160,14 @@ impl<'m> BatchEngine<'m> {
             prompt: prompt.to_vec(),
             fed,
             sampler: Sampler::new(p.sampler.clone()),
-            max_tokens: p.max_tokens,
-            emitter: Emitter::new(self.tokenizer, p.stop.clone()),
-            generated: 0,
+            rules: StopRules::new(
+                self.tokenizer,
+                &GenerateParams {
+                    max_tokens: p.max_tokens,
+                    stop: p.stop.clone(),
+                    ignore_eog: false,
+                },
+            ),
             next: None,
             input: Vec::new(),
             n_draft: 0,
@@ -251,12 +212,12 @@ impl<'m> BatchEngine<'m> {
                 }
                 Some(next) => {
                     if slot.history.len() + 1 > ctx {
-                        let text = job.emitter.finish();
+                        let text = job.rules.finish();
                         finish(&mut slot.job, StopReason::Context, text, &mut on);
                         continue;
                     }
                     job.input.push(next);
-                    let budget = job.max_tokens.saturating_sub(job.generated);
+                    let budget = job.rules.remaining();
                     let room = ctx - slot.history.len() - 1;
                     let share = self.max_rows.saturating_sub(decoding) / decoding.max(1);
                     let k = self.max_draft.min(budget).min(room).min(share);
@@ -333,25 +294,13 @@ impl<'m> BatchEngine<'m> {
             let mut outcome = None;
             let mut accepted = 0;
             for (i, row) in logits.chunks_exact(vocab).enumerate() {
-                let hist = &slot.history[..base + i];
-                if job.generated >= job.max_tokens {
-                    outcome = Some(StopReason::MaxTokens);
-                    slot.history.truncate(base + i);
-                    break;
-                }
-                let tok = job.sampler.sample(row, hist);
-                if self.tokenizer.is_eog(tok as u32) {
-                    outcome = Some(StopReason::Eog);
-                    slot.history.truncate(base + i);
-                    break;
-                }
-                job.generated += 1;
-                let (text, stopped) = job.emitter.push(tok);
+                let tok = job.sampler.sample(row, &slot.history[..base + i]);
+                let (text, stop) = job.rules.push(tok);
                 if !text.is_empty() {
                     on(job.id, BatchEvent::Text(text));
                 }
-                if stopped {
-                    outcome = Some(StopReason::StopString);
+                if stop.is_some() {
+                    outcome = stop;
                     slot.history.truncate(base + i);
                     break;
                 }
@@ -376,7 +325,7 @@ impl<'m> BatchEngine<'m> {
                 let text = if stop == StopReason::StopString {
                     String::new()
                 } else {
-                    job.emitter.finish()
+                    job.rules.finish()
                 };
                 finish(&mut slot.job, stop, text, &mut on);
             }
@@ -400,7 +349,7 @@ fn finish(
             j.id,
             BatchEvent::Done {
                 stop,
-                tokens: j.generated,
+                tokens: j.rules.tokens,
             },
         );
     }

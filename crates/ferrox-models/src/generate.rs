@@ -162,11 +162,7 @@ impl<'m> Session<'m> {
             return out;
         }
         let mut em = Emitter {
-            stream: self.tokenizer.stream_decoder().skip_special(true),
-            held: String::new(),
-            max_stop: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
-            params,
-            tokenizer: self.tokenizer,
+            rules: StopRules::new(self.tokenizer, params),
         };
         if self.spec.is_some() {
             self.generate_spec(&mut em, &mut out, sampler, &mut on_text);
@@ -187,10 +183,10 @@ impl<'m> Session<'m> {
                 self.history.push(tok);
             }
         }
-        em.held.push_str(&em.stream.finish());
-        if !em.held.is_empty() && out.stop != StopReason::StopString {
-            out.text.push_str(&em.held);
-            on_text(&em.held);
+        let rest = em.rules.finish();
+        if !rest.is_empty() && out.stop != StopReason::StopString {
+            out.text.push_str(&rest);
+            on_text(&rest);
         }
         out.gen_tokens = out.tokens.len();
         out.gen_time = t1.elapsed();
@@ -203,7 +199,7 @@ impl<'m> Session<'m> {
     /// that stopped), so the next turn continues from a warm, consistent cache.
     fn generate_spec(
         &mut self,
-        em: &mut Emitter<'_, '_>,
+        em: &mut Emitter<'_>,
         out: &mut GenerateOutput,
         sampler: &mut Sampler,
         on_text: &mut impl FnMut(&str) -> bool,
@@ -227,7 +223,7 @@ impl<'m> Session<'m> {
             }
             self.history.push(next);
             // Drafts that could still be emitted and still fit the context.
-            let room = (em.params.max_tokens - out.tokens.len()).min(self.ctx_size - pos - 1);
+            let room = em.rules.remaining().min(self.ctx_size - pos - 1);
             let draft = spec.draft(&self.history, room);
             batch.clear();
             batch.push(next);
@@ -265,61 +261,105 @@ impl<'m> Session<'m> {
     }
 }
 
-/// Turns committed tokens into streamed text and applies the per-token stop rules.
-struct Emitter<'p, 't> {
+/// The per-token stop rules of one generation and its streamed text, shared by `Session` and
+/// `batch::BatchEngine`: before a token, the token budget and end-of-generation tokens; after
+/// it, stop strings (text that may begin one is held back, a stop string is never emitted).
+pub(crate) struct StopRules<'t> {
     stream: StreamDecoder<'t>,
-    /// Text decoded but not yet emitted because it may begin a stop string.
-    held: String,
-    max_stop: usize,
-    params: &'p GenerateParams,
     tokenizer: &'t Tokenizer,
+    /// Text decoded but not yet released because it may begin a stop string.
+    held: String,
+    stop: Vec<String>,
+    max_stop: usize,
+    max_tokens: usize,
+    ignore_eog: bool,
+    /// Tokens accepted so far.
+    pub tokens: usize,
 }
 
-impl Emitter<'_, '_> {
-    /// Handles one sampled token: stops before it at the token budget or an end-of-generation
-    /// token; otherwise records it, emits the text that cannot start a stop string, and stops
-    /// after it on a stop string or a cancel.
+impl<'t> StopRules<'t> {
+    pub(crate) fn new(tokenizer: &'t Tokenizer, params: &GenerateParams) -> Self {
+        StopRules {
+            stream: tokenizer.stream_decoder().skip_special(true),
+            tokenizer,
+            held: String::new(),
+            max_stop: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+            stop: params.stop.clone(),
+            max_tokens: params.max_tokens,
+            ignore_eog: params.ignore_eog,
+            tokens: 0,
+        }
+    }
+
+    /// One sampled token: the text it releases and the stop it causes. `MaxTokens` and `Eog`
+    /// stop before the token (it is not counted); `StopString` after it, with the text up to
+    /// the stop string.
+    pub(crate) fn push(&mut self, tok: usize) -> (String, Option<StopReason>) {
+        if self.tokens >= self.max_tokens {
+            return (String::new(), Some(StopReason::MaxTokens));
+        }
+        if !self.ignore_eog && self.tokenizer.is_eog(tok as u32) {
+            return (String::new(), Some(StopReason::Eog));
+        }
+        self.tokens += 1;
+        self.held.push_str(&self.stream.push(tok as u32));
+        if let Some(i) = self
+            .stop
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
+            self.held.truncate(i);
+            return (std::mem::take(&mut self.held), Some(StopReason::StopString));
+        }
+        let keep = hold_back(&self.held, &self.stop, self.max_stop);
+        (self.held.drain(..self.held.len() - keep).collect(), None)
+    }
+
+    /// Tokens the budget still allows.
+    pub(crate) fn remaining(&self) -> usize {
+        self.max_tokens.saturating_sub(self.tokens)
+    }
+
+    /// What is left when generation ends (held-back text and incomplete characters); empty
+    /// after a stop string.
+    pub(crate) fn finish(&mut self) -> String {
+        self.held.push_str(&self.stream.finish());
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// A `Session`'s view of the stop rules: records tokens and text in the output and streams.
+struct Emitter<'t> {
+    rules: StopRules<'t>,
+}
+
+impl Emitter<'_> {
+    /// Handles one sampled token; stops before it at the token budget or an end-of-generation
+    /// token, after it on a stop string or a cancel.
     fn push(
         &mut self,
         tok: usize,
         out: &mut GenerateOutput,
         on_text: &mut impl FnMut(&str) -> bool,
     ) -> Option<StopReason> {
-        let params = self.params;
-        if out.tokens.len() >= params.max_tokens {
-            return Some(StopReason::MaxTokens);
-        }
-        if !params.ignore_eog && self.tokenizer.is_eog(tok as u32) {
-            return Some(StopReason::Eog);
+        let (text, stop) = self.rules.push(tok);
+        if matches!(stop, Some(StopReason::MaxTokens | StopReason::Eog)) {
+            return stop;
         }
         out.tokens.push(tok);
-        self.held.push_str(&self.stream.push(tok as u32));
-        if let Some((i, _)) = params
-            .stop
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()).map(|i| (i, s)))
-            .min_by_key(|(i, _)| *i)
-        {
-            self.held.truncate(i);
-            out.text.push_str(&self.held);
-            on_text(&self.held);
-            self.held.clear();
-            return Some(StopReason::StopString);
-        }
-        let keep = hold_back(&self.held, &params.stop, self.max_stop);
-        if keep < self.held.len() {
-            let emit: String = self.held.drain(..self.held.len() - keep).collect();
-            out.text.push_str(&emit);
-            if !on_text(&emit) {
+        if !text.is_empty() {
+            out.text.push_str(&text);
+            if !on_text(&text) && stop.is_none() {
                 return Some(StopReason::Cancelled);
             }
         }
-        None
+        stop
     }
 }
 
 /// How many trailing bytes of `text` could start a stop string (kept back from the stream).
-pub(crate) fn hold_back(text: &str, stops: &[String], max_stop: usize) -> usize {
+fn hold_back(text: &str, stops: &[String], max_stop: usize) -> usize {
     if max_stop == 0 {
         return 0;
     }
