@@ -66,6 +66,18 @@ pub struct SeqBatch<'a> {
     pub first_logit_row: usize,
 }
 
+/// A sequence's rows as the layers see them, with its pass state reset.
+fn segment<'a>(seq: &'a mut SeqBatch<'_>, state: &'a mut PassState) -> Segment<'a> {
+    state.topk.clear();
+    state.topk_width = 0;
+    Segment {
+        n: seq.tokens.len(),
+        pos: seq.pos,
+        caches: &mut *seq.caches,
+        state,
+    }
+}
+
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
@@ -180,6 +192,31 @@ impl Decoder {
         self.forward_multi(&mut seq, logits);
     }
 
+    /// Every layer over the `n` rows of `x` (`h`, `t`: scratch of the same size).
+    fn layer_stack(
+        &self,
+        x: &mut [f32],
+        h: &mut [f32],
+        t: &mut [f32],
+        n: usize,
+        segs: &mut [Segment<'_>],
+    ) {
+        for (l, layer) in self.layers.iter().enumerate() {
+            layer.attn_norm.forward(x, h);
+            layer.attn.forward_segments(h, l, segs, t);
+            if let Some(norm) = &layer.post_attn_norm {
+                norm.forward_inplace(t);
+            }
+            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
+            layer.ffn_norm.forward(x, h);
+            layer.ffn.forward(h, n, t);
+            if let Some(norm) = &layer.post_ffn_norm {
+                norm.forward_inplace(t);
+            }
+            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
+        }
+    }
+
     /// One forward over several independent sequences (continuous batching): every matmul
     /// reads its weights once for all the sequences' rows; attention runs per sequence on its
     /// own caches. `logits` receives, sequence after sequence, the rows from each one's
@@ -229,35 +266,22 @@ impl Decoder {
         if s.states.len() < seqs.len() {
             s.states.resize_with(seqs.len(), PassState::default);
         }
-        // Rows needing logits, as (first row, count) per sequence.
-        let mut out_rows = 0;
-        let mut segs: Vec<Segment<'_>> = Vec::with_capacity(seqs.len());
-        for (seq, state) in seqs.iter_mut().zip(s.states.iter_mut()) {
-            state.topk.clear();
-            state.topk_width = 0;
-            out_rows += seq.tokens.len() - seq.first_logit_row.min(seq.tokens.len());
-            segs.push(Segment {
-                n: seq.tokens.len(),
-                pos: seq.pos,
-                caches: &mut *seq.caches,
-                state,
-            });
+        let out_rows: usize = seqs
+            .iter()
+            .map(|q| q.tokens.len() - q.first_logit_row.min(q.tokens.len()))
+            .sum();
+        if let [seq] = seqs {
+            // The common single-sequence step: its segment lives on the stack.
+            let mut one = [segment(seq, &mut s.states[0])];
+            self.layer_stack(x, h, t, n, &mut one);
+        } else {
+            let mut segs: Vec<Segment<'_>> = seqs
+                .iter_mut()
+                .zip(s.states.iter_mut())
+                .map(|(seq, state)| segment(seq, state))
+                .collect();
+            self.layer_stack(x, h, t, n, &mut segs);
         }
-        for (l, layer) in self.layers.iter().enumerate() {
-            layer.attn_norm.forward(x, h);
-            layer.attn.forward_segments(h, l, &mut segs, t);
-            if let Some(norm) = &layer.post_attn_norm {
-                norm.forward_inplace(t);
-            }
-            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
-            layer.ffn_norm.forward(x, h);
-            layer.ffn.forward(h, n, t);
-            if let Some(norm) = &layer.post_ffn_norm {
-                norm.forward_inplace(t);
-            }
-            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
-        }
-        drop(segs);
         logits.resize(out_rows * vocab, 0.0);
         if out_rows == 0 {
             return;
