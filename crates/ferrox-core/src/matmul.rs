@@ -104,12 +104,14 @@ impl WeightMatrix {
         let isa = kernels::isa();
         let rows = self.rows;
         let out = SyncPtr(y.as_mut_ptr());
+        let (block_rows, token_group) = isa.tile(self.ty);
+        assert!(block_rows * token_group <= TILE_MAX, "kernel tile fits the buffer");
         let run = |r0: usize, r1: usize| {
-            let mut tmp = [0f32; BLOCK_ROWS * TOKEN_GROUP];
-            for t0 in (0..n).step_by(TOKEN_GROUP) {
-                let nt = (n - t0).min(TOKEN_GROUP);
-                for b0 in (r0..r1).step_by(BLOCK_ROWS) {
-                    let b1 = (b0 + BLOCK_ROWS).min(r1);
+            let mut tmp = [0f32; TILE_MAX];
+            for t0 in (0..n).step_by(token_group) {
+                let nt = (n - t0).min(token_group);
+                for b0 in (r0..r1).step_by(block_rows) {
+                    let b1 = (b0 + block_rows).min(r1);
                     let w = &self.data[b0 * self.row_bytes..b1 * self.row_bytes];
                     let o = &mut tmp[..(b1 - b0) * nt];
                     kernels::dot_block(isa, self.ty, w, acts, t0, nt, o);
@@ -140,10 +142,8 @@ impl WeightMatrix {
     }
 }
 
-/// Tokens processed per pass over a chunk of weight rows (kernels group them by 4 inside).
-const TOKEN_GROUP: usize = 8;
-/// Weight rows per kernel call.
-const BLOCK_ROWS: usize = 16;
+/// Largest rows × tokens tile a kernel asks for (`Isa::tile`).
+const TILE_MAX: usize = 1024;
 /// Below this many weight bytes (× tokens, capped) a product runs on the calling thread.
 const PAR_MIN_BYTES: usize = 64 * 1024;
 const TASKS_PER_THREAD: usize = 4;

@@ -114,7 +114,11 @@ fn bench_gemv_gemm() {
             continue;
         }
         let batches: Vec<usize> = match std::env::var("BENCH_N") {
-            Ok(v) => v.split(',').map(|n| n.parse().unwrap()).collect(),
+            Ok(v) => v
+                .split(',')
+                .map(|n| n.parse().unwrap())
+                .filter(|&n| r < 100_000 || n <= 8)
+                .collect(),
             Err(_) if r > 100_000 => vec![1],
             Err(_) => vec![1, 2, 4, 8],
         };

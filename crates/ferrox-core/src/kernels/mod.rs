@@ -15,6 +15,8 @@ use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,33 +24,51 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA + F16C (x86-64-v3).
     Avx2,
+    /// AVX-512 F/BW/VL/VNNI on top of `Avx2` (types without an AVX-512 kernel run AVX2's).
+    Avx512,
 }
 
 impl Isa {
     /// The best instruction set this CPU supports.
     pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-                && std::arch::is_x86_feature_detected!("f16c")
+        static DETECTED: OnceLock<Isa> = OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
             {
-                return Isa::Avx2;
+                use std::arch::is_x86_feature_detected as has;
+                if has!("avx2") && has!("fma") && has!("f16c") {
+                    if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni")
+                    {
+                        return Isa::Avx512;
+                    }
+                    return Isa::Avx2;
+                }
             }
-        }
-        Isa::Scalar
+            Isa::Scalar
+        })
     }
 
     /// Whether this CPU can run `self` (tests iterate over all supported sets).
     pub fn supported(self) -> bool {
         match self {
             Isa::Scalar => true,
-            Isa::Avx2 => Isa::detect() == Isa::Avx2,
+            Isa::Avx2 => matches!(Isa::detect(), Isa::Avx2 | Isa::Avx512),
+            Isa::Avx512 => Isa::detect() == Isa::Avx512,
         }
     }
 
     pub fn all() -> &'static [Isa] {
-        &[Isa::Scalar, Isa::Avx2]
+        &[Isa::Scalar, Isa::Avx2, Isa::Avx512]
+    }
+
+    /// Rows × tokens that one `dot_block` call should cover for weights of type `ty`.
+    pub fn tile(self, ty: GgmlType) -> (usize, usize) {
+        #[cfg(target_arch = "x86_64")]
+        if self == Isa::Avx512 && avx512::has_kernel(ty) {
+            return avx512::TILE;
+        }
+        let _ = ty;
+        (16, 8)
     }
 
     /// Whether `ty` has a SIMD kernel on this instruction set (else the scalar reference runs).
@@ -56,17 +76,20 @@ impl Isa {
         use GgmlType::*;
         match self {
             Isa::Scalar => false,
-            Isa::Avx2 => matches!(ty, F32 | F16 | BF16 | Q4_0 | Q5_0 | Q8_0 | Q4K | Q5K | Q6K),
+            Isa::Avx2 | Isa::Avx512 => {
+                matches!(ty, F32 | F16 | BF16 | Q4_0 | Q5_0 | Q8_0 | Q4K | Q5K | Q6K)
+            }
         }
     }
 }
 
-/// The process-wide instruction set, detected once. `FERROX_ISA=scalar` forces the reference
-/// path (debugging, benchmarks).
+/// The process-wide instruction set, detected once. `FERROX_ISA=scalar` (or `avx2`) forces a
+/// lesser path (debugging, benchmarks).
 pub fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| match std::env::var("FERROX_ISA").as_deref() {
         Ok("scalar") => Isa::Scalar,
+        Ok("avx2") if Isa::Avx2.supported() => Isa::Avx2,
         _ => Isa::detect(),
     })
 }
@@ -105,7 +128,14 @@ pub fn dot_block(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && isa.has_kernel(ty) {
+    if isa == Isa::Avx512 && avx512::has_kernel(ty) {
+        // SAFETY: AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C checked by `supported`; shapes
+        // checked above; Q8_0 activations carry the pair layout on such a CPU.
+        unsafe { avx512::dot_block(ty, w, acts, t0, nt, out) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.has_kernel(ty) {
         // SAFETY: AVX2/FMA/F16C presence checked by `supported`; shapes checked above.
         unsafe { avx2::dot_block(ty, w, acts, t0, nt, out) };
         return;
@@ -130,7 +160,7 @@ pub fn dot_f32(isa: Isa, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
 pub fn quantize_row_q8_0(isa: Isa, x: &[f32], out: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), out.len() * 32, "quantize_row_q8_0: length");
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && isa.supported() {
+    if isa != Isa::Scalar && isa.supported() {
         // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
         unsafe { avx2::quantize_row_q8_0(x, out) };
         return;
@@ -147,7 +177,7 @@ pub fn quantize_row_q8_k(isa: Isa, x: &[f32], out: &mut [BlockQ8K]) {
         "quantize_row_q8_k: length"
     );
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && isa.supported() {
+    if isa != Isa::Scalar && isa.supported() {
         // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
         unsafe { avx2::quantize_row_q8_k(x, out) };
         return;
@@ -161,8 +191,8 @@ pub fn quantize_row_q8_k(isa: Isa, x: &[f32], out: &mut [BlockQ8K]) {
 pub fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "f32_dot: lengths");
     #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx2 {
-        // SAFETY: `isa()` only reports Avx2 when the CPU has AVX2/FMA/F16C; lengths equal.
+    if isa() != Isa::Scalar {
+        // SAFETY: `isa()` only reports Avx2/Avx512 when the CPU has AVX2/FMA/F16C; lengths equal.
         return unsafe { avx2::f32_dot(a, b) };
     }
     let mut acc = [0f32; 8];
@@ -184,7 +214,7 @@ pub fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
 pub fn f32_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     assert_eq!(y.len(), x.len(), "f32_axpy: lengths");
     #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx2 {
+    if isa() != Isa::Scalar {
         // SAFETY: as in `f32_dot`.
         unsafe { avx2::f32_axpy(y, alpha, x) };
         return;

@@ -320,9 +320,47 @@ pub struct ActBuf {
     pub(crate) q8k: Vec<BlockQ8K>,
     /// f32 copies of the Q8_0 block scales (kernels avoid an f16 conversion per block and row).
     pub(crate) d8: Vec<f32>,
+    /// Q8_0 in pairs of blocks for the AVX-512 kernels (filled when the CPU has them): per row
+    /// and pair, 64 quants; 16 lanes of scales [d_a, d_a, d_b, d_b] × 4; 16 lanes of negated
+    /// block sums [−Σq_a, 0, −Σq_b, 0] × 4 (the lane order of the kernel's reduced sums); an
+    /// odd tail block pairs with a zero block.
+    pair_q: Vec<i8>,
+    pair_d: Vec<f32>,
+    pair_s: Vec<i32>,
 }
 
 impl ActBuf {
+    fn fill_pairs(&mut self) {
+        let nb = self.cols / 32;
+        let pairs = nb.div_ceil(2);
+        let n = self.rows * pairs;
+        self.pair_q.clear();
+        self.pair_q.resize(n * 64, 0);
+        self.pair_d.clear();
+        self.pair_d.resize(n * 16, 0.0);
+        self.pair_s.clear();
+        self.pair_s.resize(n * 16, 0);
+        for r in 0..self.rows {
+            for i in 0..nb {
+                let b = &self.q8_0[r * nb + i];
+                let (p, half) = (r * pairs + i / 2, i % 2);
+                self.pair_q[p * 64 + 32 * half..p * 64 + 32 * half + 32].copy_from_slice(&b.qs);
+                let neg_sum = -b.qs.iter().map(|&q| q as i32).sum::<i32>();
+                for quad in 0..4 {
+                    let l = p * 16 + 4 * quad + 2 * half;
+                    self.pair_d[l..l + 2].fill(self.d8[r * nb + i]);
+                    self.pair_s[l] = neg_sum;
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 pair layout (quants, expanded scales, expanded negated sums); empty when
+    /// the CPU lacks AVX-512 or the format is not Q8_0.
+    pub(crate) fn pairs(&self) -> (&[i8], &[f32], &[i32]) {
+        (&self.pair_q, &self.pair_d, &self.pair_s)
+    }
+
     /// Quantizes `n` rows of `x` (each `cols` long) to `ty`, reusing the buffers.
     pub fn quantize(&mut self, ty: ActType, x: &[f32], cols: usize) {
         assert!(cols > 0 && x.len().is_multiple_of(cols), "ActBuf: shape");
@@ -344,6 +382,9 @@ impl ActBuf {
                 }
                 self.d8.clear();
                 self.d8.extend(self.q8_0.iter().map(|b| f16_to_f32(b.d)));
+                if crate::kernels::Isa::Avx512.supported() {
+                    self.fill_pairs();
+                }
             }
             ActType::Q8_1 => {
                 self.q8_1.resize(x.len() / 32, BlockQ8_1::default());
