@@ -66,3 +66,45 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
         }
     }
 }
+
+/// Odd shapes of the 32-element types: a row count that leaves a partial row group and an odd
+/// number of blocks per row (a half block pair), at every batch size around the point where
+/// the kernels switch from decoding per token tile to decoding once per batch.
+#[test]
+fn gemm_equals_gemv_on_ragged_shapes() {
+    let mut rng = StdRng::seed_from_u64(22);
+    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+        for (rows, cols) in [(301, 96), (7, 32), (130, 224)] {
+            let m = random_matrix(&mut rng, ty, rows, cols);
+            let n = 17;
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+            let mut single = vec![0f32; n * rows];
+            for b in 0..n {
+                m.gemv(
+                    &x[b * cols..(b + 1) * cols],
+                    &mut single[b * rows..(b + 1) * rows],
+                );
+            }
+            for nb in [2usize, 5, 7, 8, 9, 16, 17] {
+                let mut y = vec![0f32; nb * rows];
+                m.gemm(&x[..nb * cols], nb, &mut y);
+                for (i, (a, b)) in y.iter().zip(&single).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{ty:?} {rows}x{cols} n={nb} elem {i}"
+                    );
+                }
+            }
+            let mut w = vec![0f32; cols];
+            m.dequantize_row(rows - 1, &mut w).unwrap();
+            let exact: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
+            let mag: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| (a * b).abs()).sum();
+            let got = single[rows - 1];
+            assert!(
+                (got - exact).abs() <= 0.02 * mag + 1e-6,
+                "{ty:?} {rows}x{cols}: {got} vs {exact}"
+            );
+        }
+    }
+}

@@ -133,7 +133,7 @@ fn load32<T>(p: &[T]) -> __m256i {
 /// Bit j of `x` → byte j = 0xFF or 0x00.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn bytes_from_bits(x: u32) -> __m256i {
+fn bytes_from_bits(x: u32) -> __m256i {
     let shuf = _mm256_set_epi64x(
         0x0303_0303_0303_0303,
         0x0202_0202_0202_0202,
@@ -247,7 +247,7 @@ macro_rules! q8_family {
 /// 16 nibbles → 32 unsigned bytes: low nibbles are elements 0..16, high nibbles 16..32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn nibbles_bcast(qs: &[u8; 16]) -> __m256i {
+fn nibbles_bcast(qs: &[u8; 16]) -> __m256i {
     // SAFETY: 16 bytes readable.
     let v = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(qs.as_ptr().cast())) };
     let v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));

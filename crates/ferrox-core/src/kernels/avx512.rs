@@ -15,8 +15,6 @@
 // Kernels index parallel per-row / per-token arrays by number.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use super::avx2::{bytes_from_bits, nibbles_bcast};
-use crate::quant::blocks::*;
 use crate::quant::{ActBuf, GgmlType};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -35,13 +33,15 @@ pub(super) const TILE: (usize, usize) = (ROWS, 64);
 /// Tokens per tile.
 const TOK: usize = 4;
 
-/// `ROWS` decoded rows: `q` unsigned weights (row-major, pairs × 64 bytes each, zero rows
-/// past the end), `d` the block scales of each row (pairs × 2), and `dw` per pair the 16 lanes
-/// [d_r0a, d_r0a, d_r0b, d_r0b, d_r1a, ...] matching the reduced sums.
+/// From this many tokens the rows are decoded once into scratch; below, per pair in registers.
+const SCRATCH_MIN_TOKENS: usize = 8;
+
+/// `ROWS` decoded rows: `q` unsigned weights (per pair, the rows' 64 bytes each, in order) and
+/// `dw` per pair the 16 lanes [d_r0a, d_r0a, d_r0b, d_r0b, d_r1a, ...] of block scales, in the
+/// lane order of the folded sums.
 #[derive(Default)]
 struct Decoded {
     q: Vec<u8>,
-    d: Vec<f32>,
     dw: Vec<f32>,
 }
 
@@ -63,9 +63,36 @@ pub(super) unsafe fn dot_block(
     nt: usize,
     out: &mut [f32],
 ) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match ty {
+            GgmlType::Q4_0 => dot_rows::<Q4_0>(w, acts, t0, nt, out),
+            GgmlType::Q5_0 => dot_rows::<Q5_0>(w, acts, t0, nt, out),
+            _ => dot_rows::<Q8_0>(w, acts, t0, nt, out),
+        }
+    }
+}
+
+const Q4_0: u8 = 0;
+const Q5_0: u8 = 1;
+const Q8_0: u8 = 2;
+
+/// Bytes per block and log2 of the weight offset of each kind.
+const fn kind(k: u8) -> (usize, i32) {
+    match k {
+        Q4_0 => (18, 3),
+        Q5_0 => (22, 4),
+        _ => (34, 7),
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn dot_rows<const K: u8>(w: &[u8], acts: &ActBuf, t0: usize, nt: usize, out: &mut [f32]) {
     let cols = acts.cols();
-    let pairs = cols.div_ceil(64);
-    let row_bytes = ty.row_bytes(cols).expect("validated by kernels::dot_block");
+    let nb = cols / 32;
+    let pairs = nb.div_ceil(2);
+    let row_bytes = kind(K).0 * nb;
+    assert!(row_bytes > 0 && w.len().is_multiple_of(row_bytes));
     let rows = w.len() / row_bytes;
     let (yq, yd, ys) = acts.pairs();
     assert!(
@@ -74,73 +101,91 @@ pub(super) unsafe fn dot_block(
             && ys.len() >= (t0 + nt) * pairs * 16,
         "pair layout present"
     );
-    // log2 of the weight offset.
-    let sh = match ty {
-        GgmlType::Q4_0 => 3,
-        GgmlType::Q5_0 => 4,
-        _ => 7,
+    let act = |t: usize| {
+        let i = t * pairs;
+        Act {
+            q: yq[i * 64..].as_ptr(),
+            d: yd[i * 16..].as_ptr(),
+            s: ys[i * 16..].as_ptr(),
+        }
     };
     DECODED.with(|dec| {
         let mut dec = dec.borrow_mut();
-        let Decoded { q, d, dw } = &mut *dec;
-        q.resize(ROWS * pairs * 64, 0);
-        d.resize(ROWS * pairs * 2, 0.0);
-        dw.resize(pairs * 16, 0.0);
+        let Decoded { q, dw } = &mut *dec;
         for r0 in (0..rows).step_by(ROWS) {
             let rr = (rows - r0).min(ROWS);
-            for r in 0..ROWS {
-                let qr = &mut q[r * pairs * 64..(r + 1) * pairs * 64];
-                let dr = &mut d[r * pairs * 2..(r + 1) * pairs * 2];
-                if r < rr {
-                    let wr = &w[(r0 + r) * row_bytes..(r0 + r + 1) * row_bytes];
-                    // SAFETY: features per the caller; `wr` is one row of `ty`.
-                    unsafe { decode_row(ty, wr, qr, dr) };
-                } else {
-                    qr.fill(0);
-                    dr.fill(0.0);
-                }
-            }
-            for p in 0..pairs {
-                for r in 0..ROWS {
-                    for h in 0..2 {
-                        let v = d[r * pairs * 2 + 2 * p + h];
-                        dw[p * 16 + 4 * r + 2 * h..p * 16 + 4 * r + 2 * h + 2].fill(v);
-                    }
-                }
-            }
-            let mut t = 0;
-            while t < nt {
-                let n = (nt - t).min(TOK);
-                let y: [Act; TOK] = std::array::from_fn(|k| {
-                    let i = (t0 + t + k.min(n - 1)) * pairs;
-                    Act {
-                        q: yq[i * 64..].as_ptr(),
-                        d: yd[i * 16..].as_ptr(),
-                        s: ys[i * 16..].as_ptr(),
-                    }
-                });
-                let mut res = [[0f32; TOK]; ROWS];
-                macro_rules! go {
-                    ($t:literal) => {
-                        // SAFETY: decoded rows and activation pairs cover `pairs` pairs each.
-                        unsafe { tile::<$t>(q, dw, pairs, &y, sh, &mut res) }
-                    };
-                }
-                match n {
-                    4 => go!(4),
-                    3 => go!(3),
-                    2 => go!(2),
-                    _ => go!(1),
-                }
+            let raw = Raw::<K> {
+                rows: std::array::from_fn(|r| w[(r0 + r.min(rr - 1)) * row_bytes..].as_ptr()),
+                live: rr,
+                nb,
+            };
+            let mut emit = |t: usize, n: usize, res: &[[f32; TOK]; ROWS]| {
                 for r in 0..rr {
                     for k in 0..n {
                         out[(r0 + r) * nt + t + k] = res[r][k];
                     }
                 }
-                t += n;
+            };
+            if nt >= SCRATCH_MIN_TOKENS {
+                q.resize(pairs * ROWS * 64, 0);
+                dw.resize(pairs * 16, 0.0);
+                for p in 0..pairs {
+                    // SAFETY: p < pairs; the scratch holds `pairs` pairs.
+                    unsafe {
+                        let (wv, d) = raw.pair(p);
+                        for r in 0..ROWS {
+                            _mm512_storeu_si512(
+                                q.as_mut_ptr().add((p * ROWS + r) * 64).cast(),
+                                wv[r],
+                            );
+                        }
+                        _mm512_storeu_ps(dw.as_mut_ptr().add(16 * p), d);
+                    }
+                }
+                let dec = Scratch {
+                    q: q.as_ptr(),
+                    dw: dw.as_ptr(),
+                };
+                // SAFETY: the scratch and the activations cover `pairs` pairs.
+                unsafe { tiles(&dec, pairs, t0, nt, &act, K, &mut emit) };
+            } else {
+                // SAFETY: the raw rows and the activations cover `pairs` pairs.
+                unsafe { tiles(&raw, pairs, t0, nt, &act, K, &mut emit) };
             }
         }
     });
+}
+
+/// Every token of `t0..t0 + nt` against the four rows of `w`, in tiles of up to `TOK`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tiles<W: Weights>(
+    w: &W,
+    pairs: usize,
+    t0: usize,
+    nt: usize,
+    act: &dyn Fn(usize) -> Act,
+    k: u8,
+    emit: &mut dyn FnMut(usize, usize, &[[f32; TOK]; ROWS]),
+) {
+    let sh = kind(k).1;
+    let mut t = 0;
+    while t < nt {
+        let n = (nt - t).min(TOK);
+        let y: [Act; TOK] = std::array::from_fn(|j| act(t0 + t + j.min(n - 1)));
+        let mut res = [[0f32; TOK]; ROWS];
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            match n {
+                4 => tile::<W, 4>(w, pairs, &y, sh, &mut res),
+                3 => tile::<W, 3>(w, pairs, &y, sh, &mut res),
+                2 => tile::<W, 2>(w, pairs, &y, sh, &mut res),
+                _ => tile::<W, 1>(w, pairs, &y, sh, &mut res),
+            }
+        }
+        emit(t, n, &res);
+        t += n;
+    }
 }
 
 /// One token's activation pairs: quants, expanded scales, expanded negated sums.
@@ -151,71 +196,131 @@ struct Act {
     s: *const i32,
 }
 
-/// One row of `ty` → unsigned bytes (block pairs, zero tail) and f32 scales.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn decode_row(ty: GgmlType, w: &[u8], q: &mut [u8], d: &mut [f32]) {
-    fn b<B: Block>(w: &[u8]) -> &[B] {
-        as_blocks(w).expect("whole blocks")
-    }
-    let nb = match ty {
-        GgmlType::Q4_0 => {
-            let blocks = b::<BlockQ4_0>(w);
-            for (i, blk) in blocks.iter().enumerate() {
-                store32(&mut q[32 * i..], nibbles_bcast(&blk.qs));
-                d[i] = f16_to_f32(blk.d);
-            }
-            blocks.len()
+/// Four rows' unsigned weights and expanded scales, one block pair at a time.
+trait Weights {
+    /// # Safety
+    /// `p` < the rows' number of pairs; AVX-512 F/BW/VL/VNNI available.
+    unsafe fn pair(&self, p: usize) -> ([__m512i; ROWS], __m512);
+}
+
+/// Rows decoded into scratch.
+struct Scratch {
+    q: *const u8,
+    dw: *const f32,
+}
+
+impl Weights for Scratch {
+    #[inline]
+    unsafe fn pair(&self, p: usize) -> ([__m512i; ROWS], __m512) {
+        // SAFETY: the scratch holds the pair (caller).
+        unsafe {
+            (
+                std::array::from_fn(|r| _mm512_loadu_si512(self.q.add((p * ROWS + r) * 64).cast())),
+                _mm512_loadu_ps(self.dw.add(16 * p)),
+            )
         }
-        GgmlType::Q5_0 => {
-            let blocks = b::<BlockQ5_0>(w);
-            let bit4 = _mm256_set1_epi8(0x10);
-            for (i, blk) in blocks.iter().enumerate() {
-                let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(blk.qh)), bit4);
-                store32(&mut q[32 * i..], _mm256_or_si256(nibbles_bcast(&blk.qs), hi));
-                d[i] = f16_to_f32(blk.d);
-            }
-            blocks.len()
-        }
-        _ => {
-            let blocks = b::<BlockQ8_0>(w);
-            let flip = _mm256_set1_epi8(i8::MIN);
-            for (i, blk) in blocks.iter().enumerate() {
-                // SAFETY: 32 bytes readable.
-                let v = unsafe { _mm256_loadu_si256(blk.qs.as_ptr().cast()) };
-                store32(&mut q[32 * i..], _mm256_xor_si256(v, flip));
-                d[i] = f16_to_f32(blk.d);
-            }
-            blocks.len()
-        }
-    };
-    if nb % 2 == 1 {
-        q[32 * nb..32 * nb + 32].fill(0);
-        d[nb] = 0.0;
     }
 }
 
-#[inline]
-#[target_feature(enable = "avx2")]
-fn store32(dst: &mut [u8], v: __m256i) {
-    assert!(dst.len() >= 32);
-    // SAFETY: 32 writable bytes checked above.
-    unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), v) }
+/// Rows in their GGUF blocks (`live` of them; the rest read as zero), decoded per pair.
+struct Raw<const K: u8> {
+    rows: [*const u8; ROWS],
+    live: usize,
+    nb: usize,
 }
 
-/// `ROWS` decoded rows × `T` tokens into `res[r][k]`.
+impl<const K: u8> Weights for Raw<K> {
+    #[inline]
+    unsafe fn pair(&self, p: usize) -> ([__m512i; ROWS], __m512) {
+        // SAFETY: features and bounds per the caller.
+        unsafe { self.decode(p) }
+    }
+}
+
+impl<const K: u8> Raw<K> {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn decode(&self, p: usize) -> ([__m512i; ROWS], __m512) {
+        let (bs, _) = kind(K);
+        let (a, b) = (2 * p, 2 * p + 1);
+        let has_b = b < self.nb;
+        let mut wv = [_mm512_setzero_si512(); ROWS];
+        let mut h = [0u16; 2 * ROWS];
+        for r in 0..self.live {
+            // SAFETY: block a (and b when has_b) lie inside row r (caller: p < pairs).
+            unsafe {
+                let ba = self.rows[r].add(bs * a);
+                let bb = self.rows[r].add(bs * b);
+                h[2 * r] = ba.cast::<u16>().read_unaligned();
+                h[2 * r + 1] = if has_b {
+                    bb.cast::<u16>().read_unaligned()
+                } else {
+                    0
+                };
+                wv[r] = match K {
+                    Q8_0 => {
+                        let qa = _mm256_loadu_si256(ba.add(2).cast());
+                        let qb = if has_b {
+                            _mm256_loadu_si256(bb.add(2).cast())
+                        } else {
+                            _mm256_set1_epi8(i8::MIN)
+                        };
+                        let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa), qb);
+                        _mm512_xor_si512(v, _mm512_set1_epi8(i8::MIN))
+                    }
+                    _ => {
+                        let off = if K == Q5_0 { 6 } else { 2 };
+                        let qa = _mm_loadu_si128(ba.add(off).cast());
+                        let qb = if has_b {
+                            _mm_loadu_si128(bb.add(off).cast())
+                        } else {
+                            _mm_setzero_si128()
+                        };
+                        // [qa, qa, qb, qb] then the high nibbles in the odd 128-bit lanes.
+                        let ab = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(qa), qb);
+                        let v = _mm512_permutexvar_epi64(
+                            _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                            _mm512_castsi256_si512(ab),
+                        );
+                        let v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+                        let v = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+                        if K == Q5_0 {
+                            let qha = ba.add(2).cast::<u32>().read_unaligned() as u64;
+                            let qhb = if has_b {
+                                bb.add(2).cast::<u32>().read_unaligned() as u64
+                            } else {
+                                0
+                            };
+                            _mm512_mask_add_epi8(v, qha | qhb << 32, v, _mm512_set1_epi8(0x10))
+                        } else {
+                            v
+                        }
+                    }
+                };
+            }
+        }
+        // SAFETY: 8 halves readable from the stack array.
+        let d8 = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) });
+        let dw = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+            _mm512_castps256_ps512(d8),
+        );
+        (wv, dw)
+    }
+}
+
+/// `ROWS` rows × `T` tokens into `res[r][k]`.
 ///
 /// Per token and pair: four `vpdpbusd` give 16 lanes per row (8 per block); two rounds of
 /// pairwise lane sums (`vpermt2d` + add) fold the four rows into one vector of 4 lanes each
 /// (2 per block), so the conversion and scaling run once per four rows.
 ///
 /// # Safety
-/// `q` holds `ROWS` decoded rows of `pairs` pairs and `dw` their expanded scales; each
-/// activation covers `pairs` pairs of quants, scales and sums.
+/// `w` yields `pairs` pairs; each activation covers `pairs` pairs of quants, scales and sums.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn tile<const T: usize>(
-    q: &[u8],
-    dw: &[f32],
+unsafe fn tile<W: Weights, const T: usize>(
+    w: &W,
     pairs: usize,
     y: &[Act; TOK],
     sh: i32,
@@ -231,14 +336,11 @@ unsafe fn tile<const T: usize>(
         )
     };
     let mut acc = [_mm512_setzero_ps(); T];
-    let qp = q.as_ptr();
     for p in 0..pairs {
         // SAFETY (whole loop body): p < pairs, and the caller guarantees `pairs` pairs in
-        // every row and activation array.
+        // the weights and every activation array.
         unsafe {
-            let wv: [__m512i; ROWS] =
-                std::array::from_fn(|r| _mm512_loadu_si512(qp.add((r * pairs + p) * 64).cast()));
-            let dwv = _mm512_loadu_ps(dw.as_ptr().add(16 * p));
+            let (wv, dwv) = w.pair(p);
             for k in 0..T {
                 let a = y[k];
                 let yv = _mm512_loadu_si512(a.q.add(64 * p).cast());
@@ -261,4 +363,3 @@ unsafe fn tile<const T: usize>(
         }
     }
 }
-
