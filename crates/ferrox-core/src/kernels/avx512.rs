@@ -119,7 +119,7 @@ unsafe fn dot_rows<const K: u8>(w: &[u8], acts: &ActBuf, t0: usize, nt: usize, o
                 live: rr,
                 nb,
             };
-            let mut emit = |t: usize, n: usize, res: &[[f32; TOK]; ROWS]| {
+            let mut emit = |t: usize, n: usize, res: &TileOut| {
                 for r in 0..rr {
                     for k in 0..n {
                         out[(r0 + r) * nt + t + k] = res[r][k];
@@ -166,14 +166,14 @@ unsafe fn tiles<W: Weights>(
     nt: usize,
     act: &dyn Fn(usize) -> Act,
     k: u8,
-    emit: &mut dyn FnMut(usize, usize, &[[f32; TOK]; ROWS]),
+    emit: &mut dyn FnMut(usize, usize, &TileOut),
 ) {
     let sh = kind(k).1;
     let mut t = 0;
     while t < nt {
         let n = (nt - t).min(TOK);
         let y: [Act; TOK] = std::array::from_fn(|j| act(t0 + t + j.min(n - 1)));
-        let mut res = [[0f32; TOK]; ROWS];
+        let mut res: TileOut = [[0f32; TOK]; ROWS];
         // SAFETY: forwarded from the caller.
         unsafe {
             match n {
@@ -187,6 +187,9 @@ unsafe fn tiles<W: Weights>(
         t += n;
     }
 }
+
+/// A tile's results, `[row][token]`.
+type TileOut = [[f32; TOK]; ROWS];
 
 /// One token's activation pairs: quants, expanded scales, expanded negated sums.
 #[derive(Clone, Copy)]
@@ -324,7 +327,7 @@ unsafe fn tile<W: Weights, const T: usize>(
     pairs: usize,
     y: &[Act; TOK],
     sh: i32,
-    res: &mut [[f32; TOK]; ROWS],
+    res: &mut TileOut,
 ) {
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
