@@ -767,6 +767,7 @@ pub(super) unsafe fn quantize_row_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
 
 /// # Safety
 /// AVX2/FMA available; `a.len() == b.len()`.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -787,6 +788,75 @@ pub(super) unsafe fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
         s += a[j] * b[j];
     }
     s
+}
+
+/// `scores[j] = f32_dot(q, key row start + j) · scale` (the same arithmetic as `f32_dot`).
+///
+/// # Safety
+/// AVX2/FMA available; the key rows `start..start + scores.len()` hold the head's columns.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn scores(
+    q: &[f32],
+    kv: super::HeadKv<'_>,
+    start: usize,
+    scale: f32,
+    scores: &mut [f32],
+) {
+    let d = q.len();
+    for (j, sv) in scores.iter_mut().enumerate() {
+        let b = (start + j) * kv.stride + kv.col;
+        // SAFETY: lengths equal.
+        *sv = unsafe { f32_dot(q, &kv.keys[b..b + d]) } * scale;
+    }
+}
+
+/// `out = Σ_j (p_j · inv) · v_j` over the head's value rows, each element the same fused chain
+/// in key order as repeated `f32_axpy` from zero; 32 columns at a time stay in registers.
+///
+/// # Safety
+/// AVX2/FMA available; the value rows `start..start + p.len()` hold the head's columns.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn weighted_sum(
+    p: &[f32],
+    inv: f32,
+    kv: super::HeadKv<'_>,
+    start: usize,
+    out: &mut [f32],
+) {
+    let d = out.len();
+    let base = |j: usize| (start + j) * kv.stride + kv.col;
+    let mut c = 0;
+    while c + 32 <= d {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (j, &pj) in p.iter().enumerate() {
+            let a = _mm256_set1_ps(pj * inv);
+            let v = &kv.values[base(j) + c..base(j) + c + 32];
+            for u in 0..4 {
+                acc[u] = _mm256_fmadd_ps(a, load8(v, 8 * u), acc[u]);
+            }
+        }
+        for u in 0..4 {
+            // SAFETY: c + 8u + 8 <= d.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * u), acc[u]) };
+        }
+        c += 32;
+    }
+    while c + 8 <= d {
+        let mut acc = _mm256_setzero_ps();
+        for (j, &pj) in p.iter().enumerate() {
+            let v = &kv.values[base(j) + c..base(j) + c + 8];
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(pj * inv), load8(v, 0), acc);
+        }
+        // SAFETY: c + 8 <= d.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(c), acc) };
+        c += 8;
+    }
+    for e in c..d {
+        out[e] = 0.0;
+        for (j, &pj) in p.iter().enumerate() {
+            out[e] += pj * inv * kv.values[base(j) + e];
+        }
+    }
 }
 
 /// # Safety

@@ -210,6 +210,81 @@ pub fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// One query head's view of the KV cache: key and value rows of `stride` floats, this head's
+/// `dim` columns starting at `col`.
+#[derive(Clone, Copy)]
+pub struct HeadKv<'a> {
+    pub keys: &'a [f32],
+    pub values: &'a [f32],
+    pub stride: usize,
+    pub col: usize,
+    pub dim: usize,
+}
+
+/// Softmax attention of one query head over cached positions `start..start + scores.len()`:
+/// scores `q·k·scale` (then `cap·tanh(s/cap)` with a soft cap), a two-pass softmax in key
+/// order, and `out = Σ p_j v_j` accumulated in key order. The arithmetic of each output
+/// depends only on this query and these keys (batch invariance).
+pub fn attend_head(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    start: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let (len, d) = (scores.len(), kv.dim);
+    assert!(q.len() == d && out.len() == d, "attend_head: head width");
+    assert!(kv.col + d <= kv.stride, "attend_head: head columns");
+    let end = (start + len) * kv.stride;
+    assert!(
+        len == 0 || (kv.keys.len() >= end && kv.values.len() >= end),
+        "attend_head: cache rows"
+    );
+    let row = |j: usize| (start + j) * kv.stride + kv.col;
+    #[cfg(target_arch = "x86_64")]
+    let simd = isa() != Isa::Scalar;
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = false;
+    if simd {
+        // SAFETY: `isa()` reports AVX2/FMA only when present; rows checked above.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            avx2::scores(q, kv, start, scale, scores)
+        };
+    } else {
+        for (j, sv) in scores.iter_mut().enumerate() {
+            *sv = f32_dot(q, &kv.keys[row(j)..row(j) + d]) * scale;
+        }
+    }
+    let mut max = f32::NEG_INFINITY;
+    for sv in scores.iter_mut() {
+        if let Some(cap) = softcap {
+            *sv = cap * (*sv / cap).tanh();
+        }
+        max = max.max(*sv);
+    }
+    let mut sum = 0f32;
+    for sv in scores.iter_mut() {
+        *sv = (*sv - max).exp();
+        sum += *sv;
+    }
+    let inv = 1.0 / sum;
+    if simd {
+        // SAFETY: `isa()` reports AVX2/FMA only when present; rows checked above.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            avx2::weighted_sum(scores, inv, kv, start, out)
+        };
+        return;
+    }
+    out.fill(0.0);
+    for (j, &sv) in scores.iter().enumerate() {
+        f32_axpy(out, sv * inv, &kv.values[row(j)..row(j) + d]);
+    }
+}
+
 /// y[i] += alpha · x[i] (attention's weighted sum of values).
 pub fn f32_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     assert_eq!(y.len(), x.len(), "f32_axpy: lengths");

@@ -8,6 +8,7 @@
 
 use super::{AttentionBlock, PassState, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
+use ferrox_core::kernels::{attend_head, HeadKv};
 use ferrox_core::matmul::WeightMatrix;
 use rayon::prelude::*;
 use std::sync::Mutex;
@@ -48,7 +49,7 @@ fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut v[..n]
 }
 
-/// Below this many score entries per row (heads × keys) attention runs on one thread.
+/// Below this many score entries (rows × heads × keys) attention runs on one thread.
 const PAR_MIN_WORK: usize = 1024;
 
 impl StandardAttention {
@@ -95,74 +96,58 @@ fn add_bias(y: &mut [f32], b: &Option<Vec<f32>>) {
 
 impl StandardAttention {
     /// Attention of `n` query rows at positions `pos..pos + n` over `cache` (which already
-    /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out.
+    /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out. Every (row, head)
+    /// is one independent task; `scores` is the single-thread scratch (`heads` × keys).
     fn attend(
         &self,
         q: &[f32],
         n: usize,
         pos: usize,
         cache: &KvCache,
-        scores: &mut [f32],
+        scores: &mut Vec<f32>,
         att: &mut [f32],
     ) {
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
-        let (qd, kvd) = (nh * hd, nkv * hd);
-        let total = pos + n;
-        let scores = &mut scores[..nh * total];
-        let keys = cache.keys();
-        let values = cache.values();
+        let qd = nh * hd;
         let group = nh / nkv;
-        for i in 0..n {
+        let head = |task: usize, o: &mut [f32], sc: &mut Vec<f32>| {
+            let (i, h) = (task / nh, task % nh);
             let p = pos + i;
             let start = match self.window {
                 Some(w) => (p + 1).saturating_sub(w),
                 None => 0,
             };
             let len = p + 1 - start;
-            let qi = &q[i * qd..(i + 1) * qd];
-            let head = |(h, (o, sc)): (usize, (&mut [f32], &mut [f32]))| {
-                let g = h / group;
-                let qh = &qi[h * hd..(h + 1) * hd];
-                let sc = &mut sc[..len];
-                let mut max = f32::NEG_INFINITY;
-                for (t, sv) in sc.iter_mut().enumerate() {
-                    let j = start + t;
-                    let kj = &keys[j * kvd + g * hd..j * kvd + (g + 1) * hd];
-                    let mut d = ferrox_core::kernels::f32_dot(qh, kj) * self.scale;
-                    if let Some(cap) = self.softcap {
-                        d = cap * (d / cap).tanh();
-                    }
-                    *sv = d;
-                    max = max.max(d);
-                }
-                let mut sum = 0f32;
-                for sv in sc.iter_mut() {
-                    *sv = (*sv - max).exp();
-                    sum += *sv;
-                }
-                let inv = 1.0 / sum;
-                o.fill(0.0);
-                for (t, &sv) in sc.iter().enumerate() {
-                    let j = start + t;
-                    let pj = sv * inv;
-                    let vj = &values[j * kvd + g * hd..j * kvd + (g + 1) * hd];
-                    ferrox_core::kernels::f32_axpy(o, pj, vj);
-                }
+            if sc.len() < len {
+                sc.resize(len, 0.0);
+            }
+            let kv = HeadKv {
+                keys: cache.keys(),
+                values: cache.values(),
+                stride: nkv * hd,
+                col: (h / group) * hd,
+                dim: hd,
             };
-            let oi = &mut att[i * qd..(i + 1) * qd];
-            if nh * len >= PAR_MIN_WORK {
-                oi.par_chunks_mut(hd)
-                    .zip(scores.par_chunks_mut(total))
-                    .enumerate()
-                    .for_each(head);
-            } else {
-                oi.chunks_mut(hd)
-                    .zip(scores.chunks_mut(total))
-                    .enumerate()
-                    .for_each(head);
+            let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
+            attend_head(qh, kv, start, self.scale, self.softcap, &mut sc[..len], o);
+        };
+        let att = &mut att[..n * qd];
+        let work = n * nh * (pos + n);
+        if work >= PAR_MIN_WORK && rayon::current_num_threads() > 1 {
+            att.par_chunks_mut(hd)
+                .enumerate()
+                .for_each(|(task, o)| SCORES.with(|sc| head(task, o, &mut sc.borrow_mut())));
+        } else {
+            for (task, o) in att.chunks_mut(hd).enumerate() {
+                head(task, o, scores);
             }
         }
     }
+}
+
+thread_local! {
+    /// Per-worker softmax scratch for parallel attention.
+    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl AttentionBlock for StandardAttention {
@@ -201,9 +186,8 @@ impl AttentionBlock for StandardAttention {
         add_bias(q, &self.bq);
         add_bias(k, &self.bk);
         add_bias(v, &self.bv);
-        let max_total = segs.iter().map(|s| s.pos + s.n).max().unwrap_or(0);
         let att = grow(&mut s.att, n * qd);
-        let scores = grow(&mut s.scores, nh * max_total);
+        let scores = &mut s.scores;
         let mut r0 = 0;
         for seg in segs.iter_mut() {
             let cache = &mut seg.caches[layer];
