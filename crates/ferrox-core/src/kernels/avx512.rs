@@ -248,18 +248,21 @@ impl<const K: u8> Raw<K> {
         let (a, b) = (2 * p, 2 * p + 1);
         let has_b = b < self.nb;
         let mut wv = [_mm512_setzero_si512(); ROWS];
-        let mut h = [0u16; 2 * ROWS];
+        // The eight f16 scales (row-major, a then b) packed in two u64s: built in registers, as
+        // a stack array read back whole would stall store forwarding every pair.
+        let mut h = [0u64; 2];
         for r in 0..self.live {
             // SAFETY: block a (and b when has_b) lie inside row r (caller: p < pairs).
             unsafe {
                 let ba = self.rows[r].add(bs * a);
                 let bb = self.rows[r].add(bs * b);
-                h[2 * r] = ba.cast::<u16>().read_unaligned();
-                h[2 * r + 1] = if has_b {
-                    bb.cast::<u16>().read_unaligned()
+                let da = ba.cast::<u16>().read_unaligned() as u64;
+                let db = if has_b {
+                    bb.cast::<u16>().read_unaligned() as u64
                 } else {
                     0
                 };
+                h[r / 2] |= (da | db << 16) << (32 * (r % 2));
                 wv[r] = match K {
                     Q8_0 => {
                         let qa = _mm256_loadu_si256(ba.add(2).cast());
@@ -302,8 +305,7 @@ impl<const K: u8> Raw<K> {
                 };
             }
         }
-        // SAFETY: 8 halves readable from the stack array.
-        let d8 = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr().cast()) });
+        let d8 = _mm256_cvtph_ps(_mm_set_epi64x(h[1] as i64, h[0] as i64));
         let dw = _mm512_permutexvar_ps(
             _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
             _mm512_castps256_ps512(d8),
