@@ -105,7 +105,10 @@ impl WeightMatrix {
         let rows = self.rows;
         let out = SyncPtr(y.as_mut_ptr());
         let (block_rows, token_group) = isa.tile(self.ty);
-        assert!(block_rows * token_group <= TILE_MAX, "kernel tile fits the buffer");
+        assert!(
+            block_rows * token_group <= TILE_MAX,
+            "kernel tile fits the buffer"
+        );
         let run = |r0: usize, r1: usize| {
             let mut tmp = [0f32; TILE_MAX];
             for t0 in (0..n).step_by(token_group) {

@@ -171,7 +171,10 @@ fn decode_row(ty: GgmlType, w: &[u8], q: &mut [u8], d: &mut [f32]) {
             let bit4 = _mm256_set1_epi8(0x10);
             for (i, blk) in blocks.iter().enumerate() {
                 let hi = _mm256_and_si256(bytes_from_bits(u32::from_le_bytes(blk.qh)), bit4);
-                store32(&mut q[32 * i..], _mm256_or_si256(nibbles_bcast(&blk.qs), hi));
+                store32(
+                    &mut q[32 * i..],
+                    _mm256_or_si256(nibbles_bcast(&blk.qs), hi),
+                );
                 d[i] = f16_to_f32(blk.d);
             }
             blocks.len()
@@ -261,4 +264,3 @@ unsafe fn tile<const T: usize>(
         }
     }
 }
-
