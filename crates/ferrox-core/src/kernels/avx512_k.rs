@@ -404,7 +404,11 @@ unsafe fn decode_rows(kind: u8, w: &[Option<&[u8]>; ROWS], nsb: usize, dec: &mut
             assert!(row.len() >= nsb * kind_bytes(kind), "row length");
         }
     }
+    let bsz = kind_bytes(kind);
+    let ptrs: [*const u8; ROWS] =
+        std::array::from_fn(|r| w[r].map_or(std::ptr::null(), |x| x.as_ptr()));
     for sb in 0..nsb {
+        prefetch(&ptrs, sb, bsz);
         let (mut d, mut dmin) = ([0u16; ROWS], [0u16; ROWS]);
         for r in 0..ROWS {
             let b = match w[r] {
@@ -434,6 +438,22 @@ unsafe fn decode_rows(kind: u8, w: &[Option<&[u8]>; ROWS], nsb: usize, dec: &mut
             Q6K => dw_lanes::<Q6K>(d, dmin),
             _ => dw_lanes::<Q4K>(d, dmin),
         };
+    }
+}
+
+/// Four rows advance together, which the hardware prefetchers follow poorly: fetches block
+/// `sb + PREFETCH` of each row (past a row's end this is the next row, soon needed).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn prefetch(w: &[*const u8; ROWS], sb: usize, bsz: usize) {
+    for r in 0..ROWS {
+        let p = w[r].wrapping_add((sb + PREFETCH) * bsz);
+        let mut o = 0;
+        while o < bsz {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast());
+            o += 64;
+        }
+        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bsz - 1).cast());
     }
 }
 
@@ -555,17 +575,7 @@ unsafe fn direct<const T: usize, const KIND: u8>(
     let bsz = kind_bytes(KIND);
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
-        // Four rows advance together, which the hardware prefetchers follow poorly: fetch
-        // `PREFETCH` blocks ahead in each (past a row's end this is the next row, soon needed).
-        for r in 0..ROWS {
-            let p = w[r].wrapping_add((sb + PREFETCH) * bsz);
-            let mut o = 0;
-            while o < bsz {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast());
-                o += 64;
-            }
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(bsz - 1).cast());
-        }
+        prefetch(w, sb, bsz);
         // SAFETY: sb < nsb blocks of every activation row.
         let ya: [([__m512i; 4], __m512i, f32); T] =
             std::array::from_fn(|k| unsafe { act(y[k], sb) });
