@@ -135,8 +135,8 @@ pub(super) unsafe fn dot_block(
         GgmlType::Q5K => Q5K,
         _ => Q6K,
     };
-    // Runs `$f(group rows, token offset, token count, &[activation row; TOK], &mut res)` over
-    // token groups of a row group and scatters the results.
+    // For rows r0..r0 + rr, runs `$f(token count, &[activation row; TOK], &mut res)` on each
+    // group of up to TOK tokens and scatters the results.
     macro_rules! tokens {
         ($r0:expr, $rr:expr, $f:expr) => {{
             let (r0, rr) = ($r0, $rr);
