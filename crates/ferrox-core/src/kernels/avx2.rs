@@ -301,7 +301,7 @@ fn q8_0_k<const NT: usize>(w: &[BlockQ8_0], y: Q8Rows<'_, NT>, out: &mut [f32; N
 
 /// (scales, mins) of a Q4_K / Q5_K block as 8 bytes each.
 #[inline]
-fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     const M6: u32 = 0x3f3f_3f3f;
     const M4: u32 = 0x0f0f_0f0f;
     const M2: u32 = 0x0303_0303;

@@ -17,6 +17,8 @@ use std::sync::OnceLock;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_k;
 
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,12 +65,30 @@ impl Isa {
 
     /// Rows × tokens that one `dot_block` call should cover for weights of type `ty`.
     pub fn tile(self, ty: GgmlType) -> (usize, usize) {
-        #[cfg(target_arch = "x86_64")]
-        if self == Isa::Avx512 && avx512::has_kernel(ty) {
-            return avx512::TILE;
+        match self.kernel(ty) {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => avx512::TILE,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512K => avx512_k::TILE,
+            _ => (16, 8),
         }
-        let _ = ty;
-        (16, 8)
+    }
+
+    /// The kernel `dot_block` runs for weights of type `ty` (tests check the dispatch).
+    pub fn kernel(self, ty: GgmlType) -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self == Isa::Avx512 && avx512::has_kernel(ty) {
+                return Kernel::Avx512;
+            }
+            if self == Isa::Avx512 && avx512_k::has_kernel(ty) {
+                return Kernel::Avx512K;
+            }
+            if matches!(self, Isa::Avx2 | Isa::Avx512) && self.has_kernel(ty) {
+                return Kernel::Avx2;
+            }
+        }
+        Kernel::Scalar
     }
 
     /// Whether `ty` has a SIMD kernel on this instruction set (else the scalar reference runs).
@@ -81,6 +101,19 @@ impl Isa {
             }
         }
     }
+}
+
+/// Kernel families behind `dot_block`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// `quant::dot_row_ref`.
+    Scalar,
+    /// `avx2.rs`: every SIMD type.
+    Avx2,
+    /// `avx512.rs`: Q4_0 / Q5_0 / Q8_0.
+    Avx512,
+    /// `avx512_k.rs`: Q4_K / Q5_K / Q6_K.
+    Avx512K,
 }
 
 /// The process-wide instruction set, detected once. `FERROX_ISA=scalar` (or `avx2`) forces a
@@ -127,19 +160,32 @@ pub fn dot_block(
     if nt == 0 {
         return;
     }
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx512 && avx512::has_kernel(ty) {
+    match isa.kernel(ty) {
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C checked by `supported`; shapes
         // checked above; Q8_0 activations carry the pair layout on such a CPU.
-        unsafe { avx512::dot_block(ty, w, acts, t0, nt, out) };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.has_kernel(ty) {
+        Kernel::Avx512 => unsafe { avx512::dot_block(ty, w, acts, t0, nt, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C checked by `supported`; shapes and
+        // the (Q8_K) activation format checked above.
+        Kernel::Avx512K => unsafe { avx512_k::dot_block(ty, w, acts, t0, nt, out) },
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2/FMA/F16C presence checked by `supported`; shapes checked above.
-        unsafe { avx2::dot_block(ty, w, acts, t0, nt, out) };
-        return;
+        Kernel::Avx2 => unsafe { avx2::dot_block(ty, w, acts, t0, nt, out) },
+        _ => dot_block_ref(ty, w, row_bytes, acts, t0, nt, out),
     }
+}
+
+/// The scalar reference for `dot_block`.
+fn dot_block_ref(
+    ty: GgmlType,
+    w: &[u8],
+    row_bytes: usize,
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    out: &mut [f32],
+) {
     for (r, wr) in w.chunks_exact(row_bytes).enumerate() {
         for k in 0..nt {
             out[r * nt + k] = dot_row_ref(ty, wr, acts.row(t0 + k)).expect("validated shapes");
