@@ -33,6 +33,9 @@ pub(super) const TILE: (usize, usize) = (ROWS, 64);
 /// Tokens per tile.
 const TOK: usize = 4;
 
+/// Block pairs ahead of the current one that the register-decoding path prefetches.
+const PREFETCH_PAIRS: usize = 6;
+
 /// From this many tokens the rows are decoded once into scratch; below, per pair in registers.
 const SCRATCH_MIN_TOKENS: usize = 8;
 
@@ -256,6 +259,11 @@ impl<const K: u8> Raw<K> {
             unsafe {
                 let ba = self.rows[r].add(bs * a);
                 let bb = self.rows[r].add(bs * b);
+                // Four rows advance side by side, which the hardware prefetchers follow poorly;
+                // fetch a few pairs ahead (past the row's end: the next rows, soon needed).
+                let ahead = ba.wrapping_add(2 * bs * PREFETCH_PAIRS);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(2 * bs - 1).cast());
                 let da = ba.cast::<u16>().read_unaligned() as u64;
                 let db = if has_b {
                     bb.cast::<u16>().read_unaligned() as u64
