@@ -28,7 +28,7 @@ pub(super) fn has_kernel(ty: GgmlType) -> bool {
 }
 
 /// Rows and tokens the matmul should hand to one `dot_block` call.
-pub(super) const TILE: (usize, usize) = (ROWS, 64);
+pub(super) const TILE: (usize, usize) = (4 * ROWS, 64);
 
 /// Tokens per tile.
 const TOK: usize = 4;
