@@ -18,6 +18,38 @@ fn random_matrix(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> We
     WeightMatrix::new(ty, rows, cols, Bytes::from_vec(data)).unwrap()
 }
 
+/// Random `n` × cols activations; every gemm over the first `nb` of them (for each `nb` in
+/// `batches`) must give gemv's bits row by row. Returns the gemv outputs (`n` × rows).
+fn assert_gemm_is_gemv(
+    rng: &mut StdRng,
+    m: &WeightMatrix,
+    n: usize,
+    batches: &[usize],
+) -> (Vec<f32>, Vec<f32>) {
+    let (rows, cols) = (m.rows(), m.cols());
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+    let mut single = vec![0f32; n * rows];
+    for b in 0..n {
+        m.gemv(
+            &x[b * cols..(b + 1) * cols],
+            &mut single[b * rows..(b + 1) * rows],
+        );
+    }
+    for &nb in batches {
+        let mut y = vec![0f32; nb * rows];
+        m.gemm(&x[..nb * cols], nb, &mut y);
+        for (i, (a, b)) in y.iter().zip(&single).enumerate() {
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{:?} {rows}x{cols} n={nb} elem {i}",
+                m.ty()
+            );
+        }
+    }
+    (x, single)
+}
+
 #[test]
 fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
     let mut rng = StdRng::seed_from_u64(21);
@@ -36,22 +68,7 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
         // 300 x 512 is above the parallel threshold for every type.
         let (rows, cols) = (300, 512);
         let m = random_matrix(&mut rng, ty, rows, cols);
-        let n = 11;
-        let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
-        let mut single = vec![0f32; n * rows];
-        for b in 0..n {
-            m.gemv(
-                &x[b * cols..(b + 1) * cols],
-                &mut single[b * rows..(b + 1) * rows],
-            );
-        }
-        for nb in [1usize, 2, 3, 4, 5, 8, 9, 11] {
-            let mut y = vec![0f32; nb * rows];
-            m.gemm(&x[..nb * cols], nb, &mut y);
-            for (i, (a, b)) in y.iter().zip(&single).enumerate() {
-                assert_eq!(a.to_bits(), b.to_bits(), "{ty:?} n={nb} elem {i}");
-            }
-        }
+        let (x, single) = assert_gemm_is_gemv(&mut rng, &m, 11, &[1, 2, 3, 4, 5, 8, 9, 11]);
         // And the product is the matrix product (within activation quantization error).
         let mut w = vec![0f32; cols];
         for r in [0, rows / 2, rows - 1] {
@@ -76,26 +93,7 @@ fn gemm_equals_gemv_on_ragged_shapes() {
     for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
         for (rows, cols) in [(301, 96), (7, 32), (130, 224)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
-            let n = 17;
-            let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
-            let mut single = vec![0f32; n * rows];
-            for b in 0..n {
-                m.gemv(
-                    &x[b * cols..(b + 1) * cols],
-                    &mut single[b * rows..(b + 1) * rows],
-                );
-            }
-            for nb in [2usize, 5, 7, 8, 9, 16, 17] {
-                let mut y = vec![0f32; nb * rows];
-                m.gemm(&x[..nb * cols], nb, &mut y);
-                for (i, (a, b)) in y.iter().zip(&single).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        b.to_bits(),
-                        "{ty:?} {rows}x{cols} n={nb} elem {i}"
-                    );
-                }
-            }
+            let (x, single) = assert_gemm_is_gemv(&mut rng, &m, 17, &[2, 5, 7, 8, 9, 16, 17]);
             let mut w = vec![0f32; cols];
             m.dequantize_row(rows - 1, &mut w).unwrap();
             let exact: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
@@ -117,26 +115,7 @@ fn kquant_gemm_is_bit_identical_to_gemv() {
     for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
         for (rows, cols) in [(13, 256), (37, 4864)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
-            let n = 9;
-            let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
-            let mut single = vec![0f32; n * rows];
-            for b in 0..n {
-                m.gemv(
-                    &x[b * cols..(b + 1) * cols],
-                    &mut single[b * rows..(b + 1) * rows],
-                );
-            }
-            for nb in 1..=n {
-                let mut y = vec![0f32; nb * rows];
-                m.gemm(&x[..nb * cols], nb, &mut y);
-                for (i, (a, b)) in y.iter().zip(&single).enumerate() {
-                    assert_eq!(
-                        a.to_bits(),
-                        b.to_bits(),
-                        "{ty:?} {rows}x{cols} n={nb} elem {i}"
-                    );
-                }
-            }
+            assert_gemm_is_gemv(&mut rng, &m, 9, &(1..=9).collect::<Vec<_>>());
         }
     }
 }
