@@ -150,10 +150,10 @@ unsafe fn dot_rows<const K: u8>(w: &[u8], acts: &ActBuf, t0: usize, nt: usize, o
                     dw: dw.as_ptr(),
                 };
                 // SAFETY: the scratch and the activations cover `pairs` pairs.
-                unsafe { tiles(&dec, pairs, t0, nt, &act, K, &mut emit) };
+                unsafe { tiles(&dec, pairs, t0, nt, &act, kind(K).1, &mut emit) };
             } else {
                 // SAFETY: the raw rows and the activations cover `pairs` pairs.
-                unsafe { tiles(&raw, pairs, t0, nt, &act, K, &mut emit) };
+                unsafe { tiles(&raw, pairs, t0, nt, &act, kind(K).1, &mut emit) };
             }
         }
     });
@@ -168,10 +168,9 @@ unsafe fn tiles<W: Weights>(
     t0: usize,
     nt: usize,
     act: &dyn Fn(usize) -> Act,
-    k: u8,
+    sh: i32,
     emit: &mut dyn FnMut(usize, usize, &TileOut),
 ) {
-    let sh = kind(k).1;
     let mut t = 0;
     while t < nt {
         let n = (nt - t).min(TOK);

@@ -39,7 +39,6 @@ struct Scratch {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
-    scores: Vec<f32>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -97,16 +96,8 @@ fn add_bias(y: &mut [f32], b: &Option<Vec<f32>>) {
 impl StandardAttention {
     /// Attention of `n` query rows at positions `pos..pos + n` over `cache` (which already
     /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out. Every (row, head)
-    /// is one independent task; `scores` is the single-thread scratch (`heads` × keys).
-    fn attend(
-        &self,
-        q: &[f32],
-        n: usize,
-        pos: usize,
-        cache: &KvCache,
-        scores: &mut Vec<f32>,
-        att: &mut [f32],
-    ) {
+    /// is one independent task with its worker's softmax scratch.
+    fn attend(&self, q: &[f32], n: usize, pos: usize, cache: &KvCache, att: &mut [f32]) {
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let qd = nh * hd;
         let group = nh / nkv;
@@ -139,14 +130,14 @@ impl StandardAttention {
                 .for_each(|(task, o)| SCORES.with(|sc| head(task, o, &mut sc.borrow_mut())));
         } else {
             for (task, o) in att.chunks_mut(hd).enumerate() {
-                head(task, o, scores);
+                SCORES.with(|sc| head(task, o, &mut sc.borrow_mut()));
             }
         }
     }
 }
 
 thread_local! {
-    /// Per-worker softmax scratch for parallel attention.
+    /// Per-thread softmax scratch (keys of one row and head).
     static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -187,7 +178,6 @@ impl AttentionBlock for StandardAttention {
         add_bias(k, &self.bk);
         add_bias(v, &self.bv);
         let att = grow(&mut s.att, n * qd);
-        let scores = &mut s.scores;
         let mut r0 = 0;
         for seg in segs.iter_mut() {
             let cache = &mut seg.caches[layer];
@@ -210,14 +200,7 @@ impl AttentionBlock for StandardAttention {
                 cache.append(ki, &v[i * kvd..(i + 1) * kvd]);
             }
             let rows = r0 * qd..(r0 + seg.n) * qd;
-            self.attend(
-                &q[rows.clone()],
-                seg.n,
-                seg.pos,
-                cache,
-                scores,
-                &mut att[rows],
-            );
+            self.attend(&q[rows.clone()], seg.n, seg.pos, cache, &mut att[rows]);
             r0 += seg.n;
         }
         self.wo.gemm(att, n, out);
