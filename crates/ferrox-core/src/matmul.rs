@@ -1,11 +1,14 @@
 //! `WeightMatrix`: the only door from model code into the kernels. A weight is `rows` output
 //! features by `cols` input features, stored row-major in its GGML type, borrowed from the map.
 //!
+//! On CPUs with interleaved kernels, `interleave` repacks a matrix at load into 16-row groups
+//! (`quant::repack`); the map's pages of the original are then released.
+//!
 //! Batch invariance: every output element is produced by the same per-row reduction whatever
 //! the batch size or thread split, so `gemm` rows are bit-identical to `gemv`.
 
 use crate::kernels;
-use crate::quant::{self, ActBuf, GgmlType, QuantError};
+use crate::quant::{self, repack, ActBuf, GgmlType, QuantError};
 use crate::storage::Bytes;
 use rayon::prelude::*;
 
@@ -15,7 +18,9 @@ pub struct WeightMatrix {
     rows: usize,
     cols: usize,
     row_bytes: usize,
+    /// Rows in ggml layout, or (`interleaved`) groups of 16 rows in the `quant::repack` layout.
     data: Bytes,
+    interleaved: bool,
 }
 
 impl WeightMatrix {
@@ -41,7 +46,37 @@ impl WeightMatrix {
             cols,
             row_bytes,
             data,
+            interleaved: false,
         })
+    }
+
+    /// This matrix in the interleaved layout when the process's kernels have one for its type
+    /// (and its rows come in whole groups of 16); otherwise unchanged. The copy is owned and
+    /// the original's pages are released from resident memory.
+    pub fn interleave(self) -> Self {
+        let isa = kernels::isa();
+        if self.interleaved
+            || !kernels::interleaves(isa, self.ty)
+            || !self.rows.is_multiple_of(repack::X16)
+        {
+            return self;
+        }
+        let mut out = vec![0u8; self.data.len()];
+        let group = repack::X16 * self.row_bytes;
+        let (ty, cols) = (self.ty, self.cols);
+        out.par_chunks_mut(group * 8)
+            .zip(self.data.par_chunks(group * 8))
+            .for_each(|(d, s)| repack::repack(ty, cols, s, d));
+        self.data.release();
+        WeightMatrix {
+            data: Bytes::from_vec(out),
+            interleaved: true,
+            ..self
+        }
+    }
+
+    pub fn is_interleaved(&self) -> bool {
+        self.interleaved
     }
 
     /// An owned f32 matrix (tests, random weights, converted safetensors).
@@ -64,13 +99,18 @@ impl WeightMatrix {
         &self.data
     }
 
-    pub fn row_data(&self, r: usize) -> &[u8] {
-        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
-    }
-
     /// Dequantizes row `r` into `out` (`cols` elements): embedding lookups.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        quant::dequantize_row(self.ty, self.row_data(r), out)
+        if self.interleaved {
+            let mut row = vec![0u8; self.row_bytes];
+            repack::unpack_row(self.ty, self.cols, &self.data, r, &mut row);
+            return quant::dequantize_row(self.ty, &row, out);
+        }
+        quant::dequantize_row(
+            self.ty,
+            &self.data[r * self.row_bytes..(r + 1) * self.row_bytes],
+            out,
+        )
     }
 
     /// y[rows] = W · x[cols].
@@ -104,6 +144,44 @@ impl WeightMatrix {
         let isa = kernels::isa();
         let rows = self.rows;
         let out = SyncPtr(y.as_mut_ptr());
+        let threads = rayon::current_num_threads();
+        let work = self.row_bytes.saturating_mul(rows).saturating_mul(n.min(8));
+        let serial = threads <= 1 || work < PAR_MIN_BYTES;
+        if self.interleaved {
+            let group = repack::X16 * self.row_bytes;
+            let run = |g0: usize, g1: usize| {
+                let w = &self.data[g0 * group..g1 * group];
+                for t0 in (0..n).step_by(kernels::X16_MAX_TOKENS) {
+                    let nt = (n - t0).min(kernels::X16_MAX_TOKENS);
+                    // SAFETY: the matrix is interleaved only when `interleaves(isa, ty)`; the
+                    // activations are `n` rows of this type's format; the kernel writes
+                    // y[(t0 + k) * rows + r] for rows r of groups g0..g1 only, which this
+                    // task owns (tasks take disjoint group ranges).
+                    unsafe {
+                        kernels::gemm_x16(
+                            isa,
+                            self.ty,
+                            w,
+                            acts,
+                            t0,
+                            nt,
+                            out.get().add(t0 * rows + g0 * repack::X16),
+                            rows,
+                        )
+                    };
+                }
+            };
+            let groups = rows / repack::X16;
+            if serial {
+                run(0, groups);
+                return;
+            }
+            let chunk = groups.div_ceil(threads * TASKS_PER_THREAD);
+            (0..groups.div_ceil(chunk)).into_par_iter().for_each(|c| {
+                run(c * chunk, ((c + 1) * chunk).min(groups));
+            });
+            return;
+        }
         let (block_rows, token_group) = isa.tile(self.ty);
         assert!(
             block_rows * token_group <= TILE_MAX,
@@ -128,9 +206,7 @@ impl WeightMatrix {
                 }
             }
         };
-        let work = self.row_bytes.saturating_mul(rows).saturating_mul(n.min(8));
-        let threads = rayon::current_num_threads();
-        if threads <= 1 || work < PAR_MIN_BYTES {
+        if serial {
             run(0, rows);
             return;
         }

@@ -3,17 +3,36 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
+/// What a `Bytes` view borrows from.
+pub trait Storage: AsRef<[u8]> + Send + Sync {
+    /// Drops `start..start + len` from this process's resident memory if it can be read back
+    /// later without loss (a read-only file map); a no-op for owned memory.
+    fn release(&self, _start: usize, _len: usize) {}
+}
+
+impl Storage for Vec<u8> {}
+
+impl Storage for memmap2::Mmap {
+    fn release(&self, start: usize, len: usize) {
+        // SAFETY: the map is read-only, so dropped pages are re-read unchanged from the file
+        // on the next access; the range is inside the map (checked by the view that asks).
+        // Failure only means the pages stay resident.
+        let _ =
+            unsafe { self.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, len) };
+    }
+}
+
 /// A cheap-to-clone view of `len` bytes at `start` inside a shared owner (an mmap or a `Vec`).
 #[derive(Clone)]
 pub struct Bytes {
-    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    owner: Arc<dyn Storage>,
     start: usize,
     len: usize,
 }
 
 impl Bytes {
     /// The whole of `owner`.
-    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
+    pub fn new(owner: Arc<dyn Storage>) -> Self {
         let len = (*owner).as_ref().len();
         Bytes {
             owner,
@@ -24,6 +43,12 @@ impl Bytes {
 
     pub fn from_vec(v: Vec<u8>) -> Self {
         Self::new(Arc::new(v))
+    }
+
+    /// Drops this view's pages from resident memory when that loses nothing (a file map whose
+    /// tensor has been copied elsewhere); the data stays readable.
+    pub fn release(&self) {
+        self.owner.release(self.start, self.len);
     }
 
     /// A sub-view; `None` when `start..start + len` is outside this view.

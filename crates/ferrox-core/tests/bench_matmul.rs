@@ -12,7 +12,7 @@ use std::time::Instant;
 mod common;
 use common::random_row;
 
-fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize]) {
+fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize], x16: bool) {
     let mut rng = StdRng::seed_from_u64(1);
     let proto: Vec<u8> = (0..rows.min(64))
         .flat_map(|_| random_row(&mut rng, ty, cols, false))
@@ -31,9 +31,17 @@ fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize]) {
                 let take = (bytes - d.len()).min(proto.len());
                 d.extend_from_slice(&proto[..take]);
             }
-            WeightMatrix::new(ty, rows, cols, Bytes::from_vec(d)).unwrap()
+            let m = WeightMatrix::new(ty, rows, cols, Bytes::from_vec(d)).unwrap();
+            if x16 {
+                m.interleave()
+            } else {
+                m
+            }
         })
         .collect();
+    if x16 && !mats[0].is_interleaved() {
+        return;
+    }
     let nmax = *batches.iter().max().unwrap();
     let x: Vec<f32> = (0..nmax * cols)
         .map(|_| rng.gen_range(-1.0f32..1.0))
@@ -70,8 +78,9 @@ fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize]) {
         }
         let cpu = cpu_seconds() - cpu0;
         println!(
-            "{:>5} {rows:>6}x{cols:<5} n={n:<2} {:>8.1} us  {:>6.2} GB/s  x{:.2} of n=1  (cpu {:.0}%: {:.2} GB/s per busy core)",
+            "{:>5}{} {rows:>6}x{cols:<5} n={n:<2} {:>8.1} us  {:>6.2} GB/s  x{:.2} of n=1  (cpu {:.0}%: {:.2} GB/s per busy core)",
             ty.name(),
+            if x16 { "x16" } else { "   " },
             per * 1e6,
             bytes as f64 / per / 1e9,
             per / base,
@@ -122,6 +131,12 @@ fn bench_gemv_gemm() {
             Err(_) if r > 100_000 => vec![1],
             Err(_) => vec![1, 2, 4, 8],
         };
-        bench(ty, r, c, &batches);
+        // BENCH_LAYOUT: `plain`, `x16` (interleaved) or both (the default), alternating.
+        let layout = std::env::var("BENCH_LAYOUT").unwrap_or_default();
+        for x16 in [false, true] {
+            if layout.is_empty() || layout == if x16 { "x16" } else { "plain" } {
+                bench(ty, r, c, &batches, x16);
+            }
+        }
     }
 }

@@ -61,8 +61,15 @@ impl TensorRef {
         self.shape.iter().product()
     }
 
-    /// A 2-D tensor as a weight matrix (`rows = shape[0]`), zero-copy.
+    /// A 2-D tensor as a weight matrix (`rows = shape[0]`) for products: interleaved where
+    /// the kernels have a layout for it (`WeightMatrix::interleave`), else zero-copy.
     pub fn matrix(&self) -> Result<WeightMatrix, LoadError> {
+        Ok(self.plain_matrix()?.interleave())
+    }
+
+    /// A 2-D tensor as a zero-copy weight matrix in ggml layout (embedding tables, read a row
+    /// at a time).
+    pub fn plain_matrix(&self) -> Result<WeightMatrix, LoadError> {
         let (rows, cols) = match self.shape[..] {
             [r, c] => (r, c),
             _ => return Err(self.err(format!("expected 2-D, got {:?}", self.shape))),
@@ -326,6 +333,10 @@ impl Bound {
 
     pub fn matrix(&self, name: &str) -> Result<WeightMatrix, LoadError> {
         self.must(name)?.matrix()
+    }
+
+    pub fn plain_matrix(&self, name: &str) -> Result<WeightMatrix, LoadError> {
+        self.must(name)?.plain_matrix()
     }
 
     pub fn vector(&self, name: &str) -> Result<Vec<f32>, LoadError> {

@@ -19,6 +19,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x16;
 
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +176,58 @@ pub fn dot_block(
         Kernel::Avx2 => unsafe { avx2::dot_block(ty, w, acts, t0, nt, out) },
         _ => dot_block_ref(ty, w, row_bytes, acts, t0, nt, out),
     }
+}
+
+/// Whether weights of type `ty` are repacked into the interleaved layout (`quant::repack`)
+/// for this instruction set: only where an interleaved kernel exists.
+pub fn interleaves(isa: Isa, ty: GgmlType) -> bool {
+    isa == Isa::Avx512
+        && isa.supported()
+        && crate::quant::repack::has_layout(ty)
+        && ty.act_type() == Some(crate::quant::ActType::Q8_0)
+}
+
+/// Tokens one `gemm_x16` call takes at most.
+pub(crate) const X16_MAX_TOKENS: usize = 64;
+
+/// `y[k * ld + g * 16 + i] = dot(row i of group g of w, activation row t0 + k)` for interleaved
+/// weights `w` (whole groups of 16 rows) and `k < nt`.
+///
+/// # Safety
+/// `interleaves(isa, ty)` holds, `acts` holds `ty.act_type()` activations for rows
+/// `t0..t0 + nt` of `acts.cols()` columns, `nt <= X16_MAX_TOKENS`, and `y` is valid for writes
+/// at every index above.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_x16(
+    isa: Isa,
+    ty: GgmlType,
+    w: &[u8],
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    assert!(interleaves(isa, ty), "no interleaved kernel for {ty:?}");
+    assert_eq!(ty.act_type(), acts.act_type(), "activation format");
+    assert!(
+        t0 + nt <= acts.rows() && nt <= X16_MAX_TOKENS,
+        "token range"
+    );
+    let cols = acts.cols();
+    let nb = cols / 32;
+    #[cfg(target_arch = "x86_64")]
+    {
+        let a = x16::Acts {
+            q: &acts.q8_0[t0 * nb..(t0 + nt) * nb],
+            d: &acts.d8[t0 * nb..(t0 + nt) * nb],
+            sum: &acts.sum8[t0 * nb..(t0 + nt) * nb],
+        };
+        // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
+        unsafe { x16::gemm(ty, w, cols, &a, nt, y, ld) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    unreachable!("interleaves() is false off x86-64: {nb} {y:?} {ld} {w:?}");
 }
 
 /// The scalar reference for `dot_block`.

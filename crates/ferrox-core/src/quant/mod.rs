@@ -7,6 +7,7 @@ pub mod act;
 pub mod blocks;
 pub mod dequant;
 pub mod dot;
+pub mod repack;
 
 use blocks::*;
 use dequant::dequantize_blocks;
@@ -320,6 +321,8 @@ pub struct ActBuf {
     pub(crate) q8k: Vec<BlockQ8K>,
     /// f32 copies of the Q8_0 block scales (kernels avoid an f16 conversion per block and row).
     pub(crate) d8: Vec<f32>,
+    /// Σq of each Q8_0 block (the interleaved kernels' offset correction).
+    pub(crate) sum8: Vec<i32>,
     /// Q8_0 in pairs of blocks for the AVX-512 kernels (filled when the CPU has them): per row
     /// and pair, 64 quants; 16 lanes of scales [d_a, d_a, d_b, d_b] × 4; 16 lanes of negated
     /// block sums [−Σq_a, 0, −Σq_b, 0] × 4 (the lane order of the kernel's reduced sums); an
@@ -382,6 +385,12 @@ impl ActBuf {
                 }
                 self.d8.clear();
                 self.d8.extend(self.q8_0.iter().map(|b| f16_to_f32(b.d)));
+                self.sum8.clear();
+                self.sum8.extend(
+                    self.q8_0
+                        .iter()
+                        .map(|b| b.qs.iter().map(|&q| q as i32).sum::<i32>()),
+                );
                 if crate::kernels::Isa::Avx512.supported() {
                     self.fill_pairs();
                 }

@@ -359,10 +359,14 @@ pub fn build_dense(
     let opt_norm = |name: &str| -> Result<Option<RmsNorm>, LoadError> {
         Ok(b.opt_vector(name)?.map(|w| RmsNorm::new(w, eps, offset)))
     };
-    let embed = b.matrix("token_embd.weight")?;
-    let lm_head = match b.opt_matrix("output.weight")? {
-        Some(m) => m,
-        None if cfg.tie_embeddings => embed.clone(),
+    // A tied table serves both lookups and the lm_head product, so it takes the product's
+    // layout; a separate one stays zero-copy (only the looked-up rows are ever read).
+    let (embed, lm_head) = match b.opt_matrix("output.weight")? {
+        Some(m) => (b.plain_matrix("token_embd.weight")?, m),
+        None if cfg.tie_embeddings => {
+            let m = b.matrix("token_embd.weight")?;
+            (m.clone(), m)
+        }
         None => return Err(LoadError::MissingTensor("output.weight".into())),
     };
     let mut layers = Vec::with_capacity(cfg.n_layers);

@@ -393,10 +393,14 @@ pub fn build_sparse(
     let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, GLOBAL, layer_specs)?;
     let offset = cfg.norm == NormKind::RmsOffsetOne;
     let norm = |name: &str| Ok::<_, LoadError>(RmsNorm::new(b.vector(name)?, cfg.norm_eps, offset));
-    let embed = b.matrix("token_embd.weight")?;
-    let lm_head = match b.opt_matrix("output.weight")? {
-        Some(m) => m,
-        None if cfg.tie_embeddings => embed.clone(),
+    // A tied table serves both lookups and the lm_head product, so it takes the product's
+    // layout; a separate one stays zero-copy (only the looked-up rows are ever read).
+    let (embed, lm_head) = match b.opt_matrix("output.weight")? {
+        Some(m) => (b.plain_matrix("token_embd.weight")?, m),
+        None if cfg.tie_embeddings => {
+            let m = b.matrix("token_embd.weight")?;
+            (m.clone(), m)
+        }
         None => return Err(LoadError::MissingTensor("output.weight".into())),
     };
     let mut layers = Vec::with_capacity(cfg.n_layers);

@@ -1,0 +1,257 @@
+//! The 16-row interleaved ("x16") weight layout, built at load for the AVX-512 VNNI kernels
+//! (the idea of llama.cpp's `ggml-cpu/repack.cpp`, in a layout of our own): every 32-bit lane
+//! of a vector is one weight row, so `vpdpbusd` multiplies 4 consecutive columns of 16 rows
+//! by one broadcast activation dword and a product needs no horizontal reduction.
+//!
+//! A matrix becomes groups of 16 rows; a group is its rows' blocks in column order, each block
+//! position a tile of 16 × the block's bytes (the same total size as the ggml rows). Tiles:
+//! - Q4_0 (288 B): d[16] f16, then 4 × 64 B nibbles: vector p, lane i, byte b holds
+//!   q(i, 8p + b) in its low and q(i, 8p + 4 + b) in its high nibble.
+//! - Q5_0 (352 B): d[16], qh[16] as u32 with bit `c` of byte `b` = bit 4 of q(i, 4c + b), then
+//!   the Q4_0 nibbles.
+//! - Q8_0 (544 B): d[16], then 8 × 64 B: vector c, lane i, byte b = q(i, 4c + b) + 128.
+//! - Q4_K and Q6_K: see `repack_k`.
+
+use super::blocks::{BlockQ4_0, BlockQ5_0, BlockQ8_0};
+use super::GgmlType;
+
+/// Rows per interleaved group.
+pub const X16: usize = 16;
+
+/// Whether `ty` has an interleaved layout (and kernels for it).
+pub fn has_layout(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, Q4_0 | Q5_0 | Q8_0)
+}
+
+/// Interleaves `src` (`rows` × `row_bytes` in ggml layout, `rows` a multiple of 16) into `dst`.
+pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
+    let row_bytes = ty.row_bytes(cols).expect("whole blocks");
+    assert!(has_layout(ty), "no interleaved layout for {ty:?}");
+    assert_eq!(src.len(), dst.len(), "repack: lengths");
+    assert!(
+        src.len().is_multiple_of(X16 * row_bytes),
+        "repack: whole groups of 16 rows"
+    );
+    let group = X16 * row_bytes;
+    for (s, d) in src.chunks_exact(group).zip(dst.chunks_exact_mut(group)) {
+        match ty {
+            GgmlType::Q4_0 => repack_q4_0(s, cols, d),
+            GgmlType::Q5_0 => repack_q5_0(s, cols, d),
+            GgmlType::Q8_0 => repack_q8_0(s, cols, d),
+            _ => unreachable!("checked by has_layout"),
+        }
+    }
+}
+
+/// Writes row `r` of an interleaved matrix back in ggml layout (`dst` = one row's bytes).
+pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u8]) {
+    let row_bytes = ty.row_bytes(cols).expect("whole blocks");
+    assert_eq!(dst.len(), row_bytes, "unpack_row: one row");
+    let group = X16 * row_bytes;
+    let g = &data[r / X16 * group..(r / X16 + 1) * group];
+    let lane = r % X16;
+    match ty {
+        GgmlType::Q4_0 => unpack_q4_0(g, cols, lane, dst),
+        GgmlType::Q5_0 => unpack_q5_0(g, cols, lane, dst),
+        GgmlType::Q8_0 => unpack_q8_0(g, cols, lane, dst),
+        _ => panic!("no interleaved layout for {ty:?}"),
+    }
+}
+
+/// The 16 rows of a group, each as its ggml blocks.
+fn rows_of<B: super::blocks::Block>(src: &[u8], cols: usize) -> Vec<&[B]> {
+    let row_bytes = src.len() / X16;
+    debug_assert_eq!(row_bytes, cols / B::QK * std::mem::size_of::<B>());
+    src.chunks_exact(row_bytes)
+        .map(|r| super::blocks::as_blocks::<B>(r).expect("whole blocks"))
+        .collect()
+}
+
+/// Interleaved nibbles of one 32-element block: `q(i, k)` for lane i, element k.
+fn put_nibbles(out: &mut [u8], q: impl Fn(usize, usize) -> u8) {
+    for p in 0..4 {
+        for i in 0..X16 {
+            for b in 0..4 {
+                out[64 * p + 4 * i + b] = q(i, 8 * p + b) | (q(i, 8 * p + 4 + b) << 4);
+            }
+        }
+    }
+}
+
+fn get_nibble(tile: &[u8], lane: usize, k: usize) -> u8 {
+    let (p, h, b) = (k / 8, (k % 8) / 4, k % 4);
+    (tile[64 * p + 4 * lane + b] >> (4 * h)) & 0x0F
+}
+
+/// Element k of a Q4_0 / Q5_0 block's low nibbles.
+fn nib(qs: &[u8; 16], k: usize) -> u8 {
+    if k < 16 {
+        qs[k] & 0x0F
+    } else {
+        qs[k - 16] >> 4
+    }
+}
+
+fn set_nib(qs: &mut [u8; 16], k: usize, v: u8) {
+    if k < 16 {
+        qs[k] = (qs[k] & 0xF0) | v;
+    } else {
+        qs[k - 16] = (qs[k - 16] & 0x0F) | (v << 4);
+    }
+}
+
+fn repack_q4_0(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let rows = rows_of::<BlockQ4_0>(src, cols);
+    for (j, t) in dst.chunks_exact_mut(X16 * 18).enumerate() {
+        for i in 0..X16 {
+            t[2 * i..2 * i + 2].copy_from_slice(&rows[i][j].d);
+        }
+        put_nibbles(&mut t[32..], |i, k| nib(&rows[i][j].qs, k));
+    }
+}
+
+fn unpack_q4_0(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    for (t, out) in g
+        .chunks_exact(X16 * 18)
+        .zip(dst.chunks_exact_mut(18))
+        .take(cols / 32)
+    {
+        let mut b = BlockQ4_0 {
+            d: [t[2 * lane], t[2 * lane + 1]],
+            qs: [0; 16],
+        };
+        for k in 0..32 {
+            set_nib(&mut b.qs, k, get_nibble(&t[32..], lane, k));
+        }
+        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
+    }
+}
+
+/// Bit `c` of byte `b` of the stored qh is bit 4 of element 4c + b.
+fn permute_qh(qh: u32) -> u32 {
+    let mut out = 0u32;
+    for k in 0..32 {
+        if qh >> k & 1 == 1 {
+            out |= 1 << (8 * (k % 4) + k / 4);
+        }
+    }
+    out
+}
+
+fn unpermute_qh(v: u32) -> u32 {
+    let mut out = 0u32;
+    for k in 0..32 {
+        if v >> (8 * (k % 4) + k / 4) & 1 == 1 {
+            out |= 1 << k;
+        }
+    }
+    out
+}
+
+fn repack_q5_0(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let rows = rows_of::<BlockQ5_0>(src, cols);
+    for (j, t) in dst.chunks_exact_mut(X16 * 22).enumerate() {
+        for i in 0..X16 {
+            let b = &rows[i][j];
+            t[2 * i..2 * i + 2].copy_from_slice(&b.d);
+            let qh = permute_qh(u32::from_le_bytes(b.qh));
+            t[32 + 4 * i..36 + 4 * i].copy_from_slice(&qh.to_le_bytes());
+        }
+        put_nibbles(&mut t[96..], |i, k| nib(&rows[i][j].qs, k));
+    }
+}
+
+fn unpack_q5_0(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    for (t, out) in g
+        .chunks_exact(X16 * 22)
+        .zip(dst.chunks_exact_mut(22))
+        .take(cols / 32)
+    {
+        let qh = u32::from_le_bytes(t[32 + 4 * lane..36 + 4 * lane].try_into().unwrap());
+        let mut b = BlockQ5_0 {
+            d: [t[2 * lane], t[2 * lane + 1]],
+            qh: unpermute_qh(qh).to_le_bytes(),
+            qs: [0; 16],
+        };
+        for k in 0..32 {
+            set_nib(&mut b.qs, k, get_nibble(&t[96..], lane, k));
+        }
+        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
+    }
+}
+
+fn repack_q8_0(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let rows = rows_of::<BlockQ8_0>(src, cols);
+    for (j, t) in dst.chunks_exact_mut(X16 * 34).enumerate() {
+        for i in 0..X16 {
+            let b = &rows[i][j];
+            t[2 * i..2 * i + 2].copy_from_slice(&b.d);
+            for k in 0..32 {
+                t[32 + 64 * (k / 4) + 4 * i + k % 4] = (b.qs[k] as u8) ^ 0x80;
+            }
+        }
+    }
+}
+
+fn unpack_q8_0(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    for (t, out) in g
+        .chunks_exact(X16 * 34)
+        .zip(dst.chunks_exact_mut(34))
+        .take(cols / 32)
+    {
+        let mut b = BlockQ8_0 {
+            d: [t[2 * lane], t[2 * lane + 1]],
+            qs: [0; 32],
+        };
+        for k in 0..32 {
+            b.qs[k] = (t[32 + 64 * (k / 4) + 4 * lane + k % 4] ^ 0x80) as i8;
+        }
+        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 33) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn qh_permutation_round_trips() {
+        for v in [0u32, 1, 0x8000_0001, 0xdead_beef, u32::MAX] {
+            assert_eq!(unpermute_qh(permute_qh(v)), v);
+        }
+    }
+
+    #[test]
+    fn repack_then_unpack_is_identity() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+            for cols in [32, 96, 896] {
+                let row_bytes = ty.row_bytes(cols).unwrap();
+                let src = random_bytes(32 * row_bytes, cols as u64);
+                let mut dst = vec![0u8; src.len()];
+                repack(ty, cols, &src, &mut dst);
+                let mut row = vec![0u8; row_bytes];
+                for r in 0..32 {
+                    unpack_row(ty, cols, &dst, r, &mut row);
+                    assert_eq!(
+                        row,
+                        &src[r * row_bytes..(r + 1) * row_bytes],
+                        "{ty:?} row {r}"
+                    );
+                }
+            }
+        }
+    }
+}
