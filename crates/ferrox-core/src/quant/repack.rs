@@ -68,12 +68,16 @@ fn rows_of<B: super::blocks::Block>(src: &[u8], cols: usize) -> Vec<&[B]> {
         .collect()
 }
 
-/// Interleaved nibbles of one 32-element block: `q(i, k)` for lane i, element k.
-fn put_nibbles(out: &mut [u8], q: impl Fn(usize, usize) -> u8) {
-    for p in 0..4 {
-        for i in 0..X16 {
-            for b in 0..4 {
-                out[64 * p + 4 * i + b] = q(i, 8 * p + b) | (q(i, 8 * p + 4 + b) << 4);
+/// Interleaved nibbles of one block position: `qs[i]` is row i's 16 bytes of ggml Q4_0-style
+/// nibbles (element k < 16 in the low nibble of byte k, element 16 + k in its high nibble).
+fn put_nibbles(out: &mut [u8], qs: impl Fn(usize) -> [u8; 16]) {
+    for i in 0..X16 {
+        let q = qs(i);
+        for b in 0..4 {
+            for p in 0..2 {
+                let (lo, hi) = (q[8 * p + b], q[8 * p + 4 + b]);
+                out[64 * p + 4 * i + b] = (lo & 0x0F) | (hi << 4);
+                out[64 * (p + 2) + 4 * i + b] = (lo >> 4) | (hi & 0xF0);
             }
         }
     }
@@ -82,15 +86,6 @@ fn put_nibbles(out: &mut [u8], q: impl Fn(usize, usize) -> u8) {
 fn get_nibble(tile: &[u8], lane: usize, k: usize) -> u8 {
     let (p, h, b) = (k / 8, (k % 8) / 4, k % 4);
     (tile[64 * p + 4 * lane + b] >> (4 * h)) & 0x0F
-}
-
-/// Element k of a Q4_0 / Q5_0 block's low nibbles.
-fn nib(qs: &[u8; 16], k: usize) -> u8 {
-    if k < 16 {
-        qs[k] & 0x0F
-    } else {
-        qs[k - 16] >> 4
-    }
 }
 
 fn set_nib(qs: &mut [u8; 16], k: usize, v: u8) {
@@ -107,7 +102,7 @@ fn repack_q4_0(src: &[u8], cols: usize, dst: &mut [u8]) {
         for i in 0..X16 {
             t[2 * i..2 * i + 2].copy_from_slice(&rows[i][j].d);
         }
-        put_nibbles(&mut t[32..], |i, k| nib(&rows[i][j].qs, k));
+        put_nibbles(&mut t[32..], |i| rows[i][j].qs);
     }
 }
 
@@ -132,9 +127,7 @@ fn unpack_q4_0(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
 fn permute_qh(qh: u32) -> u32 {
     let mut out = 0u32;
     for k in 0..32 {
-        if qh >> k & 1 == 1 {
-            out |= 1 << (8 * (k % 4) + k / 4);
-        }
+        out |= ((qh >> k) & 1) << (8 * (k % 4) + k / 4);
     }
     out
 }
@@ -158,7 +151,7 @@ fn repack_q5_0(src: &[u8], cols: usize, dst: &mut [u8]) {
             let qh = permute_qh(u32::from_le_bytes(b.qh));
             t[32 + 4 * i..36 + 4 * i].copy_from_slice(&qh.to_le_bytes());
         }
-        put_nibbles(&mut t[96..], |i, k| nib(&rows[i][j].qs, k));
+        put_nibbles(&mut t[96..], |i| rows[i][j].qs);
     }
 }
 
@@ -187,8 +180,10 @@ fn repack_q8_0(src: &[u8], cols: usize, dst: &mut [u8]) {
         for i in 0..X16 {
             let b = &rows[i][j];
             t[2 * i..2 * i + 2].copy_from_slice(&b.d);
-            for k in 0..32 {
-                t[32 + 64 * (k / 4) + 4 * i + k % 4] = (b.qs[k] as u8) ^ 0x80;
+            for c in 0..8 {
+                for k in 0..4 {
+                    t[32 + 64 * c + 4 * i + k] = (b.qs[4 * c + k] as u8) ^ 0x80;
+                }
             }
         }
     }
