@@ -62,12 +62,18 @@ impl WeightMatrix {
             return self;
         }
         let mut out = vec![0u8; self.data.len()];
-        let group = repack::X16 * self.row_bytes;
+        let chunk = repack::X16 * self.row_bytes * REPACK_GROUPS;
         let (ty, cols) = (self.ty, self.cols);
-        out.par_chunks_mut(group * 8)
-            .zip(self.data.par_chunks(group * 8))
-            .for_each(|(d, s)| repack::repack(ty, cols, s, d));
-        self.data.release();
+        // Each source chunk is released as soon as it is copied, so the peak resident memory
+        // of a load stays near the model's size rather than twice a large tensor's.
+        out.par_chunks_mut(chunk).enumerate().for_each(|(c, d)| {
+            let src = self
+                .data
+                .slice(c * chunk, d.len())
+                .expect("inside the matrix");
+            repack::repack(ty, cols, &src, d);
+            src.release();
+        });
         WeightMatrix {
             data: Bytes::from_vec(out),
             interleaved: true,
@@ -220,6 +226,9 @@ impl WeightMatrix {
         });
     }
 }
+
+/// Groups of 16 rows repacked (and their source released) per task at load.
+const REPACK_GROUPS: usize = 16;
 
 /// Largest rows × tokens tile a kernel asks for (`Isa::tile`).
 const TILE_MAX: usize = 1024;
