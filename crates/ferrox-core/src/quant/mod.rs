@@ -7,6 +7,7 @@ pub mod act;
 pub mod blocks;
 pub mod dequant;
 pub mod dot;
+pub(crate) mod repack_k;
 
 use blocks::*;
 use dequant::dequantize_blocks;
