@@ -19,6 +19,8 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x16_k;
 
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

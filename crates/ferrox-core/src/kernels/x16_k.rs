@@ -1,0 +1,562 @@
+//! AVX-512 VNNI GEMM kernels for Q4_K / Q6_K weights in the 16-row interleaved ("x16")
+//! layout of `quant::repack_k` against Q8_K activations. Block formats are ggml's
+//! (ggml/src/ggml-common.h, `block_q4_K` / `block_q6_K` / `block_q8_K`); `vpdpbusd` and
+//! `vpdpwssd` are as in the Intel SDM ("Multiply and Add Unsigned and Signed Bytes" / "Multiply
+//! and Add Signed Word Integers").
+//!
+//! Every 32-bit lane of a weight vector is one row, so
+//! `vpdpbusd acc, w, [activation dword]{1to16}` multiplies 4 consecutive k of 16 rows by the
+//! same 4 activation bytes and no horizontal reduction is ever needed: a group of 16 rows and
+//! one token end in one vector, stored with one 64-byte store.
+//!
+//! Integer sums are exact and scales are applied in integers per super-block:
+//! * Q4_K: per sub-block (32 k) two half sums of 16 products (|·| ≤ 16·15·128, an i16) each
+//!   take the 6-bit scale with one `vpdpwssd` against (sc, 0) words; the mins
+//!   Σ_j m_j·(bsum_2j + bsum_2j+1) are `vpdpwssd` of (m_j, m_j) words with the block-sum
+//!   dword pair of the activation.
+//! * Q6_K: per 8 k, `vpdpbusd` accumulates onto −32·Σa (the activation side of the q − 32
+//!   offset, precomputed once per call), so the sum Σ (q − 32)·a fits an i16
+//!   (|·| ≤ 8·32·127; Q8_K quants are in [−127, 127]) and takes the i8 scale with one
+//!   `vpdpwssd` against (sc, 0) words.
+//!
+//! Per (row, token) the float steps are fixed: per super-block
+//! Q4_K `acc += (d·I − dmin·M)·d_a`, Q6_K `acc += I·(d·d_a)`, super-blocks in order. The
+//! sequence depends on neither the token count, the group nor neighbouring rows or tokens, so
+//! any batch gives the bits of per-token calls.
+
+// Kernels index parallel per-token arrays by number.
+#![allow(clippy::needless_range_loop)]
+// Called by the matmul dispatch for repacked weights (until that lands, only by tests).
+#![allow(dead_code)]
+
+use crate::quant::blocks::{BlockQ8K, QK_K};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Rows per interleaved group (one per 32-bit lane).
+const ROWS: usize = 16;
+/// Tokens per register tile: the weights of a sub-block are unpacked once per tile.
+const TOK: usize = 4;
+/// Bytes of one super-block tile of 16 rows.
+const Q4K_TILE: usize = ROWS * 144;
+const Q6K_TILE: usize = ROWS * 210;
+/// Tiles ahead of the current one that are prefetched (the weights stream once at nt ≤ TOK).
+const PREFETCH: usize = 2;
+
+/// `vpshufb` controls (within each 128-bit lane, per dword i) picking byte j of each dword:
+/// `SC_W[j]` as the low word (zero-extended, high word 0), `MIN_W[j]` as both words,
+/// `SC_HI[j]` as the high byte of the low word (sign-extended by `vpsraw 8`).
+const fn shuf(j: usize, pattern: [bool; 4]) -> [u8; 64] {
+    let mut t = [0x80u8; 64];
+    let mut d = 0;
+    while d < 16 {
+        let mut b = 0;
+        while b < 4 {
+            if pattern[b] {
+                t[4 * d + b] = (4 * (d % 4) + j) as u8;
+            }
+            b += 1;
+        }
+        d += 1;
+    }
+    t
+}
+const fn shufs(pattern: [bool; 4]) -> [[u8; 64]; 4] {
+    [
+        shuf(0, pattern),
+        shuf(1, pattern),
+        shuf(2, pattern),
+        shuf(3, pattern),
+    ]
+}
+static SC_W: [[u8; 64]; 4] = shufs([true, false, false, false]);
+static MIN_W: [[u8; 64]; 4] = shufs([true, false, true, false]);
+static SC_HI: [[u8; 64]; 4] = shufs([false, true, false, false]);
+
+/// `ternlog` immediate for A | (B & C).
+const OR_AND: i32 = 0xF8;
+
+thread_local! {
+    /// Q6_K activation offsets: per token and super-block, 32 × −32·Σ of 8 quants.
+    static OFFSETS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The activation dword at byte `$off` of `$p`, broadcast (folds into a `{1to16}` operand).
+/// Expands inside an `unsafe` block that guarantees the 4 bytes are readable.
+macro_rules! bcast {
+    ($p:expr, $off:expr) => {
+        _mm512_set1_epi32(std::ptr::read_unaligned($p.add($off).cast::<i32>()))
+    };
+}
+
+/// Prefetches the `bytes`-long tile at `p` (any address: prefetches never fault).
+#[inline(always)]
+fn prefetch_tile(p: *const u8, bytes: usize) {
+    let mut o = 0;
+    while o < bytes {
+        // SAFETY: `_mm_prefetch` is a hint that never faults, whatever the address; SSE is
+        // part of x86-64.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
+        o += 64;
+    }
+}
+
+/// Checks slice shapes; returns (super-blocks per row, groups).
+fn shapes(w: &[u8], cols: usize, acts: &[BlockQ8K], nt: usize, tile: usize) -> (usize, usize) {
+    assert!(cols > 0 && cols.is_multiple_of(QK_K), "whole super-blocks");
+    let nsb = cols / QK_K;
+    assert!(w.len().is_multiple_of(nsb * tile), "whole groups");
+    assert!(acts.len() >= nt * nsb, "activation rows");
+    (nsb, w.len() / (nsb * tile))
+}
+
+/// y[k * ld + g * 16 + i] = dot(row i of group g, activation row k) for g < groups, i < 16,
+/// k < nt. `w` = `groups` repacked Q4_K groups (groups * 16 * row_bytes bytes); `acts` = nt
+/// activation rows of cols/256 `BlockQ8K` each, contiguous.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q4k(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    let (nsb, groups) = shapes(w, cols, acts, nt, Q4K_TILE);
+    for g in 0..groups {
+        let wg = w[g * nsb * Q4K_TILE..].as_ptr();
+        let mut t = 0;
+        while t < nt {
+            let n = (nt - t).min(TOK);
+            let a = acts[t * nsb..].as_ptr();
+            // Token t's row of y, columns g*16..g*16 + 16.
+            let out = y.wrapping_add(t * ld + g * ROWS);
+            // SAFETY: features per the caller; `wg` holds `nsb` tiles; `a` holds n rows of
+            // `nsb` blocks (shapes checked); `out` per the caller.
+            unsafe {
+                match n {
+                    4 => q4k_tile::<4>(wg, nsb, a, out, ld),
+                    3 => q4k_tile::<3>(wg, nsb, a, out, ld),
+                    2 => q4k_tile::<2>(wg, nsb, a, out, ld),
+                    _ => q4k_tile::<1>(wg, nsb, a, out, ld),
+                }
+            }
+            t += n;
+        }
+    }
+}
+
+/// One Q4_K group × `T` tokens.
+///
+/// # Safety
+/// AVX-512 as in `gemm_q4k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks;
+/// `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q4k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    a: *const BlockQ8K,
+    out: *mut f32,
+    ld: usize,
+) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m6 = _mm512_set1_epi8(0x3F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY (whole block): sb < nsb, so the tile and every token's block `sb` are in
+        // bounds; tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
+        unsafe {
+            let tile = w.add(sb * Q4K_TILE);
+            prefetch_tile(tile.wrapping_add(PREFETCH * Q4K_TILE), Q4K_TILE);
+            let blk: [&BlockQ8K; T] = std::array::from_fn(|k| &*a.add(k * nsb + sb));
+            // 6-bit scales and mins (ggml get_scale_min_k4) on whole dword lanes: bytes
+            // 0..4 of sc/m_lo are sub-blocks 0..3, of sc/m_hi sub-blocks 4..7.
+            let s0 = _mm512_loadu_si512(tile.add(64).cast());
+            let s1 = _mm512_loadu_si512(tile.add(128).cast());
+            let s2 = _mm512_loadu_si512(tile.add(192).cast());
+            let sc_lo = _mm512_and_si512(s0, m6);
+            let m_lo = _mm512_and_si512(s1, m6);
+            let top = _mm512_and_si512(_mm512_srli_epi32(s0, 2), m30);
+            let sc_hi = _mm512_ternarylogic_epi32(top, s2, m4, OR_AND);
+            let top = _mm512_and_si512(_mm512_srli_epi32(s1, 2), m30);
+            let m_hi = _mm512_ternarylogic_epi32(top, _mm512_srli_epi32(s2, 4), m4, OR_AND);
+
+            // Mins: (m_j, m_j) words against the dword (bsum_2j, bsum_2j+1).
+            let mut im = [z; T];
+            for j in 0..8 {
+                let src = if j < 4 { m_lo } else { m_hi };
+                let ctl = _mm512_loadu_si512(MIN_W[j % 4].as_ptr().cast());
+                let mw = _mm512_shuffle_epi8(src, ctl);
+                for k in 0..T {
+                    let bs = blk[k].bsums.as_ptr().cast::<u8>();
+                    im[k] = _mm512_dpwssd_epi32(im[k], mw, bcast!(bs, 4 * j));
+                }
+            }
+
+            let mut is = [z; T];
+            for j in 0..8 {
+                let src = if j < 4 { sc_lo } else { sc_hi };
+                let ctl = _mm512_loadu_si512(SC_W[j % 4].as_ptr().cast());
+                let sw = _mm512_shuffle_epi8(src, ctl);
+                let v: [__m512i; 4] = std::array::from_fn(|p| {
+                    _mm512_loadu_si512(tile.add(256 + 256 * j + 64 * p).cast())
+                });
+                let lo = v.map(|x| _mm512_and_si512(x, m4));
+                let hi = v.map(|x| _mm512_and_si512(_mm512_srli_epi16(x, 4), m4));
+                for k in 0..T {
+                    let q = blk[k].qs.as_ptr().add(32 * j).cast::<u8>();
+                    // Half sums of 16 products: each fits an i16.
+                    let h0 = _mm512_dpbusd_epi32(z, lo[0], bcast!(q, 0));
+                    let h0 = _mm512_dpbusd_epi32(h0, hi[0], bcast!(q, 4));
+                    let h0 = _mm512_dpbusd_epi32(h0, lo[1], bcast!(q, 8));
+                    let h0 = _mm512_dpbusd_epi32(h0, hi[1], bcast!(q, 12));
+                    let h1 = _mm512_dpbusd_epi32(z, lo[2], bcast!(q, 16));
+                    let h1 = _mm512_dpbusd_epi32(h1, hi[2], bcast!(q, 20));
+                    let h1 = _mm512_dpbusd_epi32(h1, lo[3], bcast!(q, 24));
+                    let h1 = _mm512_dpbusd_epi32(h1, hi[3], bcast!(q, 28));
+                    is[k] = _mm512_dpwssd_epi32(is[k], h0, sw);
+                    is[k] = _mm512_dpwssd_epi32(is[k], h1, sw);
+                }
+            }
+
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
+            for k in 0..T {
+                let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
+                let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
+                acc[k] = _mm512_fmadd_ps(t, _mm512_set1_ps(blk[k].d), acc[k]);
+            }
+        }
+    }
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
+/// Fills `off[(k * nsb + sb) * 32 + h]` = −32·Σ of quants 8h..8h + 8 of token k's block sb
+/// (`vpsadbw` of the quants biased by 128 gives Σ + 1024 per 8 bytes).
+///
+/// # Safety
+/// AVX-512 as in `gemm_q6k`; `acts` holds nt·nsb blocks; `off` holds nt·nsb·32 values.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6k_offsets(acts: &[BlockQ8K], off: &mut [i32]) {
+    assert!(off.len() >= acts.len() * 32, "offset buffer");
+    let bias = _mm512_set1_epi8(-128);
+    // −32·(s − 1024) = 32768 − 32·s.
+    let c = _mm512_set1_epi64(32768);
+    for (b, o) in acts.iter().zip(off.chunks_exact_mut(32)) {
+        for c4 in 0..4 {
+            // SAFETY: 64 of the 256 quants; 8 i32 of the 32 outputs.
+            unsafe {
+                let q = _mm512_loadu_si512(b.qs.as_ptr().add(64 * c4).cast());
+                let s = _mm512_sad_epu8(_mm512_xor_si512(q, bias), _mm512_setzero_si512());
+                let v = _mm512_sub_epi64(c, _mm512_slli_epi64(s, 5));
+                _mm256_storeu_si256(o.as_mut_ptr().add(8 * c4).cast(), _mm512_cvtepi64_epi32(v));
+            }
+        }
+    }
+}
+
+/// As `gemm_q4k`, for Q6_K groups.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q6k(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    let (nsb, groups) = shapes(w, cols, acts, nt, Q6K_TILE);
+    OFFSETS.with(|off| {
+        let mut off = off.borrow_mut();
+        off.resize(nt * nsb * 32, 0);
+        // SAFETY: features per the caller; the buffer holds nt·nsb·32 values.
+        unsafe { q6k_offsets(&acts[..nt * nsb], &mut off) };
+        for g in 0..groups {
+            let wg = w[g * nsb * Q6K_TILE..].as_ptr();
+            let mut t = 0;
+            while t < nt {
+                let n = (nt - t).min(TOK);
+                let a = acts[t * nsb..].as_ptr();
+                let o = off[t * nsb * 32..].as_ptr();
+                let out = y.wrapping_add(t * ld + g * ROWS);
+                // SAFETY: features per the caller; `wg` holds `nsb` tiles; `a` and `o` hold
+                // n tokens' `nsb` blocks and offsets (shapes checked); `out` per the caller.
+                unsafe {
+                    match n {
+                        4 => q6k_tile::<4>(wg, nsb, a, o, out, ld),
+                        3 => q6k_tile::<3>(wg, nsb, a, o, out, ld),
+                        2 => q6k_tile::<2>(wg, nsb, a, o, out, ld),
+                        _ => q6k_tile::<1>(wg, nsb, a, o, out, ld),
+                    }
+                }
+                t += n;
+            }
+        }
+    });
+}
+
+/// One Q6_K group × `T` tokens.
+///
+/// # Safety
+/// AVX-512 as in `gemm_q6k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
+/// `off` their `T·nsb·32` offsets; `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    a: *const BlockQ8K,
+    off: *const i32,
+    out: *mut f32,
+    ld: usize,
+) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY (whole block): sb < nsb, so the tile, every token's block `sb` and its 32
+        // offsets are in bounds; tiles are plain bytes read unaligned.
+        unsafe {
+            let tile = w.add(sb * Q6K_TILE);
+            prefetch_tile(tile.wrapping_add(PREFETCH * Q6K_TILE), Q6K_TILE);
+            let blk: [&BlockQ8K; T] = std::array::from_fn(|k| &*a.add(k * nsb + sb));
+            let ofs: [*const u8; T] = std::array::from_fn(|k| off.add((k * nsb + sb) * 32).cast());
+            let sc: [__m512i; 4] =
+                std::array::from_fn(|s| _mm512_loadu_si512(tile.add(32 + 64 * s).cast()));
+            let mut is = [z; T];
+            for j in 0..16 {
+                // (sc_j, 0) words: the byte lands in the high half of the low word and an
+                // arithmetic shift sign-extends it.
+                let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
+                let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
+                let base = tile.add(288 + 192 * j);
+                let l0 = _mm512_loadu_si512(base.cast());
+                let l1 = _mm512_loadu_si512(base.add(64).cast());
+                let h = _mm512_loadu_si512(base.add(128).cast());
+                // k 16j + 4c + b: low nibble | (bits 2c..2c + 1 of the high byte) << 4.
+                let q0 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(l0, m4),
+                    _mm512_slli_epi16(h, 4),
+                    m30,
+                    OR_AND,
+                );
+                let q1 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
+                    _mm512_slli_epi16(h, 2),
+                    m30,
+                    OR_AND,
+                );
+                let q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, m4), h, m30, OR_AND);
+                let q3 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                    _mm512_srli_epi16(h, 2),
+                    m30,
+                    OR_AND,
+                );
+                for k in 0..T {
+                    let q = blk[k].qs.as_ptr().add(16 * j).cast::<u8>();
+                    // Σ (q − 32)·a over 8 k, starting from −32·Σa: fits an i16.
+                    let r0 = _mm512_dpbusd_epi32(bcast!(ofs[k], 8 * j), q0, bcast!(q, 0));
+                    let r0 = _mm512_dpbusd_epi32(r0, q1, bcast!(q, 4));
+                    let r1 = _mm512_dpbusd_epi32(bcast!(ofs[k], 8 * j + 4), q2, bcast!(q, 8));
+                    let r1 = _mm512_dpbusd_epi32(r1, q3, bcast!(q, 12));
+                    is[k] = _mm512_dpwssd_epi32(is[k], r0, sw);
+                    is[k] = _mm512_dpwssd_epi32(is[k], r1, sw);
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+            for k in 0..T {
+                let f = _mm512_mul_ps(d, _mm512_set1_ps(blk[k].d));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
+            }
+        }
+    }
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::blocks::{f16_to_f32, f32_to_f16, scale_min_k4};
+    use crate::quant::repack_k::{repack_q4k, repack_q6k};
+    use crate::quant::{dot_row_ref, ActBuf, ActType, GgmlType};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    type Gemm = unsafe fn(&[u8], usize, &[BlockQ8K], usize, *mut f32, usize);
+
+    fn has_simd() -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512vl")
+            && has!("avx512vnni")
+            && has!("avx2")
+            && has!("fma")
+            && has!("f16c")
+    }
+
+    /// `rows` random rows in ggml layout: random quant and scale bytes, f16 d/dmin of
+    /// magnitude 1e-4..1e-1 and either sign.
+    fn random_rows(rng: &mut StdRng, ty: GgmlType, cols: usize, rows: usize) -> Vec<u8> {
+        let (bsz, f16s): (usize, &[usize]) = match ty {
+            GgmlType::Q4K => (144, &[0, 2]),
+            _ => (210, &[208]),
+        };
+        let mut w: Vec<u8> = (0..rows * cols / QK_K * bsz).map(|_| rng.gen()).collect();
+        for b in w.chunks_exact_mut(bsz) {
+            for &o in f16s {
+                let v = 10f32.powf(rng.gen_range(-4.0..-1.0)) * if rng.gen() { 1.0 } else { -1.0 };
+                b[o..o + 2].copy_from_slice(&f32_to_f16(v));
+            }
+        }
+        w
+    }
+
+    /// Activations for `nt` tokens: ordinary, extreme (±1e4), all-zero and mixed rows.
+    fn random_acts(rng: &mut StdRng, cols: usize, nt: usize) -> ActBuf {
+        let x: Vec<f32> = (0..nt * cols)
+            .map(|i| match (i / cols) % 4 {
+                0 => rng.gen_range(-1.0..1.0),
+                1 => rng.gen_range(-1e4..1e4),
+                2 => 0.0,
+                _ if (i % cols) / QK_K % 2 == 0 => 0.0,
+                _ => rng.gen_range(-3e3..3e3),
+            })
+            .collect();
+        let mut acts = ActBuf::default();
+        acts.quantize(ActType::Q8K, &x, cols);
+        acts
+    }
+
+    /// Σ over super-blocks of the magnitudes of every term the reference adds: the error
+    /// budget of the f32 steps.
+    fn bound(ty: GgmlType, row: &[u8], acts: &[BlockQ8K]) -> f64 {
+        let mut total = 0f64;
+        for (sb, a) in acts.iter().enumerate() {
+            let abs_a = |e: usize| (a.qs[e] as f64).abs();
+            let da = (a.d as f64).abs();
+            if ty == GgmlType::Q4K {
+                let b = &row[sb * 144..(sb + 1) * 144];
+                let sc: &[u8; 12] = b[4..16].try_into().unwrap();
+                let (d, dmin) = (
+                    f16_to_f32([b[0], b[1]]) as f64,
+                    f16_to_f32([b[2], b[3]]) as f64,
+                );
+                for j in 0..8 {
+                    let (s, m) = scale_min_k4(j, sc);
+                    let sa: f64 = (32 * j..32 * j + 32).map(abs_a).sum();
+                    total += da * (d.abs() * s as f64 * 15.0 * sa + dmin.abs() * m as f64 * sa);
+                }
+            } else {
+                let b = &row[sb * 210..(sb + 1) * 210];
+                let d = f16_to_f32([b[208], b[209]]) as f64;
+                for g in 0..16 {
+                    let sa: f64 = (16 * g..16 * g + 16).map(abs_a).sum();
+                    total += da * d.abs() * (b[192 + g] as i8 as f64).abs() * 32.0 * sa;
+                }
+            }
+        }
+        total
+    }
+
+    fn repack(ty: GgmlType, rows: &[u8], cols: usize) -> Vec<u8> {
+        let mut out = vec![0u8; rows.len()];
+        let gb = ROWS * ty.row_bytes(cols).unwrap();
+        for (s, d) in rows.chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
+            match ty {
+                GgmlType::Q4K => repack_q4k(s, cols, d),
+                _ => repack_q6k(s, cols, d),
+            }
+        }
+        out
+    }
+
+    fn run(
+        gemm: Gemm,
+        w: &[u8],
+        cols: usize,
+        acts: &[BlockQ8K],
+        nt: usize,
+        groups: usize,
+    ) -> Vec<f32> {
+        let ld = groups * ROWS + 3;
+        let mut y = vec![f32::NAN; nt * ld];
+        // SAFETY: AVX-512 checked by the caller; y holds nt rows of ld ≥ groups·16.
+        unsafe { gemm(w, cols, acts, nt, y.as_mut_ptr(), ld) };
+        (0..nt)
+            .flat_map(|k| y[k * ld..k * ld + groups * ROWS].to_vec())
+            .collect()
+    }
+
+    fn check(ty: GgmlType, gemm: Gemm) {
+        if !has_simd() {
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(ty as u64);
+        for (cols, groups) in [(256, 2), (1536, 1), (4864, 1)] {
+            let nsb = cols / QK_K;
+            let row_bytes = ty.row_bytes(cols).unwrap();
+            let rows = random_rows(&mut rng, ty, cols, groups * ROWS);
+            let w = repack(ty, &rows, cols);
+            let nt = 9;
+            let acts = random_acts(&mut rng, cols, nt);
+            let q8k = &acts.q8k[..nt * nsb];
+            let y = run(gemm, &w, cols, q8k, nt, groups);
+            for k in 0..nt {
+                for r in 0..groups * ROWS {
+                    let row = &rows[r * row_bytes..(r + 1) * row_bytes];
+                    let want = dot_row_ref(ty, row, acts.row(k)).unwrap();
+                    let got = y[k * groups * ROWS + r];
+                    let tol = 1e-5 * bound(ty, row, &q8k[k * nsb..(k + 1) * nsb]) as f32;
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{ty:?} cols {cols} row {r} token {k}: {got} vs {want} (tol {tol})"
+                    );
+                    if k % 4 == 2 {
+                        assert_eq!(got, 0.0, "all-zero activations");
+                    }
+                }
+            }
+            // Batch invariance: every nt gives the bits of per-token calls.
+            let single: Vec<Vec<f32>> = (0..nt)
+                .map(|k| run(gemm, &w, cols, &q8k[k * nsb..(k + 1) * nsb], 1, groups))
+                .collect();
+            for n in 1..=nt {
+                let y = run(gemm, &w, cols, &q8k[..n * nsb], n, groups);
+                for k in 0..n {
+                    let got: Vec<u32> = y[k * groups * ROWS..][..groups * ROWS]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    let want: Vec<u32> = single[k].iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{ty:?} cols {cols} nt {n} token {k}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn x16_gemm_q4k_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::Q4K, gemm_q4k);
+    }
+
+    #[test]
+    fn x16_gemm_q6k_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::Q6K, gemm_q6k);
+    }
+}
