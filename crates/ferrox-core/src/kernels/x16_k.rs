@@ -434,7 +434,7 @@ mod tests {
                 0 => rng.gen_range(-1.0..1.0),
                 1 => rng.gen_range(-1e4..1e4),
                 2 => 0.0,
-                _ if (i % cols) / QK_K % 2 == 0 => 0.0,
+                _ if ((i % cols) / QK_K).is_multiple_of(2) => 0.0,
                 _ => rng.gen_range(-3e3..3e3),
             })
             .collect();

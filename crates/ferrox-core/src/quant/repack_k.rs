@@ -196,6 +196,8 @@ pub(crate) fn unpack_row_q6k(group: &[u8], cols: usize, lane: usize, dst: &mut [
 
 #[cfg(test)]
 mod tests {
+    // Element-by-element checks index the decoded quants by element number.
+    #![allow(clippy::needless_range_loop)]
     use super::*;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
