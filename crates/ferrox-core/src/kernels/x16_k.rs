@@ -389,17 +389,17 @@ unsafe fn q6k_tile<const T: usize>(
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
     use crate::quant::blocks::{f16_to_f32, f32_to_f16, scale_min_k4};
     use crate::quant::repack_k::{repack_q4k, repack_q6k};
-    use crate::quant::{dot_row_ref, ActBuf, ActType, GgmlType};
+    use crate::quant::{ActBuf, ActType, GgmlType};
     use rand::rngs::StdRng;
-    use rand::{Rng, SeedableRng};
+    use rand::Rng;
 
-    type Gemm = unsafe fn(&[u8], usize, &[BlockQ8K], usize, *mut f32, usize);
+    pub type Gemm = unsafe fn(&[u8], usize, &[BlockQ8K], usize, *mut f32, usize);
 
-    fn has_simd() -> bool {
+    pub fn has_simd() -> bool {
         use std::arch::is_x86_feature_detected as has;
         has!("avx512f")
             && has!("avx512bw")
@@ -412,7 +412,7 @@ mod tests {
 
     /// `rows` random rows in ggml layout: random quant and scale bytes, f16 d/dmin of
     /// magnitude 1e-4..1e-1 and either sign.
-    fn random_rows(rng: &mut StdRng, ty: GgmlType, cols: usize, rows: usize) -> Vec<u8> {
+    pub fn random_rows(rng: &mut StdRng, ty: GgmlType, cols: usize, rows: usize) -> Vec<u8> {
         let (bsz, f16s): (usize, &[usize]) = match ty {
             GgmlType::Q4K => (144, &[0, 2]),
             _ => (210, &[208]),
@@ -428,7 +428,7 @@ mod tests {
     }
 
     /// Activations for `nt` tokens: ordinary, extreme (±1e4), all-zero and mixed rows.
-    fn random_acts(rng: &mut StdRng, cols: usize, nt: usize) -> ActBuf {
+    pub fn random_acts(rng: &mut StdRng, cols: usize, nt: usize) -> ActBuf {
         let x: Vec<f32> = (0..nt * cols)
             .map(|i| match (i / cols) % 4 {
                 0 => rng.gen_range(-1.0..1.0),
@@ -445,7 +445,7 @@ mod tests {
 
     /// Σ over super-blocks of the magnitudes of every term the reference adds: the error
     /// budget of the f32 steps.
-    fn bound(ty: GgmlType, row: &[u8], acts: &[BlockQ8K]) -> f64 {
+    pub fn bound(ty: GgmlType, row: &[u8], acts: &[BlockQ8K]) -> f64 {
         let mut total = 0f64;
         for (sb, a) in acts.iter().enumerate() {
             let abs_a = |e: usize| (a.qs[e] as f64).abs();
@@ -474,7 +474,7 @@ mod tests {
         total
     }
 
-    fn repack(ty: GgmlType, rows: &[u8], cols: usize) -> Vec<u8> {
+    pub fn repack(ty: GgmlType, rows: &[u8], cols: usize) -> Vec<u8> {
         let mut out = vec![0u8; rows.len()];
         let gb = ROWS * ty.row_bytes(cols).unwrap();
         for (s, d) in rows.chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
@@ -486,7 +486,7 @@ mod tests {
         out
     }
 
-    fn run(
+    pub fn run(
         gemm: Gemm,
         w: &[u8],
         cols: usize,
@@ -502,6 +502,15 @@ mod tests {
             .flat_map(|k| y[k * ld..k * ld + groups * ROWS].to_vec())
             .collect()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::quant::{dot_row_ref, GgmlType};
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
 
     fn check(ty: GgmlType, gemm: Gemm) {
         if !has_simd() {
@@ -558,5 +567,58 @@ mod tests {
     #[test]
     fn x16_gemm_q6k_matches_reference_and_is_batch_invariant() {
         check(GgmlType::Q6K, gemm_q6k);
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::tests_support::*;
+    use super::*;
+    use crate::quant::{ActBuf, ActType, GgmlType};
+    use std::time::Instant;
+
+    /// Single-thread gemm_q4k / gemm_q6k on 8960×1536 against the row-wise AVX-512 path:
+    /// `cargo test --release -p ferrox-core --lib x16_bench -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn x16_bench() {
+        if !has_simd() {
+            return;
+        }
+        let (rows, cols) = (8960, 1536);
+        for (ty, gemm) in [(GgmlType::Q4K, gemm_q4k as Gemm), (GgmlType::Q6K, gemm_q6k)] {
+            let mut rng = rand::SeedableRng::seed_from_u64(1);
+            let orig = random_rows(&mut rng, ty, cols, rows);
+            let w = repack(ty, &orig, cols);
+            for nt in [1, 8, 64] {
+                let x: Vec<f32> = (0..nt * cols)
+                    .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
+                    .collect();
+                let mut acts = ActBuf::default();
+                acts.quantize(ActType::Q8K, &x, cols);
+                let mut y = vec![0f32; nt * rows];
+                let best = |f: &mut dyn FnMut()| {
+                    f();
+                    (0..if nt == 64 { 5 } else { 20 })
+                        .map(|_| {
+                            let t = Instant::now();
+                            f();
+                            t.elapsed().as_secs_f64()
+                        })
+                        .fold(f64::MAX, f64::min)
+                };
+                let q8k = &acts.q8k[..nt * cols / QK_K];
+                // SAFETY: AVX-512 checked; y holds nt rows of `rows`.
+                let new = best(&mut || unsafe { gemm(&w, cols, q8k, nt, y.as_mut_ptr(), rows) });
+                let isa = crate::kernels::Isa::Avx512;
+                let old =
+                    best(&mut || crate::kernels::dot_block(isa, ty, &orig, &acts, 0, nt, &mut y));
+                eprintln!(
+                    "{ty:?} {rows}x{cols} nt={nt}: x16 {:.3} ms, row-wise {:.3} ms",
+                    new * 1e3,
+                    old * 1e3
+                );
+            }
+        }
     }
 }
