@@ -9,15 +9,18 @@
 //! same 4 activation bytes and no horizontal reduction is ever needed: a group of 16 rows and
 //! one token end in one vector, stored with one 64-byte store.
 //!
-//! Integer sums are exact and scales are applied in integers per super-block:
-//! * Q4_K: per sub-block (32 k) two half sums of 16 products (|·| ≤ 16·15·128, an i16) each
-//!   take the 6-bit scale with one `vpdpwssd` against (sc, 0) words; the mins
-//!   Σ_j m_j·(bsum_2j + bsum_2j+1) are `vpdpwssd` of (m_j, m_j) words with the block-sum
-//!   dword pair of the activation.
-//! * Q6_K: per 8 k, `vpdpbusd` accumulates onto −32·Σa (the activation side of the q − 32
-//!   offset, precomputed once per call), so the sum Σ (q − 32)·a fits an i16
-//!   (|·| ≤ 8·32·127; Q8_K quants are in [−127, 127]) and takes the i8 scale with one
-//!   `vpdpwssd` against (sc, 0) words.
+//! Integer sums are exact and scales are applied in integers per super-block. Both kernels
+//! start each short `vpdpbusd` chain from an activation-side offset precomputed once per call
+//! (per token and super-block, `q4k_pre` / `q6k_pre`), which re-centres the unsigned weights
+//! so that the chain's sum fits an i16 and takes its sub-block scale with one `vpdpwssd`
+//! against (sc, 0) words:
+//! * Q4_K: per sub-block (32 k), D_j = Σ (q − 8)·a starts from −8·S_j (S_j the sub-block's
+//!   activation sum, |D_j| ≤ 32·8·127); then I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j and the mins
+//!   M = Σ_j m_j·S_j come from word pairs of scales / mins against (S_2i, S_2i+1) dwords.
+//! * Q6_K: per 8 k, Σ (q − 32)·a starts from −32·Σa (|·| ≤ 8·32·127).
+//!
+//! Both bounds use that Q8_K quants are in [−127, 127] (ggml's `quantize_row_q8_K` scales
+//! by −127/max and clamps at 127, so −128 never occurs).
 //!
 //! Per (row, token) the float steps are fixed: per super-block
 //! Q4_K `acc += (d·I − dmin·M)·d_a`, Q6_K `acc += I·(d·d_a)`, super-blocks in order. The
@@ -36,24 +39,27 @@ use std::cell::RefCell;
 /// Rows per interleaved group (one per 32-bit lane).
 const ROWS: usize = 16;
 /// Tokens per register tile: the weights of a sub-block are unpacked once per tile.
-const TOK: usize = 4;
+const TOK: usize = 8;
 /// Bytes of one super-block tile of 16 rows.
 const Q4K_TILE: usize = ROWS * 144;
 const Q6K_TILE: usize = ROWS * 210;
 /// Tiles ahead of the current one that are prefetched (the weights stream once at nt ≤ TOK).
 const PREFETCH: usize = 2;
+/// Precomputed activation terms per (token, super-block), in i32: Q4_K 16 (one cache line),
+/// Q6_K 32.
+const Q4K_PRE: usize = 16;
+const Q6K_PRE: usize = 32;
 
-/// `vpshufb` controls (within each 128-bit lane, per dword i) picking byte j of each dword:
-/// `SC_W[j]` as the low word (zero-extended, high word 0), `MIN_W[j]` as both words,
-/// `SC_HI[j]` as the high byte of the low word (sign-extended by `vpsraw 8`).
-const fn shuf(j: usize, pattern: [bool; 4]) -> [u8; 64] {
+/// A `vpshufb` control: in every dword d (within its 128-bit lane), byte b takes byte
+/// `picks[b]` of d (−1: zero).
+const fn shuf(picks: [i8; 4]) -> [u8; 64] {
     let mut t = [0x80u8; 64];
     let mut d = 0;
     while d < 16 {
         let mut b = 0;
         while b < 4 {
-            if pattern[b] {
-                t[4 * d + b] = (4 * (d % 4) + j) as u8;
+            if picks[b] >= 0 {
+                t[4 * d + b] = (4 * (d % 4)) as u8 + picks[b] as u8;
             }
             b += 1;
         }
@@ -61,24 +67,29 @@ const fn shuf(j: usize, pattern: [bool; 4]) -> [u8; 64] {
     }
     t
 }
-const fn shufs(pattern: [bool; 4]) -> [[u8; 64]; 4] {
-    [
-        shuf(0, pattern),
-        shuf(1, pattern),
-        shuf(2, pattern),
-        shuf(3, pattern),
-    ]
-}
-static SC_W: [[u8; 64]; 4] = shufs([true, false, false, false]);
-static MIN_W: [[u8; 64]; 4] = shufs([true, false, true, false]);
-static SC_HI: [[u8; 64]; 4] = shufs([false, true, false, false]);
+/// Byte j as the zero-extended low word, high word 0.
+static SC_W: [[u8; 64]; 4] = [
+    shuf([0, -1, -1, -1]),
+    shuf([1, -1, -1, -1]),
+    shuf([2, -1, -1, -1]),
+    shuf([3, -1, -1, -1]),
+];
+/// Bytes 2i and 2i + 1 as two zero-extended words.
+static PAIR_W: [[u8; 64]; 2] = [shuf([0, -1, 1, -1]), shuf([2, -1, 3, -1])];
+/// Byte j as the high byte of the low word (sign-extended by `vpsraw 8`), high word 0.
+static SC_HI: [[u8; 64]; 4] = [
+    shuf([-1, 0, -1, -1]),
+    shuf([-1, 1, -1, -1]),
+    shuf([-1, 2, -1, -1]),
+    shuf([-1, 3, -1, -1]),
+];
 
 /// `ternlog` immediate for A | (B & C).
 const OR_AND: i32 = 0xF8;
 
 thread_local! {
-    /// Q6_K activation offsets: per token and super-block, 32 × −32·Σ of 8 quants.
-    static OFFSETS: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    /// Per-call activation terms (`q4k_pre` / `q6k_pre`), reused across calls.
+    static PRE: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The activation dword at byte `$off` of `$p`, broadcast (folds into a `{1to16}` operand).
@@ -110,6 +121,48 @@ fn shapes(w: &[u8], cols: usize, acts: &[BlockQ8K], nt: usize, tile: usize) -> (
     (nsb, w.len() / (nsb * tile))
 }
 
+/// Runs `$tile::<n>(group, nsb, acts, pre, out, ld)` over every group and tile of up to TOK
+/// tokens (`n` a literal for the register arrays), with the per-call terms `$fill` computes.
+macro_rules! gemm_body {
+    ($w:expr, $cols:expr, $acts:expr, $nt:expr, $y:expr, $ld:expr,
+     $tile_bytes:expr, $pre:expr, $fill:ident, $tile:ident) => {{
+        let (w, acts, nt, y, ld) = ($w, $acts, $nt, $y, $ld);
+        let (nsb, groups) = shapes(w, $cols, acts, nt, $tile_bytes);
+        PRE.with(|pre| {
+            let mut pre = pre.borrow_mut();
+            pre.resize(nt * nsb * $pre, 0);
+            $fill(&acts[..nt * nsb], &mut pre);
+            for g in 0..groups {
+                let wg = w[g * nsb * $tile_bytes..].as_ptr();
+                let mut t = 0;
+                while t < nt {
+                    let n = (nt - t).min(TOK);
+                    let a = acts[t * nsb..].as_ptr();
+                    let p = pre[t * nsb * $pre..].as_ptr();
+                    // Token t's row of y, columns g*16..g*16 + 16.
+                    let out = y.wrapping_add(t * ld + g * ROWS);
+                    // SAFETY: features per the caller; `wg` holds `nsb` tiles; `a` and `p`
+                    // hold n tokens' `nsb` blocks and terms (shapes checked); `out` per the
+                    // caller.
+                    unsafe {
+                        match n {
+                            8 => $tile::<8>(wg, nsb, a, p, out, ld),
+                            7 => $tile::<7>(wg, nsb, a, p, out, ld),
+                            6 => $tile::<6>(wg, nsb, a, p, out, ld),
+                            5 => $tile::<5>(wg, nsb, a, p, out, ld),
+                            4 => $tile::<4>(wg, nsb, a, p, out, ld),
+                            3 => $tile::<3>(wg, nsb, a, p, out, ld),
+                            2 => $tile::<2>(wg, nsb, a, p, out, ld),
+                            _ => $tile::<1>(wg, nsb, a, p, out, ld),
+                        }
+                    }
+                    t += n;
+                }
+            }
+        })
+    }};
+}
+
 /// y[k * ld + g * 16 + i] = dot(row i of group g, activation row k) for g < groups, i < 16,
 /// k < nt. `w` = `groups` repacked Q4_K groups (groups * 16 * row_bytes bytes); `acts` = nt
 /// activation rows of cols/256 `BlockQ8K` each, contiguous.
@@ -125,40 +178,37 @@ pub(crate) unsafe fn gemm_q4k(
     y: *mut f32,
     ld: usize,
 ) {
-    let (nsb, groups) = shapes(w, cols, acts, nt, Q4K_TILE);
-    for g in 0..groups {
-        let wg = w[g * nsb * Q4K_TILE..].as_ptr();
-        let mut t = 0;
-        while t < nt {
-            let n = (nt - t).min(TOK);
-            let a = acts[t * nsb..].as_ptr();
-            // Token t's row of y, columns g*16..g*16 + 16.
-            let out = y.wrapping_add(t * ld + g * ROWS);
-            // SAFETY: features per the caller; `wg` holds `nsb` tiles; `a` holds n rows of
-            // `nsb` blocks (shapes checked); `out` per the caller.
-            unsafe {
-                match n {
-                    4 => q4k_tile::<4>(wg, nsb, a, out, ld),
-                    3 => q4k_tile::<3>(wg, nsb, a, out, ld),
-                    2 => q4k_tile::<2>(wg, nsb, a, out, ld),
-                    _ => q4k_tile::<1>(wg, nsb, a, out, ld),
-                }
-            }
-            t += n;
+    gemm_body!(w, cols, acts, nt, y, ld, Q4K_TILE, Q4K_PRE, q4k_pre, q4k_tile)
+}
+
+/// Q4_K terms per block: S_j = Σ of the 32 quants of sub-block j (bsum_2j + bsum_2j+1,
+/// |·| ≤ 4064, an i16); i32 0..8: −8·S_j; 8..12: words (S_2i, S_2i+1).
+fn q4k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
+    for (b, p) in acts.iter().zip(pre.chunks_exact_mut(Q4K_PRE)) {
+        let s: [i32; 8] =
+            std::array::from_fn(|j| b.bsums[2 * j] as i32 + b.bsums[2 * j + 1] as i32);
+        for j in 0..8 {
+            p[j] = -8 * s[j];
+        }
+        for i in 0..4 {
+            p[8 + i] = (s[2 * i] as u16 as i32) | ((s[2 * i + 1] as u16 as i32) << 16);
         }
     }
 }
 
-/// One Q4_K group × `T` tokens.
+/// One Q4_K group × `T` tokens. With D_j = Σ (q − 8)·a over sub-block j (|·| ≤ 32·8·127, an
+/// i16: `vpdpbusd` starts from −8·S_j), I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j = Σ_j sc_j·Σ q·a
+/// and M = Σ_j m_j·S_j, all exact.
 ///
 /// # Safety
-/// AVX-512 as in `gemm_q4k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks;
-/// `out + k * ld .. + 16` is writable for k < T.
+/// AVX-512 as in `gemm_q4k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
+/// `pre` their terms; `out + k * ld .. + 16` is writable for k < T.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q4k_tile<const T: usize>(
     w: *const u8,
     nsb: usize,
     a: *const BlockQ8K,
+    pre: *const i32,
     out: *mut f32,
     ld: usize,
 ) {
@@ -168,12 +218,15 @@ unsafe fn q4k_tile<const T: usize>(
     let z = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
-        // SAFETY (whole block): sb < nsb, so the tile and every token's block `sb` are in
-        // bounds; tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
+        // SAFETY (whole block): sb < nsb, so the tile, every token's block `sb` and its terms
+        // are in bounds; tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
         unsafe {
             let tile = w.add(sb * Q4K_TILE);
             prefetch_tile(tile.wrapping_add(PREFETCH * Q4K_TILE), Q4K_TILE);
-            let blk: [&BlockQ8K; T] = std::array::from_fn(|k| &*a.add(k * nsb + sb));
+            let qa: [*const u8; T] =
+                std::array::from_fn(|k| (*a.add(k * nsb + sb)).qs.as_ptr().cast());
+            let pk: [*const u8; T] =
+                std::array::from_fn(|k| pre.add((k * nsb + sb) * Q4K_PRE).cast());
             // 6-bit scales and mins (ggml get_scale_min_k4) on whole dword lanes: bytes
             // 0..4 of sc/m_lo are sub-blocks 0..3, of sc/m_hi sub-blocks 4..7.
             let s0 = _mm512_loadu_si512(tile.add(64).cast());
@@ -186,18 +239,6 @@ unsafe fn q4k_tile<const T: usize>(
             let top = _mm512_and_si512(_mm512_srli_epi32(s1, 2), m30);
             let m_hi = _mm512_ternarylogic_epi32(top, _mm512_srli_epi32(s2, 4), m4, OR_AND);
 
-            // Mins: (m_j, m_j) words against the dword (bsum_2j, bsum_2j+1).
-            let mut im = [z; T];
-            for j in 0..8 {
-                let src = if j < 4 { m_lo } else { m_hi };
-                let ctl = _mm512_loadu_si512(MIN_W[j % 4].as_ptr().cast());
-                let mw = _mm512_shuffle_epi8(src, ctl);
-                for k in 0..T {
-                    let bs = blk[k].bsums.as_ptr().cast::<u8>();
-                    im[k] = _mm512_dpwssd_epi32(im[k], mw, bcast!(bs, 4 * j));
-                }
-            }
-
             let mut is = [z; T];
             for j in 0..8 {
                 let src = if j < 4 { sc_lo } else { sc_hi };
@@ -209,57 +250,46 @@ unsafe fn q4k_tile<const T: usize>(
                 let lo = v.map(|x| _mm512_and_si512(x, m4));
                 let hi = v.map(|x| _mm512_and_si512(_mm512_srli_epi16(x, 4), m4));
                 for k in 0..T {
-                    let q = blk[k].qs.as_ptr().add(32 * j).cast::<u8>();
-                    // Half sums of 16 products: each fits an i16.
-                    let h0 = _mm512_dpbusd_epi32(z, lo[0], bcast!(q, 0));
-                    let h0 = _mm512_dpbusd_epi32(h0, hi[0], bcast!(q, 4));
-                    let h0 = _mm512_dpbusd_epi32(h0, lo[1], bcast!(q, 8));
-                    let h0 = _mm512_dpbusd_epi32(h0, hi[1], bcast!(q, 12));
-                    let h1 = _mm512_dpbusd_epi32(z, lo[2], bcast!(q, 16));
-                    let h1 = _mm512_dpbusd_epi32(h1, hi[2], bcast!(q, 20));
-                    let h1 = _mm512_dpbusd_epi32(h1, lo[3], bcast!(q, 24));
-                    let h1 = _mm512_dpbusd_epi32(h1, hi[3], bcast!(q, 28));
-                    is[k] = _mm512_dpwssd_epi32(is[k], h0, sw);
-                    is[k] = _mm512_dpwssd_epi32(is[k], h1, sw);
+                    let q = qa[k].add(32 * j);
+                    let d = _mm512_dpbusd_epi32(bcast!(pk[k], 4 * j), lo[0], bcast!(q, 0));
+                    let d = _mm512_dpbusd_epi32(d, hi[0], bcast!(q, 4));
+                    let d = _mm512_dpbusd_epi32(d, lo[1], bcast!(q, 8));
+                    let d = _mm512_dpbusd_epi32(d, hi[1], bcast!(q, 12));
+                    let d = _mm512_dpbusd_epi32(d, lo[2], bcast!(q, 16));
+                    let d = _mm512_dpbusd_epi32(d, hi[2], bcast!(q, 20));
+                    let d = _mm512_dpbusd_epi32(d, lo[3], bcast!(q, 24));
+                    let d = _mm512_dpbusd_epi32(d, hi[3], bcast!(q, 28));
+                    is[k] = _mm512_dpwssd_epi32(is[k], d, sw);
+                }
+            }
+
+            // Word pairs (8·sc_2i, 8·sc_2i+1) and (m_2i, m_2i+1) against (S_2i, S_2i+1).
+            let mut im = [z; T];
+            for i in 0..4 {
+                let ctl = _mm512_loadu_si512(PAIR_W[i % 2].as_ptr().cast());
+                let (sc, m) = if i < 2 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
+                let sc8 = _mm512_slli_epi32(_mm512_shuffle_epi8(sc, ctl), 3);
+                let mw = _mm512_shuffle_epi8(m, ctl);
+                for k in 0..T {
+                    let s = bcast!(pk[k], 32 + 4 * i);
+                    is[k] = _mm512_dpwssd_epi32(is[k], sc8, s);
+                    im[k] = _mm512_dpwssd_epi32(im[k], mw, s);
                 }
             }
 
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
             for k in 0..T {
+                let da = (*a.add(k * nsb + sb)).d;
                 let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
                 let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
-                acc[k] = _mm512_fmadd_ps(t, _mm512_set1_ps(blk[k].d), acc[k]);
+                acc[k] = _mm512_fmadd_ps(t, _mm512_set1_ps(da), acc[k]);
             }
         }
     }
     for k in 0..T {
         // SAFETY: per the caller.
         unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
-    }
-}
-
-/// Fills `off[(k * nsb + sb) * 32 + h]` = −32·Σ of quants 8h..8h + 8 of token k's block sb
-/// (`vpsadbw` of the quants biased by 128 gives Σ + 1024 per 8 bytes).
-///
-/// # Safety
-/// AVX-512 as in `gemm_q6k`; `acts` holds nt·nsb blocks; `off` holds nt·nsb·32 values.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6k_offsets(acts: &[BlockQ8K], off: &mut [i32]) {
-    assert!(off.len() >= acts.len() * 32, "offset buffer");
-    let bias = _mm512_set1_epi8(-128);
-    // −32·(s − 1024) = 32768 − 32·s.
-    let c = _mm512_set1_epi64(32768);
-    for (b, o) in acts.iter().zip(off.chunks_exact_mut(32)) {
-        for c4 in 0..4 {
-            // SAFETY: 64 of the 256 quants; 8 i32 of the 32 outputs.
-            unsafe {
-                let q = _mm512_loadu_si512(b.qs.as_ptr().add(64 * c4).cast());
-                let s = _mm512_sad_epu8(_mm512_xor_si512(q, bias), _mm512_setzero_si512());
-                let v = _mm512_sub_epi64(c, _mm512_slli_epi64(s, 5));
-                _mm256_storeu_si256(o.as_mut_ptr().add(8 * c4).cast(), _mm512_cvtepi64_epi32(v));
-            }
-        }
     }
 }
 
@@ -276,47 +306,40 @@ pub(crate) unsafe fn gemm_q6k(
     y: *mut f32,
     ld: usize,
 ) {
-    let (nsb, groups) = shapes(w, cols, acts, nt, Q6K_TILE);
-    OFFSETS.with(|off| {
-        let mut off = off.borrow_mut();
-        off.resize(nt * nsb * 32, 0);
-        // SAFETY: features per the caller; the buffer holds nt·nsb·32 values.
-        unsafe { q6k_offsets(&acts[..nt * nsb], &mut off) };
-        for g in 0..groups {
-            let wg = w[g * nsb * Q6K_TILE..].as_ptr();
-            let mut t = 0;
-            while t < nt {
-                let n = (nt - t).min(TOK);
-                let a = acts[t * nsb..].as_ptr();
-                let o = off[t * nsb * 32..].as_ptr();
-                let out = y.wrapping_add(t * ld + g * ROWS);
-                // SAFETY: features per the caller; `wg` holds `nsb` tiles; `a` and `o` hold
-                // n tokens' `nsb` blocks and offsets (shapes checked); `out` per the caller.
-                unsafe {
-                    match n {
-                        4 => q6k_tile::<4>(wg, nsb, a, o, out, ld),
-                        3 => q6k_tile::<3>(wg, nsb, a, o, out, ld),
-                        2 => q6k_tile::<2>(wg, nsb, a, o, out, ld),
-                        _ => q6k_tile::<1>(wg, nsb, a, o, out, ld),
-                    }
-                }
-                t += n;
+    gemm_body!(w, cols, acts, nt, y, ld, Q6K_TILE, Q6K_PRE, q6k_pre, q6k_tile)
+}
+
+/// Q6_K terms per block: i32 h (0..32) = −32·Σ of quants 8h..8h + 8 (`vpsadbw` of the quants
+/// biased by 128 gives Σ + 1024 per 8 bytes).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q6k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
+    let bias = _mm512_set1_epi8(-128);
+    // −32·(s − 1024) = 32768 − 32·s.
+    let c = _mm512_set1_epi64(32768);
+    for (b, o) in acts.iter().zip(pre.chunks_exact_mut(Q6K_PRE)) {
+        for c4 in 0..4 {
+            // SAFETY: 64 of the 256 quants; 8 i32 of the 32 outputs.
+            unsafe {
+                let q = _mm512_loadu_si512(b.qs.as_ptr().add(64 * c4).cast());
+                let s = _mm512_sad_epu8(_mm512_xor_si512(q, bias), _mm512_setzero_si512());
+                let v = _mm512_sub_epi64(c, _mm512_slli_epi64(s, 5));
+                _mm256_storeu_si256(o.as_mut_ptr().add(8 * c4).cast(), _mm512_cvtepi64_epi32(v));
             }
         }
-    });
+    }
 }
 
 /// One Q6_K group × `T` tokens.
 ///
 /// # Safety
 /// AVX-512 as in `gemm_q6k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
-/// `off` their `T·nsb·32` offsets; `out + k * ld .. + 16` is writable for k < T.
+/// `pre` their terms; `out + k * ld .. + 16` is writable for k < T.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q6k_tile<const T: usize>(
     w: *const u8,
     nsb: usize,
     a: *const BlockQ8K,
-    off: *const i32,
+    pre: *const i32,
     out: *mut f32,
     ld: usize,
 ) {
@@ -326,12 +349,14 @@ unsafe fn q6k_tile<const T: usize>(
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         // SAFETY (whole block): sb < nsb, so the tile, every token's block `sb` and its 32
-        // offsets are in bounds; tiles are plain bytes read unaligned.
+        // terms are in bounds; tiles are plain bytes read unaligned.
         unsafe {
             let tile = w.add(sb * Q6K_TILE);
             prefetch_tile(tile.wrapping_add(PREFETCH * Q6K_TILE), Q6K_TILE);
-            let blk: [&BlockQ8K; T] = std::array::from_fn(|k| &*a.add(k * nsb + sb));
-            let ofs: [*const u8; T] = std::array::from_fn(|k| off.add((k * nsb + sb) * 32).cast());
+            let qa: [*const u8; T] =
+                std::array::from_fn(|k| (*a.add(k * nsb + sb)).qs.as_ptr().cast());
+            let pk: [*const u8; T] =
+                std::array::from_fn(|k| pre.add((k * nsb + sb) * Q6K_PRE).cast());
             let sc: [__m512i; 4] =
                 std::array::from_fn(|s| _mm512_loadu_si512(tile.add(32 + 64 * s).cast()));
             let mut is = [z; T];
@@ -365,11 +390,11 @@ unsafe fn q6k_tile<const T: usize>(
                     OR_AND,
                 );
                 for k in 0..T {
-                    let q = blk[k].qs.as_ptr().add(16 * j).cast::<u8>();
+                    let q = qa[k].add(16 * j);
                     // Σ (q − 32)·a over 8 k, starting from −32·Σa: fits an i16.
-                    let r0 = _mm512_dpbusd_epi32(bcast!(ofs[k], 8 * j), q0, bcast!(q, 0));
+                    let r0 = _mm512_dpbusd_epi32(bcast!(pk[k], 8 * j), q0, bcast!(q, 0));
                     let r0 = _mm512_dpbusd_epi32(r0, q1, bcast!(q, 4));
-                    let r1 = _mm512_dpbusd_epi32(bcast!(ofs[k], 8 * j + 4), q2, bcast!(q, 8));
+                    let r1 = _mm512_dpbusd_epi32(bcast!(pk[k], 8 * j + 4), q2, bcast!(q, 8));
                     let r1 = _mm512_dpbusd_epi32(r1, q3, bcast!(q, 12));
                     is[k] = _mm512_dpwssd_epi32(is[k], r0, sw);
                     is[k] = _mm512_dpwssd_epi32(is[k], r1, sw);
@@ -377,7 +402,8 @@ unsafe fn q6k_tile<const T: usize>(
             }
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
             for k in 0..T {
-                let f = _mm512_mul_ps(d, _mm512_set1_ps(blk[k].d));
+                let da = (*a.add(k * nsb + sb)).d;
+                let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
                 acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
             }
         }
