@@ -615,7 +615,12 @@ mod bench {
         for (ty, gemm) in [(GgmlType::Q4K, gemm_q4k as Gemm), (GgmlType::Q6K, gemm_q6k)] {
             let mut rng = rand::SeedableRng::seed_from_u64(1);
             let orig = random_rows(&mut rng, ty, cols, rows);
+            let t = Instant::now();
             let w = repack(ty, &orig, cols);
+            eprintln!(
+                "{ty:?} {rows}x{cols}: repack {:.1} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
             for nt in [1, 8, 64] {
                 let x: Vec<f32> = (0..nt * cols)
                     .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
