@@ -37,26 +37,10 @@ fn shape(len: usize, cols: usize, block: usize, rows: usize) -> usize {
     nsb
 }
 
-/// A Q4_K block's 4-bit quants in element order.
-fn q4k_values(qs: &[u8]) -> [u8; QK_K] {
-    let mut q = [0u8; QK_K];
-    for (e, v) in q.iter_mut().enumerate() {
-        let (n, h, l) = (e / 64, (e / 32) % 2, e % 32);
-        *v = (qs[32 * n + l] >> (4 * h)) & 0x0F;
-    }
-    q
-}
-
-/// A Q6_K block's unsigned 6-bit quants in element order (ggml `dequantize_row_q6_K`).
-fn q6k_values(ql: &[u8], qh: &[u8]) -> [u8; QK_K] {
-    let mut q = [0u8; QK_K];
-    for (e, v) in q.iter_mut().enumerate() {
-        let (c, r) = (e / 128, e % 128);
-        let low = (ql[64 * c + r % 64] >> (4 * (r / 64))) & 0x0F;
-        let high = (qh[32 * c + r % 32] >> (2 * (r / 32))) & 3;
-        *v = low | (high << 4);
-    }
-    q
+/// The little-endian u32 at byte `at` of `b`.
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 /// Interleaves 16 consecutive original rows (`src`, each `cols` wide, ggml layout) into `dst`
@@ -73,14 +57,16 @@ pub(crate) fn repack_q4k(src: &[u8], cols: usize, dst: &mut [u8]) {
             for s in 0..3 {
                 tile[64 + 64 * s + 4 * i..][..4].copy_from_slice(&b[4 + 4 * s..8 + 4 * s]);
             }
-            let q = q4k_values(&b[16..]);
+            // Four consecutive k at a time as u32 lanes: sub-block j is nibble half j % 2
+            // of qs[32·(j / 2)..][..32].
             for j in 0..8 {
+                let (n, sh) = (j / 2, 4 * (j % 2));
                 for p in 0..4 {
-                    let v = &mut tile[Q4K_QS + 64 * (4 * j + p) + 4 * i..][..4];
-                    for (bb, o) in v.iter_mut().enumerate() {
-                        let e = 32 * j + 8 * p + bb;
-                        *o = q[e] | (q[e + 4] << 4);
-                    }
+                    let at = 16 + 32 * n + 8 * p;
+                    let lo = (u32_at(b, at) >> sh) & 0x0F0F_0F0F;
+                    let hi = (u32_at(b, at + 4) >> sh) & 0x0F0F_0F0F;
+                    let o = Q4K_QS + 64 * (4 * j + p) + 4 * i;
+                    tile[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
                 }
             }
         }
@@ -136,18 +122,25 @@ pub(crate) fn repack_q6k(src: &[u8], cols: usize, dst: &mut [u8]) {
             for s in 0..4 {
                 tile[32 + 64 * s + 4 * i..][..4].copy_from_slice(&b[192 + 4 * s..196 + 4 * s]);
             }
-            let q = q6k_values(&b[..128], &b[128..192]);
+            // Four consecutive k (4-aligned, so one ql nibble half and one qh bit pair) at a
+            // time as u32 lanes.
+            let low4 = |e: usize| {
+                let (c, r) = (e / 128, e % 128);
+                (u32_at(b, 64 * c + r % 64) >> (4 * (r / 64))) & 0x0F0F_0F0F
+            };
+            let high4 = |e: usize| {
+                let (c, r) = (e / 128, e % 128);
+                (u32_at(b, 128 + 32 * c + r % 32) >> (2 * (r / 32))) & 0x0303_0303
+            };
             for j in 0..16 {
                 let base = Q6K_QS + 192 * j + 4 * i;
-                for bb in 0..4 {
-                    let e = 16 * j + bb;
-                    for p in 0..2 {
-                        let e = e + 8 * p;
-                        tile[base + 64 * p + bb] = (q[e] & 0x0F) | ((q[e + 4] & 0x0F) << 4);
-                    }
-                    tile[base + 128 + bb] =
-                        (0..4).fold(0, |h, c| h | ((q[e + 4 * c] >> 4) << (2 * c)));
+                for p in 0..2 {
+                    let e = 16 * j + 8 * p;
+                    let v = low4(e) | (low4(e + 4) << 4);
+                    tile[base + 64 * p..base + 64 * p + 4].copy_from_slice(&v.to_le_bytes());
                 }
+                let h = (0..4).fold(0, |h, c| h | (high4(16 * j + 4 * c) << (2 * c)));
+                tile[base + 128..base + 132].copy_from_slice(&h.to_le_bytes());
             }
         }
     }
@@ -233,6 +226,28 @@ mod tests {
     #[test]
     fn x16_repack_q6k_round_trips() {
         round_trip(Q6K_BYTES, repack_q6k, unpack_row_q6k);
+    }
+
+    /// A Q4_K block's 4-bit quants in element order.
+    fn q4k_values(qs: &[u8]) -> [u8; QK_K] {
+        let mut q = [0u8; QK_K];
+        for (e, v) in q.iter_mut().enumerate() {
+            let (n, h, l) = (e / 64, (e / 32) % 2, e % 32);
+            *v = (qs[32 * n + l] >> (4 * h)) & 0x0F;
+        }
+        q
+    }
+
+    /// A Q6_K block's unsigned 6-bit quants in element order (ggml `dequantize_row_q6_K`).
+    fn q6k_values(ql: &[u8], qh: &[u8]) -> [u8; QK_K] {
+        let mut q = [0u8; QK_K];
+        for (e, v) in q.iter_mut().enumerate() {
+            let (c, r) = (e / 128, e % 128);
+            let low = (ql[64 * c + r % 64] >> (4 * (r / 64))) & 0x0F;
+            let high = (qh[32 * c + r % 32] >> (2 * (r / 32))) & 3;
+            *v = low | (high << 4);
+        }
+        q
     }
 
     /// The layout as documented, element by element (the round trip alone would accept any
