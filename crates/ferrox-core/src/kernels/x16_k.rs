@@ -556,7 +556,8 @@ mod tests_support {
 mod tests {
     use super::tests_support::*;
     use super::*;
-    use crate::quant::{dot_row_ref, GgmlType};
+    use crate::quant::blocks::f32_to_f16;
+    use crate::quant::{dot_row_ref, ActBuf, ActType, GgmlType};
     use rand::rngs::StdRng;
     use rand::SeedableRng;
 
@@ -605,6 +606,67 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Saturated quants, scales and activations (±127 everywhere): the i16 bounds of the
+    /// re-centred chains at their extremes.
+    fn check_extremes(ty: GgmlType, gemm: Gemm) {
+        if !has_simd() {
+            return;
+        }
+        let cols = 512;
+        let nsb = cols / QK_K;
+        let row_bytes = ty.row_bytes(cols).unwrap();
+        let fills = [0x00u8, 0xFF, 0x80, 0x7F, 0x0F, 0xF0, 0x3F, 0xC0];
+        let mut rows = Vec::new();
+        for r in 0..ROWS {
+            let mut row = vec![fills[r % fills.len()]; row_bytes];
+            for b in row.chunks_exact_mut(row_bytes / nsb) {
+                let d = f32_to_f16(if r % 2 == 0 { 0.01 } else { -0.003 });
+                match ty {
+                    GgmlType::Q4K => {
+                        b[0..2].copy_from_slice(&d);
+                        b[2..4].copy_from_slice(&f32_to_f16(0.02));
+                    }
+                    _ => {
+                        // Scales alternate between the i8 extremes.
+                        for (g, sc) in b[192..208].iter_mut().enumerate() {
+                            *sc = if (g + r) % 2 == 0 { 0x80 } else { 0x7F };
+                        }
+                        b[208..210].copy_from_slice(&d);
+                    }
+                }
+            }
+            rows.extend(row);
+        }
+        let w = repack(ty, &rows, cols);
+        let x: Vec<f32> = [1.0f32, -1.0, 0.5]
+            .iter()
+            .flat_map(|&v| (0..cols).map(move |e| if v == 0.5 && e % 3 == 0 { -1.0 } else { v }))
+            .collect();
+        let mut acts = ActBuf::default();
+        acts.quantize(ActType::Q8K, &x, cols);
+        let nt = 3;
+        let q8k = &acts.q8k[..nt * nsb];
+        let y = run(gemm, &w, cols, q8k, nt, 1);
+        for k in 0..nt {
+            for r in 0..ROWS {
+                let row = &rows[r * row_bytes..(r + 1) * row_bytes];
+                let want = dot_row_ref(ty, row, acts.row(k)).unwrap();
+                let tol = 1e-5 * bound(ty, row, &q8k[k * nsb..(k + 1) * nsb]) as f32;
+                let got = y[k * ROWS + r];
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{ty:?} extreme row {r} token {k}: {got} vs {want} (tol {tol})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn x16_gemm_extreme_quants() {
+        check_extremes(GgmlType::Q4K, gemm_q4k);
+        check_extremes(GgmlType::Q6K, gemm_q6k);
     }
 
     #[test]
