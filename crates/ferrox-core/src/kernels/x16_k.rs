@@ -705,6 +705,24 @@ mod bench {
                 "{ty:?} {rows}x{cols}: repack {:.1} ms",
                 t.elapsed().as_secs_f64() * 1e3
             );
+            let t = Instant::now();
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut back = vec![0u8; orig.len()];
+            for (wg, bg) in w.chunks_exact(16 * rb).zip(back.chunks_exact_mut(16 * rb)) {
+                for (lane, row) in bg.chunks_exact_mut(rb).enumerate() {
+                    match ty {
+                        GgmlType::Q4K => {
+                            crate::quant::repack_k::unpack_row_q4k(wg, cols, lane, row)
+                        }
+                        _ => crate::quant::repack_k::unpack_row_q6k(wg, cols, lane, row),
+                    }
+                }
+            }
+            eprintln!(
+                "{ty:?} {rows}x{cols}: unpack {:.1} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            assert!(back == orig, "round trip");
             for nt in [1, 8, 64] {
                 let x: Vec<f32> = (0..nt * cols)
                     .map(|i| ((i * 7919) % 1000) as f32 - 500.0)

@@ -89,21 +89,17 @@ pub(crate) fn unpack_row_q4k(group: &[u8], cols: usize, lane: usize, dst: &mut [
         for s in 0..3 {
             b[4 + 4 * s..8 + 4 * s].copy_from_slice(&tile[64 + 64 * s + 4 * i..][..4]);
         }
-        let mut q = [0u8; QK_K];
-        for j in 0..8 {
-            for p in 0..4 {
-                let v = &tile[Q4K_QS + 64 * (4 * j + p) + 4 * i..][..4];
-                for (bb, &x) in v.iter().enumerate() {
-                    let e = 32 * j + 8 * p + bb;
-                    q[e] = x & 0x0F;
-                    q[e + 4] = x >> 4;
-                }
-            }
-        }
-        let qs = &mut b[16..];
+        // qs[32n + l]: low nibble from sub-block 2n, high from 2n + 1, element l = 8p + 4h + b
+        // (nibble h of lane byte b of vector p), four l at a time.
         for n in 0..4 {
-            for l in 0..32 {
-                qs[32 * n + l] = q[64 * n + l] | (q[64 * n + 32 + l] << 4);
+            for p in 0..4 {
+                for h in 0..2 {
+                    let at = |j: usize| Q4K_QS + 64 * (4 * j + p) + 4 * i;
+                    let lo = (u32_at(tile, at(2 * n)) >> (4 * h)) & 0x0F0F_0F0F;
+                    let hi = (u32_at(tile, at(2 * n + 1)) >> (4 * h)) & 0x0F0F_0F0F;
+                    let o = 16 + 32 * n + 8 * p + 4 * h;
+                    b[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
+                }
             }
         }
     }
@@ -160,29 +156,27 @@ pub(crate) fn unpack_row_q6k(group: &[u8], cols: usize, lane: usize, dst: &mut [
         for s in 0..4 {
             b[192 + 4 * s..196 + 4 * s].copy_from_slice(&tile[32 + 64 * s + 4 * i..][..4]);
         }
-        let mut q = [0u8; QK_K];
-        for j in 0..16 {
-            let base = Q6K_QS + 192 * j + 4 * i;
-            for bb in 0..4 {
-                let e = 16 * j + bb;
-                for p in 0..2 {
-                    let x = tile[base + 64 * p + bb];
-                    q[e + 8 * p] = x & 0x0F;
-                    q[e + 8 * p + 4] = x >> 4;
-                }
-                let h = tile[base + 128 + bb];
-                for c in 0..4 {
-                    q[e + 4 * c] |= ((h >> (2 * c)) & 3) << 4;
-                }
+        // Four consecutive (4-aligned) elements at a time: low nibbles and high bit pairs.
+        let low4 = |e: usize| {
+            let (j, r) = (e / 16, e % 16);
+            (u32_at(tile, Q6K_QS + 192 * j + 64 * (r / 8) + 4 * i) >> (4 * ((r / 4) % 2)))
+                & 0x0F0F_0F0F
+        };
+        let high4 = |e: usize| {
+            let (j, r) = (e / 16, e % 16);
+            (u32_at(tile, Q6K_QS + 192 * j + 128 + 4 * i) >> (2 * (r / 4))) & 0x0303_0303
+        };
+        for c in 0..2 {
+            for m in (0..64).step_by(4) {
+                let e = 128 * c + m;
+                let v = low4(e) | (low4(e + 64) << 4);
+                b[64 * c + m..64 * c + m + 4].copy_from_slice(&v.to_le_bytes());
             }
-        }
-        let (ql, qh) = b[..192].split_at_mut(128);
-        ql.fill(0);
-        qh.fill(0);
-        for (e, &v) in q.iter().enumerate() {
-            let (c, r) = (e / 128, e % 128);
-            ql[64 * c + r % 64] |= (v & 0x0F) << (4 * (r / 64));
-            qh[32 * c + r % 32] |= (v >> 4) << (2 * (r / 32));
+            for m in (0..32).step_by(4) {
+                let e = 128 * c + m;
+                let v = (0..4).fold(0, |v, s| v | (high4(e + 32 * s) << (2 * s)));
+                b[128 + 32 * c + m..128 + 32 * c + m + 4].copy_from_slice(&v.to_le_bytes());
+            }
         }
     }
 }
