@@ -127,8 +127,19 @@ fn kquant_gemm_is_bit_identical_to_gemv() {
 fn interleaved_matrices_match_the_ggml_layout() {
     use ferrox_core::kernels::{interleaves, isa};
     let mut rng = StdRng::seed_from_u64(24);
-    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
-        for (rows, cols) in [(16, 32), (48, 96), (304, 896)] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+    ] {
+        let shapes: &[(usize, usize)] = if ty.block_size() == 256 {
+            &[(16, 256), (48, 1536), (304, 4864)]
+        } else {
+            &[(16, 32), (48, 96), (304, 896)]
+        };
+        for &(rows, cols) in shapes {
             let plain = random_matrix(&mut rng, ty, rows, cols);
             let m = plain.clone().interleave();
             assert_eq!(m.is_interleaved(), interleaves(isa(), ty), "{ty:?}");

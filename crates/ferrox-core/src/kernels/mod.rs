@@ -21,6 +21,8 @@ mod avx512;
 mod avx512_k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x16;
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x16_k;
 
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,10 +183,7 @@ pub fn dot_block(
 /// Whether weights of type `ty` are repacked into the interleaved layout (`quant::repack`)
 /// for this instruction set: only where an interleaved kernel exists.
 pub fn interleaves(isa: Isa, ty: GgmlType) -> bool {
-    isa == Isa::Avx512
-        && isa.supported()
-        && crate::quant::repack::has_layout(ty)
-        && ty.act_type() == Some(crate::quant::ActType::Q8_0)
+    isa == Isa::Avx512 && isa.supported() && crate::quant::repack::has_layout(ty)
 }
 
 /// Tokens one `gemm_x16` call takes at most.
@@ -215,19 +214,33 @@ pub(crate) unsafe fn gemm_x16(
         "token range"
     );
     let cols = acts.cols();
-    let nb = cols / 32;
     #[cfg(target_arch = "x86_64")]
-    {
-        let a = x16::Acts {
-            q: &acts.q8_0[t0 * nb..(t0 + nt) * nb],
-            d: &acts.d8[t0 * nb..(t0 + nt) * nb],
-            sum: &acts.sum8[t0 * nb..(t0 + nt) * nb],
-        };
-        // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
-        unsafe { x16::gemm(ty, w, cols, &a, nt, y, ld) };
+    match ty {
+        GgmlType::Q4K | GgmlType::Q6K => {
+            let nb = cols / crate::quant::blocks::QK_K;
+            let a = &acts.q8k[t0 * nb..(t0 + nt) * nb];
+            // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
+            unsafe {
+                if ty == GgmlType::Q4K {
+                    x16_k::gemm_q4k(w, cols, a, nt, y, ld)
+                } else {
+                    x16_k::gemm_q6k(w, cols, a, nt, y, ld)
+                }
+            }
+        }
+        _ => {
+            let nb = cols / 32;
+            let a = x16::Acts {
+                q: &acts.q8_0[t0 * nb..(t0 + nt) * nb],
+                d: &acts.d8[t0 * nb..(t0 + nt) * nb],
+                sum: &acts.sum8[t0 * nb..(t0 + nt) * nb],
+            };
+            // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
+            unsafe { x16::gemm(ty, w, cols, &a, nt, y, ld) };
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("interleaves() is false off x86-64: {nb} {y:?} {ld} {w:?}");
+    unreachable!("interleaves() is false off x86-64: {cols} {y:?} {ld} {w:?}");
 }
 
 /// The scalar reference for `dot_block`.

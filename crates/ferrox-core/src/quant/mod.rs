@@ -8,6 +8,7 @@ pub mod blocks;
 pub mod dequant;
 pub mod dot;
 pub mod repack;
+pub(crate) mod repack_k;
 
 use blocks::*;
 use dequant::dequantize_blocks;

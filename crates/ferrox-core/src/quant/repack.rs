@@ -21,7 +21,7 @@ pub const X16: usize = 16;
 /// Whether `ty` has an interleaved layout (and kernels for it).
 pub fn has_layout(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q5_0 | Q8_0)
+    matches!(ty, Q4_0 | Q5_0 | Q8_0 | Q4K | Q6K)
 }
 
 /// Interleaves `src` (`rows` × `row_bytes` in ggml layout, `rows` a multiple of 16) into `dst`.
@@ -39,6 +39,8 @@ pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
             GgmlType::Q4_0 => repack_q4_0(s, cols, d),
             GgmlType::Q5_0 => repack_q5_0(s, cols, d),
             GgmlType::Q8_0 => repack_q8_0(s, cols, d),
+            GgmlType::Q4K => super::repack_k::repack_q4k(s, cols, d),
+            GgmlType::Q6K => super::repack_k::repack_q6k(s, cols, d),
             _ => unreachable!("checked by has_layout"),
         }
     }
@@ -55,6 +57,8 @@ pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u
         GgmlType::Q4_0 => unpack_q4_0(g, cols, lane, dst),
         GgmlType::Q5_0 => unpack_q5_0(g, cols, lane, dst),
         GgmlType::Q8_0 => unpack_q8_0(g, cols, lane, dst),
+        GgmlType::Q4K => super::repack_k::unpack_row_q4k(g, cols, lane, dst),
+        GgmlType::Q6K => super::repack_k::unpack_row_q6k(g, cols, lane, dst),
         _ => panic!("no interleaved layout for {ty:?}"),
     }
 }

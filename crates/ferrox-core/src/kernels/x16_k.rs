@@ -1,0 +1,777 @@
+//! AVX-512 VNNI GEMM kernels for Q4_K / Q6_K weights in the 16-row interleaved ("x16")
+//! layout of `quant::repack_k` against Q8_K activations. Block formats are ggml's
+//! (ggml/src/ggml-common.h, `block_q4_K` / `block_q6_K` / `block_q8_K`); `vpdpbusd` and
+//! `vpdpwssd` are as in the Intel SDM ("Multiply and Add Unsigned and Signed Bytes" / "Multiply
+//! and Add Signed Word Integers").
+//!
+//! Every 32-bit lane of a weight vector is one row, so
+//! `vpdpbusd acc, w, [activation dword]{1to16}` multiplies 4 consecutive k of 16 rows by the
+//! same 4 activation bytes and no horizontal reduction is ever needed: a group of 16 rows and
+//! one token end in one vector, stored with one 64-byte store.
+//!
+//! Integer sums are exact and scales are applied in integers per super-block. Both kernels
+//! start each short `vpdpbusd` chain from an activation-side offset precomputed once per call
+//! (per token and super-block, `q4k_pre` / `q6k_pre`), which re-centres the unsigned weights
+//! so that the chain's sum fits an i16 and takes its sub-block scale with one `vpdpwssd`
+//! against (sc, 0) words:
+//! * Q4_K: per sub-block (32 k), D_j = Σ (q − 8)·a starts from −8·S_j (S_j the sub-block's
+//!   activation sum, |D_j| ≤ 32·8·127); then I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j and the mins
+//!   M = Σ_j m_j·S_j come from word pairs of scales / mins against (S_2i, S_2i+1) dwords.
+//! * Q6_K: per 8 k, Σ (q − 32)·a starts from −32·Σa (|·| ≤ 8·32·127).
+//!
+//! Both bounds use that Q8_K quants are in [−127, 127] (ggml's `quantize_row_q8_K` scales
+//! by −127/max and clamps at 127, so −128 never occurs).
+//!
+//! Per (row, token) the float steps are fixed: per super-block
+//! Q4_K `acc += (d·I − dmin·M)·d_a`, Q6_K `acc += I·(d·d_a)`, super-blocks in order. The
+//! sequence depends on neither the token count, the group nor neighbouring rows or tokens, so
+//! any batch gives the bits of per-token calls.
+
+// Kernels index parallel per-token arrays by number.
+#![allow(clippy::needless_range_loop)]
+// Called by the matmul dispatch for repacked weights (until that lands, only by tests).
+
+use crate::quant::blocks::{BlockQ8K, QK_K};
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+/// Rows per interleaved group (one per 32-bit lane).
+const ROWS: usize = 16;
+/// Tokens per register tile: the weights of a sub-block are unpacked once per tile.
+const TOK: usize = 8;
+/// Bytes of one super-block tile of 16 rows.
+const Q4K_TILE: usize = ROWS * 144;
+const Q6K_TILE: usize = ROWS * 210;
+/// Tiles ahead of the current one that are prefetched (the weights stream once at nt ≤ TOK).
+const PREFETCH: usize = 2;
+/// Precomputed activation terms per (token, super-block), in i32: Q4_K 16 (one cache line),
+/// Q6_K 32.
+const Q4K_PRE: usize = 16;
+const Q6K_PRE: usize = 32;
+
+/// A `vpshufb` control: in every dword d (within its 128-bit lane), byte b takes byte
+/// `picks[b]` of d (−1: zero).
+const fn shuf(picks: [i8; 4]) -> [u8; 64] {
+    let mut t = [0x80u8; 64];
+    let mut d = 0;
+    while d < 16 {
+        let mut b = 0;
+        while b < 4 {
+            if picks[b] >= 0 {
+                t[4 * d + b] = (4 * (d % 4)) as u8 + picks[b] as u8;
+            }
+            b += 1;
+        }
+        d += 1;
+    }
+    t
+}
+/// Byte j as the zero-extended low word, high word 0.
+static SC_W: [[u8; 64]; 4] = [
+    shuf([0, -1, -1, -1]),
+    shuf([1, -1, -1, -1]),
+    shuf([2, -1, -1, -1]),
+    shuf([3, -1, -1, -1]),
+];
+/// Bytes 2i and 2i + 1 as two zero-extended words.
+static PAIR_W: [[u8; 64]; 2] = [shuf([0, -1, 1, -1]), shuf([2, -1, 3, -1])];
+/// Byte j as the high byte of the low word (sign-extended by `vpsraw 8`), high word 0.
+static SC_HI: [[u8; 64]; 4] = [
+    shuf([-1, 0, -1, -1]),
+    shuf([-1, 1, -1, -1]),
+    shuf([-1, 2, -1, -1]),
+    shuf([-1, 3, -1, -1]),
+];
+
+/// `ternlog` immediate for A | (B & C).
+const OR_AND: i32 = 0xF8;
+
+thread_local! {
+    /// Per-call activation terms (`q4k_pre` / `q6k_pre`), reused across calls.
+    static PRE: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The activation dword at byte `$off` of `$p`, broadcast (folds into a `{1to16}` operand).
+/// Expands inside an `unsafe` block that guarantees the 4 bytes are readable.
+macro_rules! bcast {
+    ($p:expr, $off:expr) => {
+        _mm512_set1_epi32(std::ptr::read_unaligned($p.add($off).cast::<i32>()))
+    };
+}
+
+/// `vpdpwssd $acc, $a, $b` kept as one instruction: for generic x86-64 tuning LLVM splits the
+/// intrinsic into `vpmaddwd` + `vpaddd`, one more vector uop on the kernels' busiest ports.
+/// Expands inside an `unsafe` block of a function with AVX-512 VNNI.
+macro_rules! dpwssd {
+    ($acc:expr, $a:expr, $b:expr) => {{
+        let mut acc: __m512i = $acc;
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) $a,
+            b = in(zmm_reg) $b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
+    }};
+}
+
+/// Prefetches the `bytes`-long tile at `p` (any address: prefetches never fault).
+#[inline(always)]
+fn prefetch_tile(p: *const u8, bytes: usize) {
+    let mut o = 0;
+    while o < bytes {
+        // SAFETY: `_mm_prefetch` is a hint that never faults, whatever the address; SSE is
+        // part of x86-64.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(o).cast()) };
+        o += 64;
+    }
+}
+
+/// Checks slice shapes; returns (super-blocks per row, groups).
+fn shapes(w: &[u8], cols: usize, acts: &[BlockQ8K], nt: usize, tile: usize) -> (usize, usize) {
+    assert!(cols > 0 && cols.is_multiple_of(QK_K), "whole super-blocks");
+    let nsb = cols / QK_K;
+    assert!(w.len().is_multiple_of(nsb * tile), "whole groups");
+    assert!(acts.len() >= nt * nsb, "activation rows");
+    (nsb, w.len() / (nsb * tile))
+}
+
+/// Runs `$tile::<n>(group, nsb, acts, pre, out, ld)` over every group and tile of up to TOK
+/// tokens (`n` a literal for the register arrays), with the per-call terms `$fill` computes.
+macro_rules! gemm_body {
+    ($w:expr, $cols:expr, $acts:expr, $nt:expr, $y:expr, $ld:expr,
+     $tile_bytes:expr, $pre:expr, $fill:ident, $tile:ident) => {{
+        let (w, acts, nt, y, ld) = ($w, $acts, $nt, $y, $ld);
+        let (nsb, groups) = shapes(w, $cols, acts, nt, $tile_bytes);
+        PRE.with(|pre| {
+            let mut pre = pre.borrow_mut();
+            pre.resize(nt * nsb * $pre, 0);
+            $fill(&acts[..nt * nsb], &mut pre);
+            for g in 0..groups {
+                let wg = w[g * nsb * $tile_bytes..].as_ptr();
+                let mut t = 0;
+                while t < nt {
+                    let n = (nt - t).min(TOK);
+                    let a = acts[t * nsb..].as_ptr();
+                    let p = pre[t * nsb * $pre..].as_ptr();
+                    // Token t's row of y, columns g*16..g*16 + 16.
+                    let out = y.wrapping_add(t * ld + g * ROWS);
+                    // SAFETY: features per the caller; `wg` holds `nsb` tiles; `a` and `p`
+                    // hold n tokens' `nsb` blocks and terms (shapes checked); `out` per the
+                    // caller.
+                    unsafe {
+                        match n {
+                            8 => $tile::<8>(wg, nsb, a, p, out, ld),
+                            7 => $tile::<7>(wg, nsb, a, p, out, ld),
+                            6 => $tile::<6>(wg, nsb, a, p, out, ld),
+                            5 => $tile::<5>(wg, nsb, a, p, out, ld),
+                            4 => $tile::<4>(wg, nsb, a, p, out, ld),
+                            3 => $tile::<3>(wg, nsb, a, p, out, ld),
+                            2 => $tile::<2>(wg, nsb, a, p, out, ld),
+                            _ => $tile::<1>(wg, nsb, a, p, out, ld),
+                        }
+                    }
+                    t += n;
+                }
+            }
+        })
+    }};
+}
+
+/// y[k * ld + g * 16 + i] = dot(row i of group g, activation row k) for g < groups, i < 16,
+/// k < nt. `w` = `groups` repacked Q4_K groups (groups * 16 * row_bytes bytes); `acts` = nt
+/// activation rows of cols/256 `BlockQ8K` each, contiguous.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q4k(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    gemm_body!(w, cols, acts, nt, y, ld, Q4K_TILE, Q4K_PRE, q4k_pre, q4k_tile)
+}
+
+/// Q4_K terms per block: S_j = Σ of the 32 quants of sub-block j (bsum_2j + bsum_2j+1,
+/// |·| ≤ 4064, an i16); i32 0..8: −8·S_j; 8..12: words (S_2i, S_2i+1).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q4k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
+    let ones = _mm256_set1_epi16(1);
+    for (b, p) in acts.iter().zip(pre.chunks_exact_mut(Q4K_PRE)) {
+        // SAFETY: 16 i16 block sums in, 12 of the 16 i32 out.
+        unsafe {
+            let bs = _mm256_loadu_si256(b.bsums.as_ptr().cast());
+            let s = _mm256_madd_epi16(bs, ones);
+            let neg8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 3));
+            _mm256_storeu_si256(p.as_mut_ptr().cast(), neg8);
+            // Words [S0..S3, S0..S3 | S4..S7, S4..S7] (no saturation: |S_j| ≤ 4064); the
+            // first qword of each half holds the pairs.
+            let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(s, s), 0b00_00_10_00);
+            _mm_storeu_si128(p.as_mut_ptr().add(8).cast(), _mm256_castsi256_si128(w));
+        }
+    }
+}
+
+/// One Q4_K group × `T` tokens. With D_j = Σ (q − 8)·a over sub-block j (|·| ≤ 32·8·127, an
+/// i16: `vpdpbusd` starts from −8·S_j), I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j = Σ_j sc_j·Σ q·a
+/// and M = Σ_j m_j·S_j, all exact.
+///
+/// # Safety
+/// AVX-512 as in `gemm_q4k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
+/// `pre` their terms; `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q4k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    a: *const BlockQ8K,
+    pre: *const i32,
+    out: *mut f32,
+    ld: usize,
+) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m6 = _mm512_set1_epi8(0x3F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY (whole block): sb < nsb, so the tile, every token's block `sb` and its terms
+        // are in bounds; tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
+        unsafe {
+            let tile = w.add(sb * Q4K_TILE);
+            prefetch_tile(tile.wrapping_add(PREFETCH * Q4K_TILE), Q4K_TILE);
+            let qa: [*const u8; T] =
+                std::array::from_fn(|k| (*a.add(k * nsb + sb)).qs.as_ptr().cast());
+            let pk: [*const u8; T] =
+                std::array::from_fn(|k| pre.add((k * nsb + sb) * Q4K_PRE).cast());
+            // 6-bit scales and mins (ggml get_scale_min_k4) on whole dword lanes: bytes
+            // 0..4 of sc/m_lo are sub-blocks 0..3, of sc/m_hi sub-blocks 4..7.
+            let s0 = _mm512_loadu_si512(tile.add(64).cast());
+            let s1 = _mm512_loadu_si512(tile.add(128).cast());
+            let s2 = _mm512_loadu_si512(tile.add(192).cast());
+            let sc_lo = _mm512_and_si512(s0, m6);
+            let m_lo = _mm512_and_si512(s1, m6);
+            let top = _mm512_and_si512(_mm512_srli_epi32(s0, 2), m30);
+            let sc_hi = _mm512_ternarylogic_epi32(top, s2, m4, OR_AND);
+            let top = _mm512_and_si512(_mm512_srli_epi32(s1, 2), m30);
+            let m_hi = _mm512_ternarylogic_epi32(top, _mm512_srli_epi32(s2, 4), m4, OR_AND);
+
+            let mut is = [z; T];
+            for j in 0..8 {
+                let src = if j < 4 { sc_lo } else { sc_hi };
+                let ctl = _mm512_loadu_si512(SC_W[j % 4].as_ptr().cast());
+                let sw = _mm512_shuffle_epi8(src, ctl);
+                let v: [__m512i; 4] = std::array::from_fn(|p| {
+                    _mm512_loadu_si512(tile.add(256 + 256 * j + 64 * p).cast())
+                });
+                let lo = v.map(|x| _mm512_and_si512(x, m4));
+                let hi = v.map(|x| _mm512_and_si512(_mm512_srli_epi16(x, 4), m4));
+                for k in 0..T {
+                    let q = qa[k].add(32 * j);
+                    let d = _mm512_dpbusd_epi32(bcast!(pk[k], 4 * j), lo[0], bcast!(q, 0));
+                    let d = _mm512_dpbusd_epi32(d, hi[0], bcast!(q, 4));
+                    let d = _mm512_dpbusd_epi32(d, lo[1], bcast!(q, 8));
+                    let d = _mm512_dpbusd_epi32(d, hi[1], bcast!(q, 12));
+                    let d = _mm512_dpbusd_epi32(d, lo[2], bcast!(q, 16));
+                    let d = _mm512_dpbusd_epi32(d, hi[2], bcast!(q, 20));
+                    let d = _mm512_dpbusd_epi32(d, lo[3], bcast!(q, 24));
+                    let d = _mm512_dpbusd_epi32(d, hi[3], bcast!(q, 28));
+                    is[k] = dpwssd!(is[k], d, sw);
+                }
+            }
+
+            // Word pairs (8·sc_2i, 8·sc_2i+1) and (m_2i, m_2i+1) against (S_2i, S_2i+1).
+            let mut im = [z; T];
+            for i in 0..4 {
+                let ctl = _mm512_loadu_si512(PAIR_W[i % 2].as_ptr().cast());
+                let (sc, m) = if i < 2 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
+                let sc8 = _mm512_slli_epi32(_mm512_shuffle_epi8(sc, ctl), 3);
+                let mw = _mm512_shuffle_epi8(m, ctl);
+                for k in 0..T {
+                    let s = bcast!(pk[k], 32 + 4 * i);
+                    is[k] = dpwssd!(is[k], sc8, s);
+                    im[k] = dpwssd!(im[k], mw, s);
+                }
+            }
+
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
+            for k in 0..T {
+                let da = (*a.add(k * nsb + sb)).d;
+                let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
+                let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
+                acc[k] = _mm512_fmadd_ps(t, _mm512_set1_ps(da), acc[k]);
+            }
+        }
+    }
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
+/// As `gemm_q4k`, for Q6_K groups.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q6k(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    gemm_body!(w, cols, acts, nt, y, ld, Q6K_TILE, Q6K_PRE, q6k_pre, q6k_tile)
+}
+
+/// Q6_K terms per block: i32 h (0..32) = −32·Σ of quants 8h..8h + 8 (`vpsadbw` of the quants
+/// biased by 128 gives Σ + 1024 per 8 bytes).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q6k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
+    let bias = _mm512_set1_epi8(-128);
+    // −32·(s − 1024) = 32768 − 32·s.
+    let c = _mm512_set1_epi64(32768);
+    for (b, o) in acts.iter().zip(pre.chunks_exact_mut(Q6K_PRE)) {
+        for c4 in 0..4 {
+            // SAFETY: 64 of the 256 quants; 8 i32 of the 32 outputs.
+            unsafe {
+                let q = _mm512_loadu_si512(b.qs.as_ptr().add(64 * c4).cast());
+                let s = _mm512_sad_epu8(_mm512_xor_si512(q, bias), _mm512_setzero_si512());
+                let v = _mm512_sub_epi64(c, _mm512_slli_epi64(s, 5));
+                _mm256_storeu_si256(o.as_mut_ptr().add(8 * c4).cast(), _mm512_cvtepi64_epi32(v));
+            }
+        }
+    }
+}
+
+/// One Q6_K group × `T` tokens.
+///
+/// # Safety
+/// AVX-512 as in `gemm_q6k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
+/// `pre` their terms; `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    a: *const BlockQ8K,
+    pre: *const i32,
+    out: *mut f32,
+    ld: usize,
+) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m30 = _mm512_set1_epi8(0x30);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY (whole block): sb < nsb, so the tile, every token's block `sb` and its 32
+        // terms are in bounds; tiles are plain bytes read unaligned.
+        unsafe {
+            let tile = w.add(sb * Q6K_TILE);
+            prefetch_tile(tile.wrapping_add(PREFETCH * Q6K_TILE), Q6K_TILE);
+            let qa: [*const u8; T] =
+                std::array::from_fn(|k| (*a.add(k * nsb + sb)).qs.as_ptr().cast());
+            let pk: [*const u8; T] =
+                std::array::from_fn(|k| pre.add((k * nsb + sb) * Q6K_PRE).cast());
+            let sc: [__m512i; 4] =
+                std::array::from_fn(|s| _mm512_loadu_si512(tile.add(32 + 64 * s).cast()));
+            let mut is = [z; T];
+            for j in 0..16 {
+                // (sc_j, 0) words: the byte lands in the high half of the low word and an
+                // arithmetic shift sign-extends it.
+                let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
+                let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
+                let base = tile.add(288 + 192 * j);
+                let l0 = _mm512_loadu_si512(base.cast());
+                let l1 = _mm512_loadu_si512(base.add(64).cast());
+                let h = _mm512_loadu_si512(base.add(128).cast());
+                // k 16j + 4c + b: low nibble | (bits 2c..2c + 1 of the high byte) << 4.
+                let q0 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(l0, m4),
+                    _mm512_slli_epi16(h, 4),
+                    m30,
+                    OR_AND,
+                );
+                let q1 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
+                    _mm512_slli_epi16(h, 2),
+                    m30,
+                    OR_AND,
+                );
+                let q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, m4), h, m30, OR_AND);
+                let q3 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                    _mm512_srli_epi16(h, 2),
+                    m30,
+                    OR_AND,
+                );
+                for k in 0..T {
+                    let q = qa[k].add(16 * j);
+                    // Σ (q − 32)·a over 8 k, starting from −32·Σa: fits an i16.
+                    let r0 = _mm512_dpbusd_epi32(bcast!(pk[k], 8 * j), q0, bcast!(q, 0));
+                    let r0 = _mm512_dpbusd_epi32(r0, q1, bcast!(q, 4));
+                    let r1 = _mm512_dpbusd_epi32(bcast!(pk[k], 8 * j + 4), q2, bcast!(q, 8));
+                    let r1 = _mm512_dpbusd_epi32(r1, q3, bcast!(q, 12));
+                    is[k] = dpwssd!(is[k], r0, sw);
+                    is[k] = dpwssd!(is[k], r1, sw);
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+            for k in 0..T {
+                let da = (*a.add(k * nsb + sb)).d;
+                let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
+            }
+        }
+    }
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    use super::*;
+    use crate::quant::blocks::{f16_to_f32, f32_to_f16, scale_min_k4};
+    use crate::quant::repack_k::{repack_q4k, repack_q6k};
+    use crate::quant::{ActBuf, ActType, GgmlType};
+    use rand::rngs::StdRng;
+    use rand::Rng;
+
+    pub type Gemm = unsafe fn(&[u8], usize, &[BlockQ8K], usize, *mut f32, usize);
+
+    pub fn has_simd() -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        has!("avx512f")
+            && has!("avx512bw")
+            && has!("avx512vl")
+            && has!("avx512vnni")
+            && has!("avx2")
+            && has!("fma")
+            && has!("f16c")
+    }
+
+    /// `rows` random rows in ggml layout: random quant and scale bytes, f16 d/dmin of
+    /// magnitude 1e-4..1e-1 and either sign.
+    pub fn random_rows(rng: &mut StdRng, ty: GgmlType, cols: usize, rows: usize) -> Vec<u8> {
+        let (bsz, f16s): (usize, &[usize]) = match ty {
+            GgmlType::Q4K => (144, &[0, 2]),
+            _ => (210, &[208]),
+        };
+        let mut w: Vec<u8> = (0..rows * cols / QK_K * bsz).map(|_| rng.gen()).collect();
+        for b in w.chunks_exact_mut(bsz) {
+            for &o in f16s {
+                let v = 10f32.powf(rng.gen_range(-4.0..-1.0)) * if rng.gen() { 1.0 } else { -1.0 };
+                b[o..o + 2].copy_from_slice(&f32_to_f16(v));
+            }
+        }
+        w
+    }
+
+    /// Activations for `nt` tokens: ordinary, extreme (±1e4), all-zero and mixed rows.
+    pub fn random_acts(rng: &mut StdRng, cols: usize, nt: usize) -> ActBuf {
+        let x: Vec<f32> = (0..nt * cols)
+            .map(|i| match (i / cols) % 4 {
+                0 => rng.gen_range(-1.0..1.0),
+                1 => rng.gen_range(-1e4..1e4),
+                2 => 0.0,
+                _ if ((i % cols) / QK_K).is_multiple_of(2) => 0.0,
+                _ => rng.gen_range(-3e3..3e3),
+            })
+            .collect();
+        let mut acts = ActBuf::default();
+        acts.quantize(ActType::Q8K, &x, cols);
+        acts
+    }
+
+    /// Σ over super-blocks of the magnitudes of every term the reference adds: the error
+    /// budget of the f32 steps.
+    pub fn bound(ty: GgmlType, row: &[u8], acts: &[BlockQ8K]) -> f64 {
+        let mut total = 0f64;
+        for (sb, a) in acts.iter().enumerate() {
+            let abs_a = |e: usize| (a.qs[e] as f64).abs();
+            let da = (a.d as f64).abs();
+            if ty == GgmlType::Q4K {
+                let b = &row[sb * 144..(sb + 1) * 144];
+                let sc: &[u8; 12] = b[4..16].try_into().unwrap();
+                let (d, dmin) = (
+                    f16_to_f32([b[0], b[1]]) as f64,
+                    f16_to_f32([b[2], b[3]]) as f64,
+                );
+                for j in 0..8 {
+                    let (s, m) = scale_min_k4(j, sc);
+                    let sa: f64 = (32 * j..32 * j + 32).map(abs_a).sum();
+                    total += da * (d.abs() * s as f64 * 15.0 * sa + dmin.abs() * m as f64 * sa);
+                }
+            } else {
+                let b = &row[sb * 210..(sb + 1) * 210];
+                let d = f16_to_f32([b[208], b[209]]) as f64;
+                for g in 0..16 {
+                    let sa: f64 = (16 * g..16 * g + 16).map(abs_a).sum();
+                    total += da * d.abs() * (b[192 + g] as i8 as f64).abs() * 32.0 * sa;
+                }
+            }
+        }
+        total
+    }
+
+    pub fn repack(ty: GgmlType, rows: &[u8], cols: usize) -> Vec<u8> {
+        let mut out = vec![0u8; rows.len()];
+        let gb = ROWS * ty.row_bytes(cols).unwrap();
+        for (s, d) in rows.chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
+            match ty {
+                GgmlType::Q4K => repack_q4k(s, cols, d),
+                _ => repack_q6k(s, cols, d),
+            }
+        }
+        out
+    }
+
+    pub fn run(
+        gemm: Gemm,
+        w: &[u8],
+        cols: usize,
+        acts: &[BlockQ8K],
+        nt: usize,
+        groups: usize,
+    ) -> Vec<f32> {
+        let ld = groups * ROWS + 3;
+        let mut y = vec![f32::NAN; nt * ld];
+        // SAFETY: AVX-512 checked by the caller; y holds nt rows of ld ≥ groups·16.
+        unsafe { gemm(w, cols, acts, nt, y.as_mut_ptr(), ld) };
+        (0..nt)
+            .flat_map(|k| y[k * ld..k * ld + groups * ROWS].to_vec())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::quant::blocks::f32_to_f16;
+    use crate::quant::{dot_row_ref, ActBuf, ActType, GgmlType};
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    fn check(ty: GgmlType, gemm: Gemm) {
+        if !has_simd() {
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(ty as u64);
+        for (cols, groups) in [(256, 2), (1536, 1), (4864, 1)] {
+            let nsb = cols / QK_K;
+            let row_bytes = ty.row_bytes(cols).unwrap();
+            let rows = random_rows(&mut rng, ty, cols, groups * ROWS);
+            let w = repack(ty, &rows, cols);
+            let nt = 9;
+            let acts = random_acts(&mut rng, cols, nt);
+            let q8k = &acts.q8k[..nt * nsb];
+            let y = run(gemm, &w, cols, q8k, nt, groups);
+            for k in 0..nt {
+                for r in 0..groups * ROWS {
+                    let row = &rows[r * row_bytes..(r + 1) * row_bytes];
+                    let want = dot_row_ref(ty, row, acts.row(k)).unwrap();
+                    let got = y[k * groups * ROWS + r];
+                    let tol = 1e-5 * bound(ty, row, &q8k[k * nsb..(k + 1) * nsb]) as f32;
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{ty:?} cols {cols} row {r} token {k}: {got} vs {want} (tol {tol})"
+                    );
+                    if k % 4 == 2 {
+                        assert_eq!(got, 0.0, "all-zero activations");
+                    }
+                }
+            }
+            // Batch invariance: every nt gives the bits of per-token calls.
+            let single: Vec<Vec<f32>> = (0..nt)
+                .map(|k| run(gemm, &w, cols, &q8k[k * nsb..(k + 1) * nsb], 1, groups))
+                .collect();
+            for n in 1..=nt {
+                let y = run(gemm, &w, cols, &q8k[..n * nsb], n, groups);
+                for k in 0..n {
+                    let got: Vec<u32> = y[k * groups * ROWS..][..groups * ROWS]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect();
+                    let want: Vec<u32> = single[k].iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{ty:?} cols {cols} nt {n} token {k}");
+                }
+            }
+        }
+    }
+
+    /// Saturated quants, scales and activations (±127 everywhere): the i16 bounds of the
+    /// re-centred chains at their extremes.
+    fn check_extremes(ty: GgmlType, gemm: Gemm) {
+        if !has_simd() {
+            return;
+        }
+        let cols = 512;
+        let nsb = cols / QK_K;
+        let row_bytes = ty.row_bytes(cols).unwrap();
+        let fills = [0x00u8, 0xFF, 0x80, 0x7F, 0x0F, 0xF0, 0x3F, 0xC0];
+        let mut rows = Vec::new();
+        for r in 0..ROWS {
+            let mut row = vec![fills[r % fills.len()]; row_bytes];
+            for b in row.chunks_exact_mut(row_bytes / nsb) {
+                let d = f32_to_f16(if r % 2 == 0 { 0.01 } else { -0.003 });
+                match ty {
+                    GgmlType::Q4K => {
+                        b[0..2].copy_from_slice(&d);
+                        b[2..4].copy_from_slice(&f32_to_f16(0.02));
+                    }
+                    _ => {
+                        // Scales alternate between the i8 extremes.
+                        for (g, sc) in b[192..208].iter_mut().enumerate() {
+                            *sc = if (g + r) % 2 == 0 { 0x80 } else { 0x7F };
+                        }
+                        b[208..210].copy_from_slice(&d);
+                    }
+                }
+            }
+            rows.extend(row);
+        }
+        let w = repack(ty, &rows, cols);
+        let x: Vec<f32> = [1.0f32, -1.0, 0.5]
+            .iter()
+            .flat_map(|&v| (0..cols).map(move |e| if v == 0.5 && e % 3 == 0 { -1.0 } else { v }))
+            .collect();
+        let mut acts = ActBuf::default();
+        acts.quantize(ActType::Q8K, &x, cols);
+        let nt = 3;
+        let q8k = &acts.q8k[..nt * nsb];
+        let y = run(gemm, &w, cols, q8k, nt, 1);
+        for k in 0..nt {
+            for r in 0..ROWS {
+                let row = &rows[r * row_bytes..(r + 1) * row_bytes];
+                let want = dot_row_ref(ty, row, acts.row(k)).unwrap();
+                let tol = 1e-5 * bound(ty, row, &q8k[k * nsb..(k + 1) * nsb]) as f32;
+                let got = y[k * ROWS + r];
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{ty:?} extreme row {r} token {k}: {got} vs {want} (tol {tol})"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn x16_gemm_extreme_quants() {
+        check_extremes(GgmlType::Q4K, gemm_q4k);
+        check_extremes(GgmlType::Q6K, gemm_q6k);
+    }
+
+    #[test]
+    fn x16_gemm_q4k_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::Q4K, gemm_q4k);
+    }
+
+    #[test]
+    fn x16_gemm_q6k_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::Q6K, gemm_q6k);
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::tests_support::*;
+    use super::*;
+    use crate::quant::{ActBuf, ActType, GgmlType};
+    use std::time::Instant;
+
+    /// Single-thread gemm_q4k / gemm_q6k on 8960×1536 against the row-wise AVX-512 path:
+    /// `cargo test --release -p ferrox-core --lib x16_bench -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn x16_bench() {
+        if !has_simd() {
+            return;
+        }
+        let (rows, cols) = (8960, 1536);
+        for (ty, gemm) in [(GgmlType::Q4K, gemm_q4k as Gemm), (GgmlType::Q6K, gemm_q6k)] {
+            let mut rng = rand::SeedableRng::seed_from_u64(1);
+            let orig = random_rows(&mut rng, ty, cols, rows);
+            let t = Instant::now();
+            let w = repack(ty, &orig, cols);
+            eprintln!(
+                "{ty:?} {rows}x{cols}: repack {:.1} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            let t = Instant::now();
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut back = vec![0u8; orig.len()];
+            for (wg, bg) in w.chunks_exact(16 * rb).zip(back.chunks_exact_mut(16 * rb)) {
+                for (lane, row) in bg.chunks_exact_mut(rb).enumerate() {
+                    match ty {
+                        GgmlType::Q4K => {
+                            crate::quant::repack_k::unpack_row_q4k(wg, cols, lane, row)
+                        }
+                        _ => crate::quant::repack_k::unpack_row_q6k(wg, cols, lane, row),
+                    }
+                }
+            }
+            eprintln!(
+                "{ty:?} {rows}x{cols}: unpack {:.1} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            assert!(back == orig, "round trip");
+            for nt in [1, 8, 64] {
+                let x: Vec<f32> = (0..nt * cols)
+                    .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
+                    .collect();
+                let mut acts = ActBuf::default();
+                acts.quantize(ActType::Q8K, &x, cols);
+                let mut y = vec![0f32; nt * rows];
+                let best = |f: &mut dyn FnMut()| {
+                    f();
+                    (0..if nt == 64 { 5 } else { 20 })
+                        .map(|_| {
+                            let t = Instant::now();
+                            f();
+                            t.elapsed().as_secs_f64()
+                        })
+                        .fold(f64::MAX, f64::min)
+                };
+                let q8k = &acts.q8k[..nt * cols / QK_K];
+                // SAFETY: AVX-512 checked; y holds nt rows of `rows`.
+                let new = best(&mut || unsafe { gemm(&w, cols, q8k, nt, y.as_mut_ptr(), rows) });
+                let isa = crate::kernels::Isa::Avx512;
+                let old =
+                    best(&mut || crate::kernels::dot_block(isa, ty, &orig, &acts, 0, nt, &mut y));
+                eprintln!(
+                    "{ty:?} {rows}x{cols} nt={nt}: x16 {:.3} ms, row-wise {:.3} ms (cache-warm)",
+                    new * 1e3,
+                    old * 1e3
+                );
+                if nt == 1 {
+                    // Decode from DRAM: cycle through copies well beyond the L3.
+                    let copies = (256 << 20) / w.len() + 1;
+                    let ws: Vec<Vec<u8>> = (0..copies).map(|_| w.clone()).collect();
+                    let os: Vec<Vec<u8>> = (0..copies).map(|_| orig.clone()).collect();
+                    let mut i = 0;
+                    let new = best(&mut || {
+                        i = (i + 1) % copies;
+                        // SAFETY: as above.
+                        unsafe { gemm(&ws[i], cols, q8k, 1, y.as_mut_ptr(), rows) }
+                    });
+                    let old = best(&mut || {
+                        i = (i + 1) % copies;
+                        crate::kernels::dot_block(isa, ty, &os[i], &acts, 0, 1, &mut y)
+                    });
+                    eprintln!(
+                        "{ty:?} {rows}x{cols} nt=1: x16 {:.3} ms, row-wise {:.3} ms (DRAM)",
+                        new * 1e3,
+                        old * 1e3
+                    );
+                }
+            }
+        }
+    }
+}

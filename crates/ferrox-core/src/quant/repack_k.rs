@@ -1,0 +1,278 @@
+//! Q4_K / Q6_K repacking into the 16-row interleaved ("x16") layout of `kernels::x16_k`.
+//!
+//! Source blocks are ggml's `block_q4_K` / `block_q6_K` (ggml/src/ggml-common.h). A group of
+//! 16 consecutive rows becomes, per super-block (256 k), one tile of 16 × block bytes in which
+//! each 32-bit lane of a 64-byte vector belongs to one row, so that `vpdpbusd` (Intel SDM,
+//! "Multiply and Add Unsigned and Signed Bytes") multiplies 4 consecutive k of 16 rows by one
+//! broadcast activation dword:
+//!
+//! * Q4_K tile (2304 B): d[16] f16, dmin[16] f16, 3 vectors of scales (vector s, lane i =
+//!   bytes 4s..4s + 4 of row i's 12 `scales` bytes), then per sub-block j (0..8) 4 vectors p
+//!   of nibbles: lane i byte b holds q[32j + 8p + b] (low nibble) and q[32j + 8p + 4 + b]
+//!   (high nibble).
+//! * Q6_K tile (3360 B): d[16] f16, 4 vectors of i8 scales (vector s, lane i = scales
+//!   4s..4s + 4 of row i), then per sub-block j (0..16) 2 vectors p of low nibbles (lane i
+//!   byte b: q[16j + 8p + b] low, q[16j + 8p + 4 + b] high) and 1 vector of high bits (lane i
+//!   byte b, bits 2c..2c + 1: the top 2 bits of q[16j + 4c + b]), q the unsigned 6-bit value.
+
+// Called by the load-time repack of `WeightMatrix` (until that lands, only by tests).
+
+use super::blocks::{BlockQ4K, BlockQ6K, QK_K};
+
+/// Rows per interleaved group.
+const ROWS: usize = 16;
+const Q4K_BYTES: usize = std::mem::size_of::<BlockQ4K>();
+const Q6K_BYTES: usize = std::mem::size_of::<BlockQ6K>();
+/// Offset of the nibble vectors in a Q4_K tile (after d, dmin and 3 scale vectors).
+const Q4K_QS: usize = 64 + 3 * 64;
+/// Offset of sub-block 0 in a Q6_K tile (after d and 4 scale vectors).
+const Q6K_QS: usize = 32 + 4 * 64;
+
+/// Checks the shapes shared by the four entry points; returns super-blocks per row.
+fn shape(len: usize, cols: usize, block: usize, rows: usize) -> usize {
+    assert!(cols > 0 && cols.is_multiple_of(QK_K), "whole super-blocks");
+    let nsb = cols / QK_K;
+    assert_eq!(len, rows * nsb * block, "buffer length");
+    nsb
+}
+
+/// The little-endian u32 at byte `at` of `b`.
+#[inline]
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Interleaves 16 consecutive original rows (`src`, each `cols` wide, ggml layout) into `dst`
+/// (same length).
+pub(crate) fn repack_q4k(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let nsb = shape(src.len(), cols, Q4K_BYTES, ROWS);
+    assert_eq!(dst.len(), src.len(), "buffer length");
+    let row_bytes = nsb * Q4K_BYTES;
+    for (sb, tile) in dst.chunks_exact_mut(ROWS * Q4K_BYTES).enumerate() {
+        for i in 0..ROWS {
+            let b = &src[i * row_bytes + sb * Q4K_BYTES..][..Q4K_BYTES];
+            tile[2 * i..2 * i + 2].copy_from_slice(&b[0..2]);
+            tile[32 + 2 * i..34 + 2 * i].copy_from_slice(&b[2..4]);
+            for s in 0..3 {
+                tile[64 + 64 * s + 4 * i..][..4].copy_from_slice(&b[4 + 4 * s..8 + 4 * s]);
+            }
+            // Four consecutive k at a time as u32 lanes: sub-block j is nibble half j % 2
+            // of qs[32·(j / 2)..][..32].
+            for j in 0..8 {
+                let (n, sh) = (j / 2, 4 * (j % 2));
+                for p in 0..4 {
+                    let at = 16 + 32 * n + 8 * p;
+                    let lo = (u32_at(b, at) >> sh) & 0x0F0F_0F0F;
+                    let hi = (u32_at(b, at + 4) >> sh) & 0x0F0F_0F0F;
+                    let o = Q4K_QS + 64 * (4 * j + p) + 4 * i;
+                    tile[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Writes original row `lane` (0..16) of a repacked Q4_K group back in ggml layout (`dst` =
+/// one row's bytes).
+pub(crate) fn unpack_row_q4k(group: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    let nsb = shape(group.len(), cols, Q4K_BYTES, ROWS);
+    assert!(lane < ROWS, "lane");
+    assert_eq!(dst.len(), nsb * Q4K_BYTES, "row length");
+    let i = lane;
+    for (tile, b) in group
+        .chunks_exact(ROWS * Q4K_BYTES)
+        .zip(dst.chunks_exact_mut(Q4K_BYTES))
+    {
+        b[0..2].copy_from_slice(&tile[2 * i..2 * i + 2]);
+        b[2..4].copy_from_slice(&tile[32 + 2 * i..34 + 2 * i]);
+        for s in 0..3 {
+            b[4 + 4 * s..8 + 4 * s].copy_from_slice(&tile[64 + 64 * s + 4 * i..][..4]);
+        }
+        // qs[32n + l]: low nibble from sub-block 2n, high from 2n + 1, element l = 8p + 4h + b
+        // (nibble h of lane byte b of vector p), four l at a time.
+        for n in 0..4 {
+            for p in 0..4 {
+                for h in 0..2 {
+                    let at = |j: usize| Q4K_QS + 64 * (4 * j + p) + 4 * i;
+                    let lo = (u32_at(tile, at(2 * n)) >> (4 * h)) & 0x0F0F_0F0F;
+                    let hi = (u32_at(tile, at(2 * n + 1)) >> (4 * h)) & 0x0F0F_0F0F;
+                    let o = 16 + 32 * n + 8 * p + 4 * h;
+                    b[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Interleaves 16 consecutive original Q6_K rows into `dst` (same length).
+pub(crate) fn repack_q6k(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let nsb = shape(src.len(), cols, Q6K_BYTES, ROWS);
+    assert_eq!(dst.len(), src.len(), "buffer length");
+    let row_bytes = nsb * Q6K_BYTES;
+    for (sb, tile) in dst.chunks_exact_mut(ROWS * Q6K_BYTES).enumerate() {
+        for i in 0..ROWS {
+            // ggml block_q6_K: ql[128], qh[64], scales[16], d.
+            let b = &src[i * row_bytes + sb * Q6K_BYTES..][..Q6K_BYTES];
+            tile[2 * i..2 * i + 2].copy_from_slice(&b[208..210]);
+            for s in 0..4 {
+                tile[32 + 64 * s + 4 * i..][..4].copy_from_slice(&b[192 + 4 * s..196 + 4 * s]);
+            }
+            // Four consecutive k (4-aligned, so one ql nibble half and one qh bit pair) at a
+            // time as u32 lanes.
+            let low4 = |e: usize| {
+                let (c, r) = (e / 128, e % 128);
+                (u32_at(b, 64 * c + r % 64) >> (4 * (r / 64))) & 0x0F0F_0F0F
+            };
+            let high4 = |e: usize| {
+                let (c, r) = (e / 128, e % 128);
+                (u32_at(b, 128 + 32 * c + r % 32) >> (2 * (r / 32))) & 0x0303_0303
+            };
+            for j in 0..16 {
+                let base = Q6K_QS + 192 * j + 4 * i;
+                for p in 0..2 {
+                    let e = 16 * j + 8 * p;
+                    let v = low4(e) | (low4(e + 4) << 4);
+                    tile[base + 64 * p..base + 64 * p + 4].copy_from_slice(&v.to_le_bytes());
+                }
+                let h = (0..4).fold(0, |h, c| h | (high4(16 * j + 4 * c) << (2 * c)));
+                tile[base + 128..base + 132].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Writes original row `lane` (0..16) of a repacked Q6_K group back in ggml layout.
+pub(crate) fn unpack_row_q6k(group: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    let nsb = shape(group.len(), cols, Q6K_BYTES, ROWS);
+    assert!(lane < ROWS, "lane");
+    assert_eq!(dst.len(), nsb * Q6K_BYTES, "row length");
+    let i = lane;
+    for (tile, b) in group
+        .chunks_exact(ROWS * Q6K_BYTES)
+        .zip(dst.chunks_exact_mut(Q6K_BYTES))
+    {
+        b[208..210].copy_from_slice(&tile[2 * i..2 * i + 2]);
+        for s in 0..4 {
+            b[192 + 4 * s..196 + 4 * s].copy_from_slice(&tile[32 + 64 * s + 4 * i..][..4]);
+        }
+        // Four consecutive (4-aligned) elements at a time: low nibbles and high bit pairs.
+        let low4 = |e: usize| {
+            let (j, r) = (e / 16, e % 16);
+            (u32_at(tile, Q6K_QS + 192 * j + 64 * (r / 8) + 4 * i) >> (4 * ((r / 4) % 2)))
+                & 0x0F0F_0F0F
+        };
+        let high4 = |e: usize| {
+            let (j, r) = (e / 16, e % 16);
+            (u32_at(tile, Q6K_QS + 192 * j + 128 + 4 * i) >> (2 * (r / 4))) & 0x0303_0303
+        };
+        for c in 0..2 {
+            for m in (0..64).step_by(4) {
+                let e = 128 * c + m;
+                let v = low4(e) | (low4(e + 64) << 4);
+                b[64 * c + m..64 * c + m + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            for m in (0..32).step_by(4) {
+                let e = 128 * c + m;
+                let v = (0..4).fold(0, |v, s| v | (high4(e + 32 * s) << (2 * s)));
+                b[128 + 32 * c + m..128 + 32 * c + m + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    // Element-by-element checks index the decoded quants by element number.
+    #![allow(clippy::needless_range_loop)]
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    fn round_trip(
+        block: usize,
+        repack: fn(&[u8], usize, &mut [u8]),
+        unpack: fn(&[u8], usize, usize, &mut [u8]),
+    ) {
+        let mut rng = StdRng::seed_from_u64(3);
+        for cols in [256, 1536, 4864] {
+            let row_bytes = cols / QK_K * block;
+            let src: Vec<u8> = (0..ROWS * row_bytes).map(|_| rng.gen()).collect();
+            let mut dst = vec![0u8; src.len()];
+            repack(&src, cols, &mut dst);
+            let mut row = vec![0u8; row_bytes];
+            for lane in 0..ROWS {
+                unpack(&dst, cols, lane, &mut row);
+                assert_eq!(
+                    row,
+                    src[lane * row_bytes..][..row_bytes],
+                    "cols {cols} lane {lane}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn x16_repack_q4k_round_trips() {
+        round_trip(Q4K_BYTES, repack_q4k, unpack_row_q4k);
+    }
+
+    #[test]
+    fn x16_repack_q6k_round_trips() {
+        round_trip(Q6K_BYTES, repack_q6k, unpack_row_q6k);
+    }
+
+    /// A Q4_K block's 4-bit quants in element order.
+    fn q4k_values(qs: &[u8]) -> [u8; QK_K] {
+        let mut q = [0u8; QK_K];
+        for (e, v) in q.iter_mut().enumerate() {
+            let (n, h, l) = (e / 64, (e / 32) % 2, e % 32);
+            *v = (qs[32 * n + l] >> (4 * h)) & 0x0F;
+        }
+        q
+    }
+
+    /// A Q6_K block's unsigned 6-bit quants in element order (ggml `dequantize_row_q6_K`).
+    fn q6k_values(ql: &[u8], qh: &[u8]) -> [u8; QK_K] {
+        let mut q = [0u8; QK_K];
+        for (e, v) in q.iter_mut().enumerate() {
+            let (c, r) = (e / 128, e % 128);
+            let low = (ql[64 * c + r % 64] >> (4 * (r / 64))) & 0x0F;
+            let high = (qh[32 * c + r % 32] >> (2 * (r / 32))) & 3;
+            *v = low | (high << 4);
+        }
+        q
+    }
+
+    /// The layout as documented, element by element (the round trip alone would accept any
+    /// bijection).
+    #[test]
+    fn x16_repack_layout_matches_doc() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let src: Vec<u8> = (0..ROWS * Q4K_BYTES).map(|_| rng.gen()).collect();
+        let mut dst = vec![0u8; src.len()];
+        repack_q4k(&src, 256, &mut dst);
+        for i in 0..ROWS {
+            let q = q4k_values(&src[i * Q4K_BYTES + 16..][..128]);
+            for e in 0..QK_K {
+                let (j, p, b, hi) = (e / 32, (e % 32) / 8, e % 4, (e % 8) / 4);
+                let x = dst[Q4K_QS + 64 * (4 * j + p) + 4 * i + b];
+                assert_eq!((x >> (4 * hi)) & 0x0F, q[e], "q4k row {i} e {e}");
+            }
+        }
+        let src: Vec<u8> = (0..ROWS * Q6K_BYTES).map(|_| rng.gen()).collect();
+        let mut dst = vec![0u8; src.len()];
+        repack_q6k(&src, 256, &mut dst);
+        for i in 0..ROWS {
+            let b = &src[i * Q6K_BYTES..][..Q6K_BYTES];
+            let q = q6k_values(&b[..128], &b[128..192]);
+            for e in 0..QK_K {
+                let (j, p, bb, hi) = (e / 16, (e % 16) / 8, e % 4, (e % 8) / 4);
+                let base = Q6K_QS + 192 * j + 4 * i;
+                let low = (dst[base + 64 * p + bb] >> (4 * hi)) & 0x0F;
+                let c = (e % 16) / 4;
+                let high = (dst[base + 128 + bb] >> (2 * c)) & 3;
+                assert_eq!(low | (high << 4), q[e], "q6k row {i} e {e}");
+            }
+        }
+    }
+}
