@@ -24,6 +24,8 @@ pub(crate) mod x16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x16_k;
 
+pub mod glu;
+
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
@@ -182,8 +184,11 @@ pub fn dot_block(
 
 /// Whether weights of type `ty` are repacked into the interleaved layout (`quant::repack`)
 /// for this instruction set: only where an interleaved kernel exists.
+/// `FERROX_X16=0` keeps every matrix in ggml layout (A/B benchmarks).
 pub fn interleaves(isa: Isa, ty: GgmlType) -> bool {
-    isa == Isa::Avx512 && isa.supported() && crate::quant::repack::has_layout(ty)
+    static OFF: OnceLock<bool> = OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var("FERROX_X16").is_ok_and(|v| v == "0"));
+    !off && isa == Isa::Avx512 && isa.supported() && crate::quant::repack::has_layout(ty)
 }
 
 /// Tokens one `gemm_x16` call takes at most.

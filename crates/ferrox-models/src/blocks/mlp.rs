@@ -3,6 +3,7 @@
 
 use super::FfnBlock;
 use crate::config::Activation;
+use ferrox_core::kernels::glu::{glu, Glu};
 use ferrox_core::matmul::WeightMatrix;
 use std::sync::Mutex;
 
@@ -30,15 +31,6 @@ impl GatedMlp {
     }
 }
 
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
-pub fn gelu_tanh(x: f32) -> f32 {
-    const C: f32 = 0.797_884_6; // sqrt(2/pi)
-    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
-}
-
 impl FfnBlock for GatedMlp {
     fn forward(&self, x: &[f32], n: usize, out: &mut [f32]) {
         let f = self.ffn_dim();
@@ -51,16 +43,11 @@ impl FfnBlock for GatedMlp {
         let (g, u) = (&mut g[..n * f], &mut u[..n * f]);
         self.gate.gemm(x, n, g);
         self.up.gemm(x, n, u);
-        match self.act {
-            Activation::Silu => g
-                .iter_mut()
-                .zip(u.iter())
-                .for_each(|(a, &b)| *a = silu(*a) * b),
-            Activation::GeluTanh => g
-                .iter_mut()
-                .zip(u.iter())
-                .for_each(|(a, &b)| *a = gelu_tanh(*a) * b),
-        }
+        let kind = match self.act {
+            Activation::Silu => Glu::Silu,
+            Activation::GeluTanh => Glu::GeluTanh,
+        };
+        glu(kind, g, u, n);
         self.down.gemm(g, n, out);
     }
 }
