@@ -13,7 +13,7 @@
 use crate::decoder::{Decoder, SeqBatch};
 use crate::generate::{GenerateParams, StopReason, StopRules};
 use crate::sampling::{Sampler, SamplerConfig};
-use crate::speculative::{LongestMatchDrafter, Speculation};
+use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
 use crate::tokenizer::Tokenizer;
 use ferrox_core::cache::KvCache;
 
@@ -112,6 +112,15 @@ impl<'m> BatchEngine<'m> {
             max_draft: MAX_DRAFT,
             max_rows: 16,
             stats: BatchStats::default(),
+        }
+    }
+
+    /// Drafts exactly `len` tokens per slot and step (room allowing) instead of letting each
+    /// slot's cost model choose: reproducible acceptance counts, whatever the machine's load.
+    pub fn fix_draft_len(&mut self, len: usize) {
+        self.max_draft = len;
+        for s in &mut self.slots {
+            s.spec.adaptive = AdaptiveDraft::fixed(len);
         }
     }
 

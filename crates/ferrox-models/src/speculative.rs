@@ -198,6 +198,8 @@ pub struct AdaptiveDraft {
     /// Rounds left before the next probe while plain decoding wins.
     pause: usize,
     backoff: usize,
+    /// Always ask for `max_len` (no cost model): reproducible runs, tests, benchmarks of one length.
+    fixed: bool,
 }
 
 /// Longest pause (in rounds) between probes.
@@ -218,6 +220,15 @@ impl AdaptiveDraft {
             cost: vec![0.0; max_len + 1],
             pause: 0,
             backoff: 1,
+            fixed: false,
+        }
+    }
+
+    /// A controller that always drafts `len` tokens, whatever acceptance and timings say.
+    pub fn fixed(len: usize) -> Self {
+        AdaptiveDraft {
+            fixed: true,
+            ..AdaptiveDraft::new(len)
         }
     }
 
@@ -272,7 +283,10 @@ impl AdaptiveDraft {
     /// The draft length to ask for this round (0: decode plainly).
     pub fn next_len(&mut self) -> usize {
         // Plain decoding is the yardstick every draft length is compared with: time it first.
-        if self.max_len == 0 || self.cost[0] == 0.0 {
+        if self.fixed || self.max_len == 0 {
+            return self.max_len;
+        }
+        if self.cost[0] == 0.0 {
             return 0;
         }
         let best = self.best_len();
@@ -661,6 +675,17 @@ mod own_tests {
         // Two rows cheap, more expensive (today's kernels): short drafts.
         let (mean, _) = simulate(0.9, |n| if n <= 2 { 1.0 } else { n as f64 * 0.6 }, 300);
         assert!((0.8..=2.5).contains(&mean), "mean draft {mean}");
+    }
+
+    #[test]
+    fn fixed_length_ignores_acceptance_and_cost() {
+        let mut ad = AdaptiveDraft::fixed(5);
+        for _ in 0..50 {
+            assert_eq!(ad.next_len(), 5);
+            ad.record(5, 0);
+            ad.record_cost(6, 100.0);
+        }
+        assert_eq!(AdaptiveDraft::fixed(0).next_len(), 0);
     }
 
     #[test]

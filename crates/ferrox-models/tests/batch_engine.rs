@@ -117,6 +117,7 @@ fn drafts_are_accepted_on_repetitive_text_and_slots_free_up() {
     let (dec, tok) = model();
     let prompt = ids(&tok, PROMPTS[2]);
     let mut eng = BatchEngine::new(&dec, &tok, 1, 256);
+    eng.fix_draft_len(8);
     let p = params(0.0, 0, 48);
     eng.admit(7, &prompt, &p).unwrap();
     assert_eq!(eng.admit(8, &prompt, &p), Err(AdmitError::Busy));

@@ -8,7 +8,7 @@ use common::fixture;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::speculative::{LongestMatchDrafter, Speculation};
+use ferrox_models::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
 use ferrox_models::template::{render_prompt, Message};
 use ferrox_models::tokenizer::Tokenizer;
 use std::time::Instant;
@@ -208,7 +208,11 @@ fn sampled_speculation_equals_plain_sampling_for_a_seed() {
     let gen = |speculate: bool| {
         let mut s = Session::new(&dec, &tok, 4096);
         if speculate {
-            s.set_speculation(spec());
+            // A fixed draft length: the adaptive controller times forwards, and on a loaded
+            // machine may rightly decide not to draft at all in 60 tokens.
+            let mut sp = Speculation::new(Box::new(LongestMatchDrafter::new(2)), 4);
+            sp.adaptive = AdaptiveDraft::fixed(4);
+            s.set_speculation(Some(sp));
         }
         s.generate(&ids, &params, &mut Sampler::new(cfg.clone()), |_| true)
     };

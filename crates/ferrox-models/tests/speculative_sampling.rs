@@ -9,7 +9,7 @@ use ferrox_models::config::glm_5_2;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::sampling::{draw, Candidate, Sampler, SamplerConfig};
 use ferrox_models::speculative::{
-    speculative_generate, verify, Drafter, LongestMatchDrafter, Speculation,
+    speculative_generate, verify, AdaptiveDraft, Drafter, LongestMatchDrafter, Speculation,
 };
 use ferrox_models::ModelConfig;
 use std::collections::HashMap;
@@ -256,6 +256,7 @@ fn speculation_equals_plain_decoding_token_for_token() {
             hist.push(t);
         }
         let mut spec = Speculation::new(Box::new(LongestMatchDrafter::new(1)), 6);
+        spec.adaptive = AdaptiveDraft::fixed(6);
         let mut caches = d.new_caches();
         let got = speculative_generate(
             &d,
