@@ -160,6 +160,14 @@ impl KvCache {
     fn push(&mut self, k: &[f32], v: &[f32]) {
         assert_eq!(k.len(), self.k_width(), "KvCache::append: key width");
         assert_eq!(v.len(), self.v_width, "KvCache::append: value width");
+        if self.keys.len() == self.keys.capacity() {
+            // Grow by an eighth (at least 256 positions) rather than double: the cache is
+            // most of a long session's memory, and doubling leaves up to half of it unused.
+            let more = (self.len / 8).max(256);
+            self.keys.reserve_exact(more * self.k_width());
+            self.values.reserve_exact(more * self.v_width);
+            self.aux.reserve_exact(more * self.aux_width);
+        }
         self.keys.extend_from_slice(k);
         self.values.extend_from_slice(v);
         self.len += 1;

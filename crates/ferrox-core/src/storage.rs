@@ -51,6 +51,18 @@ impl Bytes {
         self.owner.release(self.start, self.len);
     }
 
+    /// Like [`release`](Self::release) for the whole owner (the file this view is part of):
+    /// page-cache folios are mapped whole on a fault, so reading a small tensor leaves megabytes
+    /// of its neighbours resident, which releasing only its own range would not drop.
+    pub fn release_owner(&self) {
+        self.owner.release(0, (*self.owner).as_ref().len());
+    }
+
+    /// Whether both views borrow from the same owner.
+    pub fn same_owner(&self, other: &Bytes) -> bool {
+        Arc::ptr_eq(&self.owner, &other.owner)
+    }
+
     /// A sub-view; `None` when `start..start + len` is outside this view.
     pub fn slice(&self, start: usize, len: usize) -> Option<Bytes> {
         let end = start.checked_add(len)?;

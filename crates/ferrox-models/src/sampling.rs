@@ -103,6 +103,9 @@ impl Sampler {
     /// Picks the next token from `logits` given the `history` of tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[usize]) -> usize {
         if self.config.is_greedy() {
+            if !self.penalizes() {
+                return argmax(logits);
+            }
             let mut l = std::mem::take(&mut self.cands);
             l.clear();
             l.extend(logits.iter().copied().enumerate());
@@ -144,16 +147,20 @@ impl Sampler {
         renormalize(c);
     }
 
+    fn penalizes(&self) -> bool {
+        let cfg = &self.config;
+        cfg.penalty_last_n != 0
+            && (cfg.repeat_penalty != 1.0
+                || cfg.presence_penalty != 0.0
+                || cfg.frequency_penalty != 0.0)
+    }
+
     /// Penalties over the last `penalty_last_n` tokens of `history` (in logit space).
     fn penalize(&mut self, c: &mut [Candidate], history: &[usize]) {
-        let cfg = &self.config;
-        if cfg.penalty_last_n == 0
-            || (cfg.repeat_penalty == 1.0
-                && cfg.presence_penalty == 0.0
-                && cfg.frequency_penalty == 0.0)
-        {
+        if !self.penalizes() {
             return;
         }
+        let cfg = &self.config;
         self.counts.clear();
         let window = &history[history.len().saturating_sub(cfg.penalty_last_n)..];
         for &t in window {
@@ -171,6 +178,17 @@ impl Sampler {
             *l -= n as f32 * cfg.frequency_penalty + cfg.presence_penalty;
         }
     }
+}
+
+/// The first index of the largest logit (as `argmax_cands` over the unpenalized logits).
+fn argmax(logits: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best
 }
 
 fn argmax_cands(c: &[Candidate]) -> usize {

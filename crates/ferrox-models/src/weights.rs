@@ -317,6 +317,21 @@ impl Bound {
         Ok(Bound { map })
     }
 
+    /// Drops the source files' pages from resident memory (see `Bytes::release_owner`). Loaders
+    /// call it after each layer: what was copied (repacked, dequantized) no longer needs them,
+    /// and the peak of a load stays near the model's size instead of file plus copies.
+    pub fn release_pages(&self) {
+        let mut owners: Vec<&Bytes> = Vec::new();
+        for t in self.map.values() {
+            if !owners.iter().any(|o| o.same_owner(&t.data)) {
+                owners.push(&t.data);
+            }
+        }
+        for o in owners {
+            o.release_owner();
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<&TensorRef> {
         self.map.get(name)
     }

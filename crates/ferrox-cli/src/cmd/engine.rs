@@ -31,6 +31,16 @@ pub fn set_threads(threads: usize) {
     }
 }
 
+/// Returns the heap that loading freed (tokenizer construction, repack temporaries) to the
+/// system: glibc keeps freed memory in its arenas otherwise, and peak RSS would carry it.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<Engine> {
     let path = super::model::resolve(model)?;
     let t0 = Instant::now();
@@ -42,6 +52,11 @@ pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<Engine> {
     } else {
         None
     };
+    // The tokenizer read the metadata through the map; loading is over.
+    if let Some(g) = &decoder.gguf {
+        g.release_pages();
+    }
+    trim_heap();
     if verbose {
         eprintln!(
             "loaded {} ({:?}, {} layers, vocab {}) in {:.2} s",

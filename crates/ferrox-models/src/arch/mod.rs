@@ -77,6 +77,7 @@ fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
         path: path.to_path_buf(),
         is_gguf: true,
     };
+    g.file.release_pages();
     dec.gguf = Some(g.file);
     Ok(dec)
 }
@@ -369,8 +370,10 @@ pub fn build_dense(
         }
         None => return Err(LoadError::MissingTensor("output.weight".into())),
     };
+    b.release_pages();
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
+        b.release_pages();
         let n = |s: &str| format!("blk.{l}.{s}");
         let sliding = cfg.attn_kind(l) == AttnKind::Sliding;
         let rope_cfg = match (sliding, &cfg.rope_local) {

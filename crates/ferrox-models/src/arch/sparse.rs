@@ -403,8 +403,10 @@ pub fn build_sparse(
         }
         None => return Err(LoadError::MissingTensor("output.weight".into())),
     };
+    b.release_pages();
     let mut layers = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
+        b.release_pages();
         let n = |s: &str| format!("blk.{l}.{s}");
         let attn: Box<dyn AttentionBlock> = if cfg.mla.is_some() {
             Box::new(build_mla(&cfg, &b, l)?)

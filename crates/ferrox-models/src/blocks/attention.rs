@@ -11,7 +11,7 @@ use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_head, HeadKv};
 use ferrox_core::matmul::WeightMatrix;
 use rayon::prelude::*;
-use std::sync::Mutex;
+use std::cell::RefCell;
 
 pub struct StandardAttention {
     pub wq: WeightMatrix,
@@ -30,7 +30,11 @@ pub struct StandardAttention {
     pub scale: f32,
     pub window: Option<usize>,
     pub softcap: Option<f32>,
-    scratch: Mutex<Scratch>,
+}
+
+thread_local! {
+    /// Projections and attention output of the rows in flight, shared by every layer.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 #[derive(Default)]
@@ -80,7 +84,6 @@ impl StandardAttention {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window: None,
             softcap: None,
-            scratch: Mutex::new(Scratch::default()),
         }
     }
 }
@@ -94,6 +97,57 @@ fn add_bias(y: &mut [f32], b: &Option<Vec<f32>>) {
 }
 
 impl StandardAttention {
+    /// Projections, RoPE, cache append and attention for every segment, into `s`.
+    #[allow(clippy::too_many_arguments)]
+    fn project_attend(
+        &self,
+        x: &[f32],
+        layer: usize,
+        segs: &mut [Segment<'_>],
+        n: usize,
+        s: &mut Scratch,
+        out: &mut [f32],
+    ) {
+        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
+        let (qd, kvd) = (nh * hd, nkv * hd);
+        let q = grow(&mut s.q, n * qd);
+        let k = grow(&mut s.k, n * kvd);
+        let v = grow(&mut s.v, n * kvd);
+        self.wq.gemm(x, n, q);
+        self.wk.gemm(x, n, k);
+        self.wv.gemm(x, n, v);
+        add_bias(q, &self.bq);
+        add_bias(k, &self.bk);
+        add_bias(v, &self.bv);
+        let att = grow(&mut s.att, n * qd);
+        let mut r0 = 0;
+        for seg in segs.iter_mut() {
+            let cache = &mut seg.caches[layer];
+            assert_eq!(
+                cache.len(),
+                seg.pos,
+                "KV cache length must equal the start position"
+            );
+            for i in r0..r0 + seg.n {
+                let (qi, ki) = (&mut q[i * qd..(i + 1) * qd], &mut k[i * kvd..(i + 1) * kvd]);
+                if let Some(norm) = &self.q_norm {
+                    norm.forward_inplace(qi);
+                }
+                if let Some(norm) = &self.k_norm {
+                    norm.forward_inplace(ki);
+                }
+                let p = seg.pos + i - r0;
+                self.rope.apply(qi, nh, hd, p);
+                self.rope.apply(ki, nkv, hd, p);
+                cache.append(ki, &v[i * kvd..(i + 1) * kvd]);
+            }
+            let rows = r0 * qd..(r0 + seg.n) * qd;
+            self.attend(&q[rows.clone()], seg.n, seg.pos, cache, &mut att[rows]);
+            r0 += seg.n;
+        }
+        self.wo.gemm(att, n, out);
+    }
+
     /// Attention of `n` query rows at positions `pos..pos + n` over `cache` (which already
     /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out. Every (row, head)
     /// is one independent task with its worker's softmax scratch.
@@ -163,47 +217,8 @@ impl AttentionBlock for StandardAttention {
     /// Projections run once over every segment's rows (one read of the weights for the whole
     /// step); RoPE, the cache append and attention run per segment on its own cache.
     fn forward_segments(&self, x: &[f32], layer: usize, segs: &mut [Segment<'_>], out: &mut [f32]) {
-        let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
-        let (qd, kvd) = (nh * hd, nkv * hd);
         let n: usize = segs.iter().map(|s| s.n).sum();
-        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let s = &mut *guard;
-        let q = grow(&mut s.q, n * qd);
-        let k = grow(&mut s.k, n * kvd);
-        let v = grow(&mut s.v, n * kvd);
-        self.wq.gemm(x, n, q);
-        self.wk.gemm(x, n, k);
-        self.wv.gemm(x, n, v);
-        add_bias(q, &self.bq);
-        add_bias(k, &self.bk);
-        add_bias(v, &self.bv);
-        let att = grow(&mut s.att, n * qd);
-        let mut r0 = 0;
-        for seg in segs.iter_mut() {
-            let cache = &mut seg.caches[layer];
-            assert_eq!(
-                cache.len(),
-                seg.pos,
-                "KV cache length must equal the start position"
-            );
-            for i in r0..r0 + seg.n {
-                let (qi, ki) = (&mut q[i * qd..(i + 1) * qd], &mut k[i * kvd..(i + 1) * kvd]);
-                if let Some(norm) = &self.q_norm {
-                    norm.forward_inplace(qi);
-                }
-                if let Some(norm) = &self.k_norm {
-                    norm.forward_inplace(ki);
-                }
-                let p = seg.pos + i - r0;
-                self.rope.apply(qi, nh, hd, p);
-                self.rope.apply(ki, nkv, hd, p);
-                cache.append(ki, &v[i * kvd..(i + 1) * kvd]);
-            }
-            let rows = r0 * qd..(r0 + seg.n) * qd;
-            self.attend(&q[rows.clone()], seg.n, seg.pos, cache, &mut att[rows]);
-            r0 += seg.n;
-        }
-        self.wo.gemm(att, n, out);
+        super::with_scratch(&SCRATCH, |s| self.project_attend(x, layer, segs, n, s, out));
     }
 
     fn cache_shape(&self) -> (usize, usize, usize) {

@@ -5,14 +5,18 @@ use super::FfnBlock;
 use crate::config::Activation;
 use ferrox_core::kernels::glu::{glu, Glu};
 use ferrox_core::matmul::WeightMatrix;
-use std::sync::Mutex;
+use std::cell::RefCell;
 
 pub struct GatedMlp {
     pub gate: WeightMatrix,
     pub up: WeightMatrix,
     pub down: WeightMatrix,
     pub act: Activation,
-    scratch: Mutex<(Vec<f32>, Vec<f32>)>,
+}
+
+thread_local! {
+    /// Gate and up activations `[n, ffn_dim]`, shared by every layer on this thread.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 impl GatedMlp {
@@ -22,7 +26,6 @@ impl GatedMlp {
             up,
             down,
             act,
-            scratch: Mutex::new((Vec::new(), Vec::new())),
         }
     }
 
@@ -34,20 +37,20 @@ impl GatedMlp {
 impl FfnBlock for GatedMlp {
     fn forward(&self, x: &[f32], n: usize, out: &mut [f32]) {
         let f = self.ffn_dim();
-        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let (g, u) = &mut *guard;
-        if g.len() < n * f {
-            g.resize(n * f, 0.0);
-            u.resize(n * f, 0.0);
-        }
-        let (g, u) = (&mut g[..n * f], &mut u[..n * f]);
-        self.gate.gemm(x, n, g);
-        self.up.gemm(x, n, u);
-        let kind = match self.act {
-            Activation::Silu => Glu::Silu,
-            Activation::GeluTanh => Glu::GeluTanh,
-        };
-        glu(kind, g, u, n);
-        self.down.gemm(g, n, out);
+        super::with_scratch(&SCRATCH, |(g, u)| {
+            if g.len() < n * f {
+                g.resize(n * f, 0.0);
+                u.resize(n * f, 0.0);
+            }
+            let (g, u) = (&mut g[..n * f], &mut u[..n * f]);
+            self.gate.gemm(x, n, g);
+            self.up.gemm(x, n, u);
+            let kind = match self.act {
+                Activation::Silu => Glu::Silu,
+                Activation::GeluTanh => Glu::GeluTanh,
+            };
+            glu(kind, g, u, n);
+            self.down.gemm(g, n, out);
+        })
     }
 }

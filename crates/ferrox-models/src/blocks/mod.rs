@@ -17,6 +17,22 @@ pub use norm::RmsNorm;
 pub use rope::Rope;
 
 use ferrox_core::cache::KvCache;
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+/// Runs `f` on this thread's scratch `key`. Layers run one after another, so one scratch per
+/// block kind and thread serves every layer (per-layer buffers sized for the largest batch
+/// would cost layers × that). A thread that re-enters (a rayon worker that picked up another
+/// forward while waiting) gets a private buffer instead of a panic.
+pub(crate) fn with_scratch<S: Default + 'static, R>(
+    key: &'static LocalKey<RefCell<S>>,
+    f: impl FnOnce(&mut S) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => f(&mut s),
+        Err(_) => f(&mut S::default()),
+    })
+}
 
 /// State carried from layer to layer within one forward pass (reset at the start of each pass).
 #[derive(Debug, Default)]

@@ -201,6 +201,15 @@ impl GgufFile {
         self.alignment
     }
 
+    /// Drops the mapped files' pages from this process's resident memory. Tensors that were
+    /// copied at load (repacked, dequantized, converted) no longer need them; what is still read
+    /// from the map (say a plain embedding table) faults back in, page by page, on use.
+    pub fn release_pages(&self) {
+        for s in &self.shards {
+            s.bytes.release();
+        }
+    }
+
     /// Number of files in the set (1 unless split).
     pub fn shard_count(&self) -> usize {
         self.shards.len()
