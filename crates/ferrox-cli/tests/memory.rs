@@ -15,7 +15,10 @@ const MODELS: [(&str, u64, u64, u64); 3] = [
 fn children_max_rss() -> u64 {
     // SAFETY: getrusage only writes the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) }, 0);
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) },
+        0
+    );
     ru.ru_maxrss as u64 * 1024
 }
 

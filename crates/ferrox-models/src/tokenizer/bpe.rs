@@ -68,7 +68,7 @@ pub(crate) struct ByteLevelBpe {
 
 impl ByteLevelBpe {
     pub(crate) fn new(
-        token_to_id: &AHashMap<String, u32>,
+        token_to_id: &super::vocab::Vocab,
         merges: &[String],
         pre: PreTokenizerImpl,
         ignore_merges: bool,
@@ -87,7 +87,9 @@ impl ByteLevelBpe {
                 }
             }
         }
-        let vocab: AHashMap<String, u32> = token_to_id.clone();
+        let vocab: AHashMap<String, u32> = (token_to_id.iter().enumerate())
+            .map(|(i, t)| (t.to_string(), i as u32))
+            .collect();
         let model = BPE::builder()
             .vocab_and_merges(vocab, pairs)
             .ignore_merges(ignore_merges)

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use ahash::AHashMap;
 use serde_json::Value;
 use tokenizers::DecoderWrapper;
 
@@ -115,11 +114,9 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
             };
         }
     }
-    let token_to_id: AHashMap<String, u32> = texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
+    let vocab = super::vocab::Vocab::new(texts.iter().map(String::as_str))?;
+    drop(texts);
+    let token_to_id = &vocab;
     let id_of = |v: Option<&Value>| token_string(v).and_then(|s| token_to_id.get(&s).copied());
     let bos = id_of(config.get("bos_token"));
     let eos = id_of(config.get("eos_token"));
@@ -159,9 +156,8 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
             tok_plain,
             byte_level,
         })),
-        texts,
+        vocab,
         attrs,
-        token_to_id,
         pieces: Vec::new(),
         piece_offsets: Vec::new(),
         special: SpecialTokens {

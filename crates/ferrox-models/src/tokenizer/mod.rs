@@ -13,12 +13,13 @@ mod hf;
 mod pretok;
 mod spm;
 mod stream;
+mod vocab;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use ahash::AHashMap;
 use aho_corasick::AhoCorasick;
+use vocab::Vocab;
 
 pub use stream::StreamDecoder;
 
@@ -116,9 +117,8 @@ enum Model {
 /// A tokenizer: text ↔ token ids, exactly as llama.cpp for GGUF vocabularies.
 pub struct Tokenizer {
     model: Model,
-    texts: Vec<String>,
+    vocab: Vocab,
     attrs: Vec<u8>,
-    token_to_id: AHashMap<String, u32>,
     /// `token_to_piece(special = true)` bytes of every token, concatenated.
     pieces: Vec<u8>,
     piece_offsets: Vec<u32>,
@@ -136,7 +136,7 @@ pub struct Tokenizer {
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
-            .field("vocab_size", &self.texts.len())
+            .field("vocab_size", &self.vocab.len())
             .field("special", &self.special)
             .field("eog", &self.eog)
             .finish()
@@ -258,19 +258,14 @@ impl Tokenizer {
         }
 
         let mut texts = spec.tokens;
-        let mut token_to_id = AHashMap::with_capacity(n);
         for (i, t) in texts.iter_mut().enumerate() {
             if t.is_empty() {
                 *t = format!("[EMPTY_{i}]");
             }
-            if let Some(first) = token_to_id.insert(t.clone(), i as u32) {
-                return Err(TokenizerError::DuplicateToken {
-                    text: t.clone(),
-                    first,
-                    second: i as u32,
-                });
-            }
         }
+        let vocab = Vocab::new(texts.iter().map(String::as_str))?;
+        drop(texts);
+        let token_to_id = &vocab;
         let mut attrs: Vec<u8> = match &spec.token_types {
             Some(t) => t[..n].iter().map(|&t| gguf_type_to_attr(t)).collect(),
             None => vec![attr::NORMAL; n],
@@ -355,7 +350,7 @@ impl Tokenizer {
                 make_control(id, &mut attrs);
             }
         }
-        for (i, t) in texts.iter().enumerate() {
+        for (i, t) in vocab.iter().enumerate() {
             if attrs[i] & attr::CONTROL != 0 && t.contains("unused") {
                 attrs[i] |= attr::UNUSED;
             }
@@ -421,7 +416,7 @@ impl Tokenizer {
                 .ok_or_else(|| TokenizerError::Missing("tokenizer.ggml.merges".into()))?;
             let pre = pretok::PreTokenizerImpl::new(cfg.kind)?;
             Model::Bpe(Box::new(bpe::ByteLevelBpe::new(
-                &token_to_id,
+                token_to_id,
                 &merges,
                 pre,
                 cfg.ignore_merges,
@@ -430,9 +425,8 @@ impl Tokenizer {
 
         let mut tok = Tokenizer {
             model,
-            texts,
+            vocab,
             attrs,
-            token_to_id,
             pieces: Vec::new(),
             piece_offsets: Vec::new(),
             special: SpecialTokens {
@@ -463,7 +457,7 @@ impl Tokenizer {
 
     /// Fills the piece cache and the special-token matcher from `texts` and `attrs`.
     fn build_caches(&mut self) -> Result<(), TokenizerError> {
-        let n = self.texts.len();
+        let n = self.vocab.len();
         let mut pieces = Vec::new();
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0u32);
@@ -482,12 +476,9 @@ impl Tokenizer {
                 self.attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
             })
             .collect();
-        ids.sort_by_key(|&i| std::cmp::Reverse(self.texts[i as usize].len()));
+        ids.sort_by_key(|&i| std::cmp::Reverse(self.vocab.text(i as usize).len()));
         if !ids.is_empty() {
-            let pats: Vec<&str> = ids
-                .iter()
-                .map(|&i| self.texts[i as usize].as_str())
-                .collect();
+            let pats: Vec<&str> = ids.iter().map(|&i| self.vocab.text(i as usize)).collect();
             let ac = AhoCorasick::new(&pats).map_err(|e| TokenizerError::Invalid(e.to_string()))?;
             self.special_matcher = Some(ac);
         }
@@ -496,7 +487,7 @@ impl Tokenizer {
     }
 
     fn compute_piece(&self, id: usize) -> Vec<u8> {
-        let text = &self.texts[id];
+        let text = self.vocab.text(id);
         let a = self.attrs[id];
         if let Model::Hf(h) = &self.model {
             return h.piece(id as u32, text, a);
@@ -552,7 +543,7 @@ impl Tokenizer {
                                 t.push(if c == ' ' { '▁' } else { c });
                             }
                             spm::Spm {
-                                token_to_id: &self.token_to_id,
+                                token_to_id: &self.vocab,
                                 scores,
                                 byte_tokens,
                                 unk: self.special.unk,
@@ -650,15 +641,15 @@ impl Tokenizer {
 
     /// Vocabulary string of `id` (as stored, e.g. `▁the` or `Ġthe`).
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.texts.get(id as usize).map(String::as_str)
+        self.vocab.get_text(id as usize)
     }
 
     pub fn token_to_id(&self, text: &str) -> Option<u32> {
-        self.token_to_id.get(text).copied()
+        self.vocab.get(text).copied()
     }
 
     pub fn vocab_size(&self) -> usize {
-        self.texts.len()
+        self.vocab.len()
     }
 
     pub fn special_tokens(&self) -> &SpecialTokens {

@@ -10,8 +10,6 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use ahash::AHashMap;
-
 #[derive(Clone, Copy)]
 struct Symbol {
     start: u32,
@@ -48,7 +46,7 @@ impl Ord for Bigram {
 }
 
 pub(crate) struct Spm<'v> {
-    pub token_to_id: &'v AHashMap<String, u32>,
+    pub token_to_id: &'v super::vocab::Vocab,
     pub scores: &'v [f32],
     /// Token for each byte value (`<0xXX>`, else the one-byte string), if any.
     pub byte_tokens: &'v [Option<u32>; 256],
