@@ -122,10 +122,10 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
     let eos = id_of(config.get("eos_token"));
     let unk = id_of(config.get("unk_token"));
     let pad = id_of(config.get("pad_token"));
-    let eot = EOT_TEXTS.iter().find_map(|t| token_to_id.get(*t).copied());
+    let eot = EOT_TEXTS.iter().find_map(|t| token_to_id.get(t).copied());
     let mut eog: BTreeSet<u32> = EOG_TEXTS
         .iter()
-        .filter_map(|t| token_to_id.get(*t).copied())
+        .filter_map(|t| token_to_id.get(t).copied())
         .collect();
     eog.extend([eos, eot].into_iter().flatten());
     match gen_config.get("eos_token_id") {

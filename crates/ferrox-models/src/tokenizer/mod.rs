@@ -325,7 +325,7 @@ impl Tokenizer {
 
         // Text-based detection; a detected token becomes a control token. Where llama.cpp's
         // hash-map order decides between several candidates we take the first in its list.
-        let find_first = |list: &[&str]| list.iter().find_map(|t| token_to_id.get(*t).copied());
+        let find_first = |list: &[&str]| list.iter().find_map(|t| token_to_id.get(t).copied());
         let make_control = |id: u32, attrs: &mut Vec<u8>| attrs[id as usize] |= attr::CONTROL;
         if eot.is_none() {
             eot = find_first(EOT_TEXTS);
@@ -346,7 +346,7 @@ impl Tokenizer {
             make_control(id, &mut attrs);
         }
         for t in FIM_OTHER_TEXTS {
-            if let Some(&id) = token_to_id.get(*t) {
+            if let Some(&id) = token_to_id.get(t) {
                 make_control(id, &mut attrs);
             }
         }
@@ -357,7 +357,7 @@ impl Tokenizer {
         }
         let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep].into_iter().flatten().collect();
         for t in EOG_TEXTS {
-            if let Some(&id) = token_to_id.get(*t) {
+            if let Some(&id) = token_to_id.get(t) {
                 eog.insert(id);
                 make_control(id, &mut attrs);
             }
