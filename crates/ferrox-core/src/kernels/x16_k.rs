@@ -9,9 +9,15 @@
 //! same 4 activation bytes and no horizontal reduction is ever needed: a group of 16 rows and
 //! one token end in one vector, stored with one 64-byte store.
 //!
+//! Once per call the activations are copied into records, one per (super-block, token) with
+//! the tokens of a super-block adjacent (`q4k_pre` / `q6k_pre`): quants, precomputed terms
+//! and scale. Every activation operand is then a constant displacement from one pointer per
+//! super-block; with a base + index address a `vpdpbusd` with a broadcast memory operand is
+//! un-laminated into two uops, which measured 2.2x slower in the kernels' dependency chains.
+//!
 //! Integer sums are exact and scales are applied in integers per super-block. Both kernels
 //! start each short `vpdpbusd` chain from an activation-side offset precomputed once per call
-//! (per token and super-block, `q4k_pre` / `q6k_pre`), which re-centres the unsigned weights
+//! (per token and super-block), which re-centres the unsigned weights
 //! so that the chain's sum fits an i16 and takes its sub-block scale with one `vpdpwssd`
 //! against (sc, 0) words:
 //! * Q4_K: per sub-block (32 k), D_j = Σ (q − 8)·a starts from −8·S_j (S_j the sub-block's
@@ -44,10 +50,14 @@ const Q4K_TILE: usize = ROWS * 144;
 const Q6K_TILE: usize = ROWS * 210;
 /// Tiles ahead of the current one that are prefetched (the weights stream once at nt ≤ TOK).
 const PREFETCH: usize = 2;
-/// Precomputed activation terms per (token, super-block), in i32: Q4_K 16 (one cache line),
-/// Q6_K 32.
-const Q4K_PRE: usize = 16;
-const Q6K_PRE: usize = 32;
+/// Activation record per (super-block, token), in i32: 64 of quants (256 bytes), the terms
+/// from `Q*_PRE` on, the f32 scale at `Q*_D`.
+const Q4K_REC: usize = 80;
+const Q4K_PRE: usize = 64;
+const Q4K_D: usize = 76;
+const Q6K_REC: usize = 112;
+const Q6K_PRE: usize = 64;
+const Q6K_D: usize = 96;
 
 /// A `vpshufb` control: in every dword d (within its 128-bit lane), byte b takes byte
 /// `picks[b]` of d (−1: zero).
@@ -87,7 +97,7 @@ static SC_HI: [[u8; 64]; 4] = [
 const OR_AND: i32 = 0xF8;
 
 thread_local! {
-    /// Per-call activation terms (`q4k_pre` / `q6k_pre`), reused across calls.
+    /// Per-call activation records (`q4k_pre` / `q6k_pre`), reused across calls.
     static PRE: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -116,6 +126,52 @@ macro_rules! dpwssd {
     }};
 }
 
+/// `$acc + Σ_i vpdpbusd($w_i, dword at $q + 4i broadcast)` over the given weight vectors, in
+/// order. Written out because LLVM addresses the broadcasts as base + index, which un-laminates
+/// each `vpdpbusd` into two uops; here every operand is `[q + const]`. Expands inside an
+/// `unsafe` block of a function with AVX-512 VNNI that guarantees the bytes are readable.
+macro_rules! dpbusd_chain {
+    ($acc:expr, $q:expr, [$w0:expr, $w1:expr]) => {{
+        let mut acc: __m512i = $acc;
+        std::arch::asm!(
+            "vpdpbusd {acc}, {w0}, [{q}]{{1to16}}",
+            "vpdpbusd {acc}, {w1}, [{q} + 4]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            q = in(reg) $q,
+            w0 = in(zmm_reg) $w0,
+            w1 = in(zmm_reg) $w1,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+        acc
+    }};
+    ($acc:expr, $q:expr, [$w0:expr, $w1:expr, $w2:expr, $w3:expr,
+                          $w4:expr, $w5:expr, $w6:expr, $w7:expr]) => {{
+        let mut acc: __m512i = $acc;
+        std::arch::asm!(
+            "vpdpbusd {acc}, {w0}, [{q}]{{1to16}}",
+            "vpdpbusd {acc}, {w1}, [{q} + 4]{{1to16}}",
+            "vpdpbusd {acc}, {w2}, [{q} + 8]{{1to16}}",
+            "vpdpbusd {acc}, {w3}, [{q} + 12]{{1to16}}",
+            "vpdpbusd {acc}, {w4}, [{q} + 16]{{1to16}}",
+            "vpdpbusd {acc}, {w5}, [{q} + 20]{{1to16}}",
+            "vpdpbusd {acc}, {w6}, [{q} + 24]{{1to16}}",
+            "vpdpbusd {acc}, {w7}, [{q} + 28]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            q = in(reg) $q,
+            w0 = in(zmm_reg) $w0,
+            w1 = in(zmm_reg) $w1,
+            w2 = in(zmm_reg) $w2,
+            w3 = in(zmm_reg) $w3,
+            w4 = in(zmm_reg) $w4,
+            w5 = in(zmm_reg) $w5,
+            w6 = in(zmm_reg) $w6,
+            w7 = in(zmm_reg) $w7,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+        acc
+    }};
+}
+
 /// Prefetches the `bytes`-long tile at `p` (any address: prefetches never fault).
 #[inline(always)]
 fn prefetch_tile(p: *const u8, bytes: usize) {
@@ -137,39 +193,40 @@ fn shapes(w: &[u8], cols: usize, acts: &[BlockQ8K], nt: usize, tile: usize) -> (
     (nsb, w.len() / (nsb * tile))
 }
 
-/// Runs `$tile::<n>(group, nsb, acts, pre, out, ld)` over every group and tile of up to TOK
-/// tokens (`n` a literal for the register arrays), with the per-call terms `$fill` computes.
+/// Runs `$tile::<n>(group, nsb, records, stride, out, ld)` over every group and tile of up to
+/// TOK tokens (`n` a literal for the register arrays), with the records `$fill` writes
+/// (`$rec` i32 each; `stride` bytes from one super-block's records to the next).
 macro_rules! gemm_body {
     ($w:expr, $cols:expr, $acts:expr, $nt:expr, $y:expr, $ld:expr,
-     $tile_bytes:expr, $pre:expr, $fill:ident, $tile:ident) => {{
+     $tile_bytes:expr, $rec:expr, $fill:ident, $tile:ident) => {{
         let (w, acts, nt, y, ld) = ($w, $acts, $nt, $y, $ld);
         let (nsb, groups) = shapes(w, $cols, acts, nt, $tile_bytes);
         PRE.with(|pre| {
             let mut pre = pre.borrow_mut();
-            pre.resize(nt * nsb * $pre, 0);
-            $fill(&acts[..nt * nsb], &mut pre);
+            pre.resize(nt * nsb * $rec, 0);
+            $fill(&acts[..nt * nsb], nt, nsb, &mut pre);
+            let stride = nt * $rec * 4;
             for g in 0..groups {
                 let wg = w[g * nsb * $tile_bytes..].as_ptr();
                 let mut t = 0;
                 while t < nt {
                     let n = (nt - t).min(TOK);
-                    let a = acts[t * nsb..].as_ptr();
-                    let p = pre[t * nsb * $pre..].as_ptr();
+                    // Token t's record of super-block 0.
+                    let r = pre[t * $rec..].as_ptr().cast::<u8>();
                     // Token t's row of y, columns g*16..g*16 + 16.
                     let out = y.wrapping_add(t * ld + g * ROWS);
-                    // SAFETY: features per the caller; `wg` holds `nsb` tiles; `a` and `p`
-                    // hold n tokens' `nsb` blocks and terms (shapes checked); `out` per the
-                    // caller.
+                    // SAFETY: features per the caller; `wg` holds `nsb` tiles; `r` + sb·stride
+                    // holds n records for sb < nsb (shapes checked); `out` per the caller.
                     unsafe {
                         match n {
-                            8 => $tile::<8>(wg, nsb, a, p, out, ld),
-                            7 => $tile::<7>(wg, nsb, a, p, out, ld),
-                            6 => $tile::<6>(wg, nsb, a, p, out, ld),
-                            5 => $tile::<5>(wg, nsb, a, p, out, ld),
-                            4 => $tile::<4>(wg, nsb, a, p, out, ld),
-                            3 => $tile::<3>(wg, nsb, a, p, out, ld),
-                            2 => $tile::<2>(wg, nsb, a, p, out, ld),
-                            _ => $tile::<1>(wg, nsb, a, p, out, ld),
+                            8 => $tile::<8>(wg, nsb, r, stride, out, ld),
+                            7 => $tile::<7>(wg, nsb, r, stride, out, ld),
+                            6 => $tile::<6>(wg, nsb, r, stride, out, ld),
+                            5 => $tile::<5>(wg, nsb, r, stride, out, ld),
+                            4 => $tile::<4>(wg, nsb, r, stride, out, ld),
+                            3 => $tile::<3>(wg, nsb, r, stride, out, ld),
+                            2 => $tile::<2>(wg, nsb, r, stride, out, ld),
+                            _ => $tile::<1>(wg, nsb, r, stride, out, ld),
                         }
                     }
                     t += n;
@@ -194,16 +251,39 @@ pub(crate) unsafe fn gemm_q4k(
     y: *mut f32,
     ld: usize,
 ) {
-    gemm_body!(w, cols, acts, nt, y, ld, Q4K_TILE, Q4K_PRE, q4k_pre, q4k_tile)
+    gemm_body!(w, cols, acts, nt, y, ld, Q4K_TILE, Q4K_REC, q4k_pre, q4k_tile)
 }
 
-/// Q4_K terms per block: S_j = Σ of the 32 quants of sub-block j (bsum_2j + bsum_2j+1,
-/// |·| ≤ 4064, an i16); i32 0..8: −8·S_j; 8..12: words (S_2i, S_2i+1).
+/// Copies block (token k, super-block sb) of `acts` (token-major) into `rec` at slot
+/// sb·nt + k: its quants, then `terms`, then its scale.
+fn records(
+    acts: &[BlockQ8K],
+    nt: usize,
+    nsb: usize,
+    rec: &mut [i32],
+    size: usize,
+    (pre, d): (usize, usize),
+    mut terms: impl FnMut(&BlockQ8K, &mut [i32]),
+) {
+    for (i, b) in acts.iter().enumerate() {
+        let (k, sb) = (i / nsb, i % nsb);
+        let r = &mut rec[(sb * nt + k) * size..][..size];
+        // SAFETY: 256 quant bytes into the record's first 64 i32 (size > 64), no overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.qs.as_ptr().cast::<u8>(), r.as_mut_ptr().cast(), QK_K)
+        };
+        terms(b, &mut r[pre..d]);
+        r[d] = b.d.to_bits() as i32;
+    }
+}
+
+/// Q4_K records: S_j = Σ of the 32 quants of sub-block j (bsum_2j + bsum_2j+1, |·| ≤ 4064,
+/// an i16); terms 0..8: −8·S_j; 8..12: words (S_2i, S_2i+1).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q4k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
+fn q4k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     let ones = _mm256_set1_epi16(1);
-    for (b, p) in acts.iter().zip(pre.chunks_exact_mut(Q4K_PRE)) {
-        // SAFETY: 16 i16 block sums in, 12 of the 16 i32 out.
+    records(acts, nt, nsb, rec, Q4K_REC, (Q4K_PRE, Q4K_D), |b, p| {
+        // SAFETY: 16 i16 block sums in, 12 i32 out (`p` holds Q4K_D − Q4K_PRE = 12).
         unsafe {
             let bs = _mm256_loadu_si256(b.bsums.as_ptr().cast());
             let s = _mm256_madd_epi16(bs, ones);
@@ -214,7 +294,7 @@ fn q4k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
             let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(s, s), 0b00_00_10_00);
             _mm_storeu_si128(p.as_mut_ptr().add(8).cast(), _mm256_castsi256_si128(w));
         }
-    }
+    });
 }
 
 /// One Q4_K group × `T` tokens. With D_j = Σ (q − 8)·a over sub-block j (|·| ≤ 32·8·127, an
@@ -228,8 +308,8 @@ fn q4k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
 unsafe fn q4k_tile<const T: usize>(
     w: *const u8,
     nsb: usize,
-    a: *const BlockQ8K,
-    pre: *const i32,
+    rec: *const u8,
+    stride: usize,
     out: *mut f32,
     ld: usize,
 ) {
@@ -239,15 +319,15 @@ unsafe fn q4k_tile<const T: usize>(
     let z = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
-        // SAFETY (whole block): sb < nsb, so the tile, every token's block `sb` and its terms
-        // are in bounds; tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
+        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
+        // tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
         unsafe {
             let tile = w.add(sb * Q4K_TILE);
             prefetch_tile(tile.wrapping_add(PREFETCH * Q4K_TILE), Q4K_TILE);
-            let qa: [*const u8; T] =
-                std::array::from_fn(|k| (*a.add(k * nsb + sb)).qs.as_ptr().cast());
-            let pk: [*const u8; T] =
-                std::array::from_fn(|k| pre.add((k * nsb + sb) * Q4K_PRE).cast());
+            // Token k's record at r + k·RB: one base register, constant displacements.
+            let r = rec.add(sb * stride);
+            const RB: usize = Q4K_REC * 4;
+            const PB: usize = Q4K_PRE * 4;
             // 6-bit scales and mins (ggml get_scale_min_k4) on whole dword lanes: bytes
             // 0..4 of sc/m_lo are sub-blocks 0..3, of sc/m_hi sub-blocks 4..7.
             let s0 = _mm512_loadu_si512(tile.add(64).cast());
@@ -270,16 +350,15 @@ unsafe fn q4k_tile<const T: usize>(
                 });
                 let lo = v.map(|x| _mm512_and_si512(x, m4));
                 let hi = v.map(|x| _mm512_and_si512(_mm512_srli_epi16(x, 4), m4));
+                let q = r.add(32 * j);
+                let pj = r.add(PB + 4 * j);
                 for k in 0..T {
-                    let q = qa[k].add(32 * j);
-                    let d = _mm512_dpbusd_epi32(bcast!(pk[k], 4 * j), lo[0], bcast!(q, 0));
-                    let d = _mm512_dpbusd_epi32(d, hi[0], bcast!(q, 4));
-                    let d = _mm512_dpbusd_epi32(d, lo[1], bcast!(q, 8));
-                    let d = _mm512_dpbusd_epi32(d, hi[1], bcast!(q, 12));
-                    let d = _mm512_dpbusd_epi32(d, lo[2], bcast!(q, 16));
-                    let d = _mm512_dpbusd_epi32(d, hi[2], bcast!(q, 20));
-                    let d = _mm512_dpbusd_epi32(d, lo[3], bcast!(q, 24));
-                    let d = _mm512_dpbusd_epi32(d, hi[3], bcast!(q, 28));
+                    let q = q.add(k * RB);
+                    let d = dpbusd_chain!(
+                        bcast!(pj, k * RB),
+                        q,
+                        [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]]
+                    );
                     is[k] = dpwssd!(is[k], d, sw);
                 }
             }
@@ -292,7 +371,7 @@ unsafe fn q4k_tile<const T: usize>(
                 let sc8 = _mm512_slli_epi32(_mm512_shuffle_epi8(sc, ctl), 3);
                 let mw = _mm512_shuffle_epi8(m, ctl);
                 for k in 0..T {
-                    let s = bcast!(pk[k], 32 + 4 * i);
+                    let s = bcast!(r, k * RB + PB + 32 + 4 * i);
                     is[k] = dpwssd!(is[k], sc8, s);
                     im[k] = dpwssd!(im[k], mw, s);
                 }
@@ -301,10 +380,10 @@ unsafe fn q4k_tile<const T: usize>(
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
             for k in 0..T {
-                let da = (*a.add(k * nsb + sb)).d;
+                let da = _mm512_set1_ps(std::ptr::read(r.add(k * RB + 4 * Q4K_D).cast::<f32>()));
                 let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
                 let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
-                acc[k] = _mm512_fmadd_ps(t, _mm512_set1_ps(da), acc[k]);
+                acc[k] = _mm512_fmadd_ps(t, da, acc[k]);
             }
         }
     }
@@ -327,17 +406,17 @@ pub(crate) unsafe fn gemm_q6k(
     y: *mut f32,
     ld: usize,
 ) {
-    gemm_body!(w, cols, acts, nt, y, ld, Q6K_TILE, Q6K_PRE, q6k_pre, q6k_tile)
+    gemm_body!(w, cols, acts, nt, y, ld, Q6K_TILE, Q6K_REC, q6k_pre, q6k_tile)
 }
 
-/// Q6_K terms per block: i32 h (0..32) = −32·Σ of quants 8h..8h + 8 (`vpsadbw` of the quants
+/// Q6_K records: term h (0..32) = −32·Σ of quants 8h..8h + 8 (`vpsadbw` of the quants
 /// biased by 128 gives Σ + 1024 per 8 bytes).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q6k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
+fn q6k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     let bias = _mm512_set1_epi8(-128);
     // −32·(s − 1024) = 32768 − 32·s.
     let c = _mm512_set1_epi64(32768);
-    for (b, o) in acts.iter().zip(pre.chunks_exact_mut(Q6K_PRE)) {
+    records(acts, nt, nsb, rec, Q6K_REC, (Q6K_PRE, Q6K_D), |b, o| {
         for c4 in 0..4 {
             // SAFETY: 64 of the 256 quants; 8 i32 of the 32 outputs.
             unsafe {
@@ -347,7 +426,7 @@ fn q6k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
                 _mm256_storeu_si256(o.as_mut_ptr().add(8 * c4).cast(), _mm512_cvtepi64_epi32(v));
             }
         }
-    }
+    });
 }
 
 /// One Q6_K group × `T` tokens.
@@ -359,8 +438,8 @@ fn q6k_pre(acts: &[BlockQ8K], pre: &mut [i32]) {
 unsafe fn q6k_tile<const T: usize>(
     w: *const u8,
     nsb: usize,
-    a: *const BlockQ8K,
-    pre: *const i32,
+    rec: *const u8,
+    stride: usize,
     out: *mut f32,
     ld: usize,
 ) {
@@ -369,15 +448,15 @@ unsafe fn q6k_tile<const T: usize>(
     let z = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
-        // SAFETY (whole block): sb < nsb, so the tile, every token's block `sb` and its 32
-        // terms are in bounds; tiles are plain bytes read unaligned.
+        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
+        // tiles are plain bytes read unaligned.
         unsafe {
             let tile = w.add(sb * Q6K_TILE);
             prefetch_tile(tile.wrapping_add(PREFETCH * Q6K_TILE), Q6K_TILE);
-            let qa: [*const u8; T] =
-                std::array::from_fn(|k| (*a.add(k * nsb + sb)).qs.as_ptr().cast());
-            let pk: [*const u8; T] =
-                std::array::from_fn(|k| pre.add((k * nsb + sb) * Q6K_PRE).cast());
+            // Token k's record at r + k·RB: one base register, constant displacements.
+            let r = rec.add(sb * stride);
+            const RB: usize = Q6K_REC * 4;
+            const PB: usize = Q6K_PRE * 4;
             let sc: [__m512i; 4] =
                 std::array::from_fn(|s| _mm512_loadu_si512(tile.add(32 + 64 * s).cast()));
             let mut is = [z; T];
@@ -410,20 +489,20 @@ unsafe fn q6k_tile<const T: usize>(
                     m30,
                     OR_AND,
                 );
+                let q = r.add(16 * j);
+                let pj = r.add(PB + 8 * j);
                 for k in 0..T {
-                    let q = qa[k].add(16 * j);
+                    let q = q.add(k * RB);
                     // Σ (q − 32)·a over 8 k, starting from −32·Σa: fits an i16.
-                    let r0 = _mm512_dpbusd_epi32(bcast!(pk[k], 8 * j), q0, bcast!(q, 0));
-                    let r0 = _mm512_dpbusd_epi32(r0, q1, bcast!(q, 4));
-                    let r1 = _mm512_dpbusd_epi32(bcast!(pk[k], 8 * j + 4), q2, bcast!(q, 8));
-                    let r1 = _mm512_dpbusd_epi32(r1, q3, bcast!(q, 12));
+                    let r0 = dpbusd_chain!(bcast!(pj, k * RB), q, [q0, q1]);
+                    let r1 = dpbusd_chain!(bcast!(pj, k * RB + 4), q.add(8), [q2, q3]);
                     is[k] = dpwssd!(is[k], r0, sw);
                     is[k] = dpwssd!(is[k], r1, sw);
                 }
             }
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
             for k in 0..T {
-                let da = (*a.add(k * nsb + sb)).d;
+                let da = std::ptr::read(r.add(k * RB + 4 * Q6K_D).cast::<f32>());
                 let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
                 acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
             }
@@ -771,6 +850,48 @@ mod bench {
                         old * 1e3
                     );
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod hot {
+    use super::tests_support::*;
+    use super::*;
+    use crate::quant::{ActBuf, ActType, GgmlType};
+    use std::time::Instant;
+
+    /// Compute cost per 16-row super-block tile with the weights in L2 (1024×1536), by token
+    /// count: `cargo test --release -p ferrox-core --lib x16_hot -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn x16_hot() {
+        if !has_simd() {
+            return;
+        }
+        let (rows, cols, reps) = (1024, 1536, 2000);
+        for (ty, gemm) in [(GgmlType::Q4K, gemm_q4k as Gemm), (GgmlType::Q6K, gemm_q6k)] {
+            let mut rng = rand::SeedableRng::seed_from_u64(1);
+            let w = repack(ty, &random_rows(&mut rng, ty, cols, rows), cols);
+            for nt in [1usize, 2, 4, 8] {
+                let x: Vec<f32> = (0..nt * cols)
+                    .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
+                    .collect();
+                let mut acts = ActBuf::default();
+                acts.quantize(ActType::Q8K, &x, cols);
+                let mut y = vec![0f32; nt * rows];
+                let q8k = &acts.q8k[..nt * cols / QK_K];
+                let t = Instant::now();
+                for _ in 0..reps {
+                    // SAFETY: AVX-512 checked; y holds nt rows of `rows`.
+                    unsafe { gemm(&w, cols, q8k, nt, y.as_mut_ptr(), rows) };
+                }
+                let tiles = (rows / ROWS * cols / QK_K * reps) as f64;
+                eprintln!(
+                    "{ty:?} nt={nt}: {:.1} ns per tile",
+                    t.elapsed().as_secs_f64() * 1e9 / tiles
+                );
             }
         }
     }
