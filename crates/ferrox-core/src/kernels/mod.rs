@@ -14,6 +14,8 @@ use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
 use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
+mod attn;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -352,30 +354,71 @@ pub fn attend_head(
     scores: &mut [f32],
     out: &mut [f32],
 ) {
-    let (len, d) = (scores.len(), kv.dim);
-    assert!(q.len() == d && out.len() == d, "attend_head: head width");
-    assert!(kv.col + d <= kv.stride, "attend_head: head columns");
+    attend_group(q, kv, start, scale, softcap, scores, out)
+}
+
+/// `attend_head` for the `g = q.len() / dim` query heads that share this KV head (`q`, `out`:
+/// `g × dim`; `scores`: `g × len`, one row per head). Each head's result is bit-identical to
+/// its own `attend_head` call; the group reads each key and value row once.
+pub fn attend_group(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    start: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = kv.dim;
+    assert!(
+        d > 0 && q.len().is_multiple_of(d),
+        "attend_group: head width"
+    );
+    let g = q.len() / d;
+    assert!(g > 0 && out.len() == q.len(), "attend_group: output width");
+    assert!(scores.len().is_multiple_of(g), "attend_group: score rows");
+    let len = scores.len() / g;
+    assert!(kv.col + d <= kv.stride, "attend_group: head columns");
     let end = (start + len) * kv.stride;
     assert!(
         len == 0 || (kv.keys.len() >= end && kv.values.len() >= end),
-        "attend_head: cache rows"
+        "attend_group: cache rows"
     );
-    let row = |j: usize| (start + j) * kv.stride + kv.col;
     #[cfg(target_arch = "x86_64")]
-    let simd = isa() != Isa::Scalar;
-    #[cfg(not(target_arch = "x86_64"))]
-    let simd = false;
-    if simd {
-        // SAFETY: `isa()` reports AVX2/FMA only when present; rows checked above.
-        #[cfg(target_arch = "x86_64")]
-        unsafe {
-            avx2::scores(q, kv, start, scale, scores)
-        };
-    } else {
-        for (j, sv) in scores.iter_mut().enumerate() {
-            *sv = f32_dot(q, &kv.keys[row(j)..row(j) + d]) * scale;
+    if isa() == Isa::Avx512 && d.is_multiple_of(16) && g <= 8 {
+        // SAFETY: AVX-512 F/DQ with AVX2/FMA (`Isa::Avx512` implies them; DQ is part of every
+        // AVX-512 CPU with VNNI); widths and rows checked above.
+        unsafe { attn::scores(q, g, kv, start, scale, scores) };
+        for p in scores.chunks_exact_mut(len) {
+            let inv = softmax(p, softcap);
+            p.iter_mut().for_each(|v| *v *= inv);
         }
+        // SAFETY: as above.
+        unsafe {
+            match g {
+                1 => attn::weighted_sum::<1>(scores, kv, start, out),
+                2 => attn::weighted_sum::<2>(scores, kv, start, out),
+                3 => attn::weighted_sum::<3>(scores, kv, start, out),
+                4 => attn::weighted_sum::<4>(scores, kv, start, out),
+                5 => attn::weighted_sum::<5>(scores, kv, start, out),
+                6 => attn::weighted_sum::<6>(scores, kv, start, out),
+                7 => attn::weighted_sum::<7>(scores, kv, start, out),
+                _ => attn::weighted_sum::<8>(scores, kv, start, out),
+            }
+        }
+        return;
     }
+    for ((qh, sc), o) in q
+        .chunks_exact(d)
+        .zip(scores.chunks_exact_mut(len))
+        .zip(out.chunks_exact_mut(d))
+    {
+        head(qh, kv, start, scale, softcap, sc, o);
+    }
+}
+
+/// Scores in place → unnormalised exp(s − max) (after the soft cap); returns 1 / Σ.
+fn softmax(scores: &mut [f32], softcap: Option<f32>) -> f32 {
     let mut max = f32::NEG_INFINITY;
     for sv in scores.iter_mut() {
         if let Some(cap) = softcap {
@@ -388,9 +431,39 @@ pub fn attend_head(
         *sv = (*sv - max).exp();
         sum += *sv;
     }
-    let inv = 1.0 / sum;
+    1.0 / sum
+}
+
+/// One head without AVX-512 (shapes checked by `attend_group`).
+fn head(
+    q: &[f32],
+    kv: HeadKv<'_>,
+    start: usize,
+    scale: f32,
+    softcap: Option<f32>,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let d = kv.dim;
+    let row = |j: usize| (start + j) * kv.stride + kv.col;
+    #[cfg(target_arch = "x86_64")]
+    let simd = isa() != Isa::Scalar;
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = false;
     if simd {
-        // SAFETY: `isa()` reports AVX2/FMA only when present; rows checked above.
+        // SAFETY: `isa()` reports AVX2/FMA only when present; rows checked by the caller.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            avx2::scores(q, kv, start, scale, scores)
+        };
+    } else {
+        for (j, sv) in scores.iter_mut().enumerate() {
+            *sv = f32_dot(q, &kv.keys[row(j)..row(j) + d]) * scale;
+        }
+    }
+    let inv = softmax(scores, softcap);
+    if simd {
+        // SAFETY: `isa()` reports AVX2/FMA only when present; rows checked by the caller.
         #[cfg(target_arch = "x86_64")]
         unsafe {
             avx2::weighted_sum(scores, inv, kv, start, out)

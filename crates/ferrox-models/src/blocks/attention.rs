@@ -8,7 +8,7 @@
 
 use super::{AttentionBlock, PassState, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
-use ferrox_core::kernels::{attend_head, HeadKv};
+use ferrox_core::kernels::{attend_group, HeadKv};
 use ferrox_core::matmul::WeightMatrix;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -149,49 +149,51 @@ impl StandardAttention {
     }
 
     /// Attention of `n` query rows at positions `pos..pos + n` over `cache` (which already
-    /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out. Every (row, head)
-    /// is one independent task with its worker's softmax scratch.
+    /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out. Every (row, KV
+    /// head) — the query heads sharing that KV head, adjacent in `q` — is one independent
+    /// task with its worker's softmax scratch.
     fn attend(&self, q: &[f32], n: usize, pos: usize, cache: &KvCache, att: &mut [f32]) {
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let qd = nh * hd;
         let group = nh / nkv;
-        let head = |task: usize, o: &mut [f32], sc: &mut Vec<f32>| {
-            let (i, h) = (task / nh, task % nh);
+        let task = |t: usize, o: &mut [f32], sc: &mut Vec<f32>| {
+            let (i, kvh) = (t / nkv, t % nkv);
             let p = pos + i;
             let start = match self.window {
                 Some(w) => (p + 1).saturating_sub(w),
                 None => 0,
             };
             let len = p + 1 - start;
-            if sc.len() < len {
-                sc.resize(len, 0.0);
+            if sc.len() < group * len {
+                sc.resize(group * len, 0.0);
             }
             let kv = HeadKv {
                 keys: cache.keys(),
                 values: cache.values(),
                 stride: nkv * hd,
-                col: (h / group) * hd,
+                col: kvh * hd,
                 dim: hd,
             };
-            let qh = &q[i * qd + h * hd..i * qd + (h + 1) * hd];
-            attend_head(qh, kv, start, self.scale, self.softcap, &mut sc[..len], o);
+            let heads = i * qd + kvh * group * hd..i * qd + (kvh + 1) * group * hd;
+            let (qh, sc) = (&q[heads], &mut sc[..group * len]);
+            attend_group(qh, kv, start, self.scale, self.softcap, sc, o);
         };
         let att = &mut att[..n * qd];
         let work = n * nh * (pos + n);
         if work >= PAR_MIN_WORK && rayon::current_num_threads() > 1 {
-            att.par_chunks_mut(hd)
+            att.par_chunks_mut(group * hd)
                 .enumerate()
-                .for_each(|(task, o)| SCORES.with(|sc| head(task, o, &mut sc.borrow_mut())));
+                .for_each(|(t, o)| SCORES.with(|sc| task(t, o, &mut sc.borrow_mut())));
         } else {
-            for (task, o) in att.chunks_mut(hd).enumerate() {
-                SCORES.with(|sc| head(task, o, &mut sc.borrow_mut()));
+            for (t, o) in att.chunks_mut(group * hd).enumerate() {
+                SCORES.with(|sc| task(t, o, &mut sc.borrow_mut()));
             }
         }
     }
 }
 
 thread_local! {
-    /// Per-thread softmax scratch (keys of one row and head).
+    /// Per-thread softmax scratch (one row of keys per head of a KV group).
     static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
