@@ -4,5 +4,6 @@
 pub mod cache;
 pub mod kernels;
 pub mod matmul;
+pub mod pool;
 pub mod quant;
 pub mod storage;

@@ -150,7 +150,7 @@ impl WeightMatrix {
         let isa = kernels::isa();
         let rows = self.rows;
         let out = SyncPtr(y.as_mut_ptr());
-        let threads = rayon::current_num_threads();
+        let threads = crate::pool::threads();
         let work = self.row_bytes.saturating_mul(rows).saturating_mul(n.min(8));
         let serial = threads <= 1 || work < PAR_MIN_BYTES;
         if self.interleaved {
@@ -183,7 +183,7 @@ impl WeightMatrix {
                 return;
             }
             let chunk = groups.div_ceil(threads * TASKS_PER_THREAD);
-            (0..groups.div_ceil(chunk)).into_par_iter().for_each(|c| {
+            crate::pool::for_each(groups.div_ceil(chunk), |c| {
                 run(c * chunk, ((c + 1) * chunk).min(groups));
             });
             return;
@@ -220,7 +220,7 @@ impl WeightMatrix {
             .div_ceil(threads * TASKS_PER_THREAD)
             .max(MIN_CHUNK_ROWS);
         let n_chunks = rows.div_ceil(chunk);
-        (0..n_chunks).into_par_iter().for_each(|c| {
+        crate::pool::for_each(n_chunks, |c| {
             let r0 = c * chunk;
             run(r0, (r0 + chunk).min(rows));
         });

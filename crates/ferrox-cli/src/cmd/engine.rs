@@ -21,8 +21,10 @@ impl Engine {
     }
 }
 
-/// Sets the worker threads (0 = all cores). Must run before any parallel work.
+/// Sets the worker threads (0 = all cores): the hot loop's pool and rayon's (loading). Must run
+/// before any parallel work.
 pub fn set_threads(threads: usize) {
+    ferrox_core::pool::set_threads(threads);
     if threads > 0 {
         // A second initialisation (tests calling twice) is harmless to ignore.
         let _ = rayon::ThreadPoolBuilder::new()

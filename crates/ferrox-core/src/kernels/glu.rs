@@ -5,8 +5,6 @@
 //! Every element is computed by the same function whatever its position, so a SIMD lane and
 //! the scalar tail agree bit for bit (batch invariance); rows are split across threads.
 
-use rayon::prelude::*;
-
 /// Which activation gates the `up` projection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Glu {
@@ -60,13 +58,14 @@ pub fn glu(kind: Glu, g: &mut [f32], u: &[f32], rows: usize) {
     assert_eq!(g.len(), u.len(), "glu: lengths");
     assert!(rows > 0 && g.len().is_multiple_of(rows), "glu: rows");
     let width = g.len() / rows;
-    let row = |(g, u): (&mut [f32], &[f32])| glu_row(kind, g, u);
     if g.len() >= 1 << 15 && rows > 1 {
-        g.par_chunks_mut(width)
-            .zip(u.par_chunks(width))
-            .for_each(row);
+        crate::pool::for_each_chunk_mut(g, width, |r, g| {
+            glu_row(kind, g, &u[r * width..(r + 1) * width])
+        });
     } else {
-        g.chunks_mut(width).zip(u.chunks(width)).for_each(row);
+        g.chunks_mut(width)
+            .zip(u.chunks(width))
+            .for_each(|(g, u)| glu_row(kind, g, u));
     }
 }
 

@@ -10,7 +10,7 @@ use super::{AttentionBlock, PassState, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_group, HeadKv};
 use ferrox_core::matmul::WeightMatrix;
-use rayon::prelude::*;
+use ferrox_core::pool;
 use std::cell::RefCell;
 
 pub struct StandardAttention {
@@ -180,10 +180,10 @@ impl StandardAttention {
         };
         let att = &mut att[..n * qd];
         let work = n * nh * (pos + n);
-        if work >= PAR_MIN_WORK && rayon::current_num_threads() > 1 {
-            att.par_chunks_mut(group * hd)
-                .enumerate()
-                .for_each(|(t, o)| SCORES.with(|sc| task(t, o, &mut sc.borrow_mut())));
+        if work >= PAR_MIN_WORK && pool::threads() > 1 {
+            pool::for_each_chunk_mut(att, group * hd, |t, o| {
+                SCORES.with(|sc| task(t, o, &mut sc.borrow_mut()))
+            });
         } else {
             for (t, o) in att.chunks_mut(group * hd).enumerate() {
                 SCORES.with(|sc| task(t, o, &mut sc.borrow_mut()));
