@@ -27,12 +27,8 @@ fn peak_rss_is_the_model_plus_kv_plus_64_mib() {
     let bin = env!("CARGO_BIN_EXE_ferrox");
     // Smallest model first: the children's maximum only grows, and so do the budgets.
     for (name, layers, kv_heads, head_dim) in MODELS {
-        let pull = Command::new(bin).args(["pull", name]).output().unwrap();
-        assert!(pull.status.success(), "pull {name} failed");
-        let path = String::from_utf8(pull.stdout).unwrap();
-        let file = std::fs::metadata(path.trim().lines().last().unwrap())
-            .unwrap()
-            .len();
+        let path = ferrox_models::hub::ensure_model(name).expect(name);
+        let file = std::fs::metadata(&path).unwrap().len();
         let out = Command::new(bin)
             .args(["run", "-m", name, "--temp", "0", "-n", "128"])
             .arg("Write a long story about a robot who learns to paint.")

@@ -40,7 +40,6 @@ struct Shared {
 }
 
 struct Pool {
-    threads: usize,
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
 }
@@ -63,11 +62,12 @@ impl Pool {
                     .expect("spawning a pool worker")
             })
             .collect();
-        Pool {
-            threads,
-            shared,
-            workers,
-        }
+        Pool { shared, workers }
+    }
+
+    /// The caller plus the workers.
+    fn threads(&self) -> usize {
+        self.workers.len() + 1
     }
 
     fn stop(self) {
@@ -103,14 +103,18 @@ pub fn set_threads(threads: usize) {
     } else {
         threads
     };
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    if pool.as_ref().is_some_and(|p| p.threads == threads) {
+    install(&mut POOL.lock().unwrap_or_else(|e| e.into_inner()), threads);
+}
+
+/// Replaces the pool in `slot` by one of `threads` threads unless it already has that many.
+fn install(slot: &mut Option<Pool>, threads: usize) {
+    if slot.as_ref().is_some_and(|p| p.threads() == threads) {
         return;
     }
-    if let Some(old) = pool.take() {
+    if let Some(old) = slot.take() {
         old.stop();
     }
-    *pool = Some(Pool::new(threads));
+    *slot = Some(Pool::new(threads));
     THREADS.store(threads, SeqCst);
 }
 
@@ -141,11 +145,10 @@ pub fn for_each(n: usize, f: impl Fn(usize) + Sync) {
         }
     };
     if guard.is_none() {
-        *guard = Some(Pool::new(default_threads()));
-        THREADS.store(default_threads(), SeqCst);
+        install(&mut guard, default_threads());
     }
     let pool = guard.as_ref().expect("initialised above");
-    if pool.threads == 1 {
+    if pool.threads() == 1 {
         (0..n).for_each(f);
         return;
     }

@@ -2,7 +2,7 @@
 //! Ainslie et al. 2023): each key and value row is loaded once for the whole group instead of
 //! once per head. Per (head, key) and per output element the arithmetic is exactly that of
 //! `avx2::scores` / `avx2::weighted_sum` — the 16 lanes of a zmm accumulator are AVX2's two
-//! 8-lane accumulators side by side — so results equal `attend_head` bit for bit.
+//! 8-lane accumulators side by side — so results equal the per-head path (`head`) bit for bit.
 
 use super::HeadKv;
 use std::arch::x86_64::*;

@@ -341,25 +341,12 @@ pub struct HeadKv<'a> {
     pub dim: usize,
 }
 
-/// Softmax attention of one query head over cached positions `start..start + scores.len()`:
-/// scores `q·k·scale` (then `cap·tanh(s/cap)` with a soft cap), a two-pass softmax in key
-/// order, and `out = Σ p_j v_j` accumulated in key order. The arithmetic of each output
-/// depends only on this query and these keys (batch invariance).
-pub fn attend_head(
-    q: &[f32],
-    kv: HeadKv<'_>,
-    start: usize,
-    scale: f32,
-    softcap: Option<f32>,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    attend_group(q, kv, start, scale, softcap, scores, out)
-}
-
-/// `attend_head` for the `g = q.len() / dim` query heads that share this KV head (`q`, `out`:
-/// `g × dim`; `scores`: `g × len`, one row per head). Each head's result is bit-identical to
-/// its own `attend_head` call; the group reads each key and value row once.
+/// Softmax attention of the `g = q.len() / dim` query heads that share this KV head over cached
+/// positions `start..start + len` (`q`, `out`: `g × dim`; `scores`: `g × len`, one row per
+/// head): scores `q·k·scale` (then `cap·tanh(s/cap)` with a soft cap), a two-pass softmax in
+/// key order, and `out = Σ p_j v_j` accumulated in key order. Each head's arithmetic depends
+/// only on its query and these keys — not on `g` or the batch (batch invariance) — and the
+/// group reads each key and value row once.
 pub fn attend_group(
     q: &[f32],
     kv: HeadKv<'_>,

@@ -612,6 +612,16 @@ mod tests_support {
         out
     }
 
+    /// Deterministic benchmark activations for `nt` tokens.
+    pub fn bench_acts(cols: usize, nt: usize) -> ActBuf {
+        let x: Vec<f32> = (0..nt * cols)
+            .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
+            .collect();
+        let mut acts = ActBuf::default();
+        acts.quantize(ActType::Q8K, &x, cols);
+        acts
+    }
+
     pub fn run(
         gemm: Gemm,
         w: &[u8],
@@ -802,11 +812,7 @@ mod bench {
             );
             assert!(back == orig, "round trip");
             for nt in [1, 8, 64] {
-                let x: Vec<f32> = (0..nt * cols)
-                    .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
-                    .collect();
-                let mut acts = ActBuf::default();
-                acts.quantize(ActType::Q8K, &x, cols);
+                let acts = bench_acts(cols, nt);
                 let mut y = vec![0f32; nt * rows];
                 let best = |f: &mut dyn FnMut()| {
                     f();
@@ -875,11 +881,7 @@ mod hot {
             let mut rng = rand::SeedableRng::seed_from_u64(1);
             let w = repack(ty, &random_rows(&mut rng, ty, cols, rows), cols);
             for nt in [1usize, 2, 4, 8] {
-                let x: Vec<f32> = (0..nt * cols)
-                    .map(|i| ((i * 7919) % 1000) as f32 - 500.0)
-                    .collect();
-                let mut acts = ActBuf::default();
-                acts.quantize(ActType::Q8K, &x, cols);
+                let acts = bench_acts(cols, nt);
                 let mut y = vec![0f32; nt * rows];
                 let q8k = &acts.q8k[..nt * cols / QK_K];
                 let t = Instant::now();
