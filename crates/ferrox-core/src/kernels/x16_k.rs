@@ -772,7 +772,7 @@ mod tests {
 mod bench {
     use super::tests_support::*;
     use super::*;
-    use crate::quant::{ActBuf, ActType, GgmlType};
+    use crate::quant::GgmlType;
     use std::time::Instant;
 
     /// Single-thread gemm_q4k / gemm_q6k on 8960×1536 against the row-wise AVX-512 path:
@@ -865,7 +865,7 @@ mod bench {
 mod hot {
     use super::tests_support::*;
     use super::*;
-    use crate::quant::{ActBuf, ActType, GgmlType};
+    use crate::quant::GgmlType;
     use std::time::Instant;
 
     /// Compute cost per 16-row super-block tile with the weights in L2 (1024×1536), by token
