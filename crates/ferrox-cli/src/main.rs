@@ -45,7 +45,15 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    let cli = Cli::parse();
+    // The supported architectures come from the registry, so help cannot drift from it.
+    let help = format!(
+        "Model architectures: {}",
+        ferrox_models::arch::supported_names()
+    );
+    let matches = <Cli as clap::CommandFactory>::command()
+        .after_help(help)
+        .get_matches();
+    let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
     match cli.command {
         Command::Pull(a) => cmd::pull::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),

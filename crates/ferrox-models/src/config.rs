@@ -11,23 +11,6 @@
 //! `head_dim` keep their plain meaning for standard attention and are only a declared default for
 //! MLA layers.
 
-/// Which layer recipe a checkpoint uses. Unknown architectures are refused by name at load.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Arch {
-    Llama,
-    Qwen2,
-    Qwen3,
-    Gemma3,
-    Glm4,
-    Glm4Moe,
-    Glm4MoeLite,
-    GlmMoeDsa,
-    DeepseekV3,
-    DeepseekV32,
-    Qwen3Moe,
-    Mixtral,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Activation {
     /// SwiGLU: silu(gate) * up.
@@ -152,7 +135,8 @@ pub struct DsaConfig {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
-    pub arch: Arch,
+    /// Canonical architecture name (its registry entry, `crate::arch::ARCHITECTURES`).
+    pub arch: &'static str,
     pub vocab_size: usize,
     pub hidden_dim: usize,
     pub n_layers: usize,
@@ -191,7 +175,75 @@ pub struct ModelConfig {
     pub dsa: Option<DsaConfig>,
 }
 
+/// The dimensions every checkpoint states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    pub vocab: usize,
+    pub hidden: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn_dim: usize,
+}
+
+impl MoeConfig {
+    /// No experts: the FFN of every layer is dense.
+    pub fn none(hidden_dim: usize) -> Self {
+        MoeConfig {
+            hidden_dim,
+            n_experts: 0,
+            n_experts_active: 0,
+            n_shared_experts: 0,
+            expert_ffn_dim: 0,
+            shared_ffn_dim: 0,
+            scoring: RouterScoring::Softmax,
+            has_correction_bias: false,
+            n_group: 1,
+            topk_group: 1,
+            norm_topk_prob: false,
+            routed_scaling_factor: 1.0,
+            shared_expert_gate: false,
+        }
+    }
+}
+
 impl ModelConfig {
+    /// A plain pre-norm GQA + SwiGLU decoder (Llama's recipe) of these dimensions: the one
+    /// literal every reader starts from and then changes what its format says.
+    pub fn new(arch: &'static str, d: Dims, rope: RopeConfig) -> Self {
+        ModelConfig {
+            arch,
+            vocab_size: d.vocab,
+            hidden_dim: d.hidden,
+            n_layers: d.n_layers,
+            n_heads: d.n_heads,
+            n_kv_heads: d.n_kv_heads,
+            head_dim: d.head_dim,
+            ffn_dim: d.ffn_dim,
+            max_seq_len: 4096,
+            norm_eps: 1e-6,
+            norm: NormKind::Rms,
+            activation: Activation::Silu,
+            rope,
+            rope_local: None,
+            sliding_window: None,
+            layer_attn: vec![AttnKind::Full; d.n_layers],
+            layer_moe: vec![false; d.n_layers],
+            qkv_bias: false,
+            qk_norm: false,
+            post_norms: false,
+            attn_scale: None,
+            embed_scale: false,
+            tie_embeddings: false,
+            final_logit_softcap: None,
+            attn_logit_softcap: None,
+            moe: MoeConfig::none(d.hidden),
+            mla: None,
+            dsa: None,
+        }
+    }
+
     /// Attention kind of layer `l` (full when the per-layer list is shorter).
     pub fn attn_kind(&self, l: usize) -> AttnKind {
         self.layer_attn.get(l).copied().unwrap_or(AttnKind::Full)
@@ -211,73 +263,58 @@ pub fn glm_5_2() -> ModelConfig {
     let n_layers = 78;
     let first_k_dense = 3;
     let qk_rope = 64;
-    ModelConfig {
-        arch: Arch::GlmMoeDsa,
-        vocab_size: 154_880,
-        hidden_dim: 6144,
+    let dims = Dims {
+        vocab: 154_880,
+        hidden: 6144,
         n_layers,
         n_heads: 64,
         n_kv_heads: 64,
         head_dim: qk_rope,
         ffn_dim: 12_288,
-        max_seq_len: 202_752,
-        norm_eps: 1e-5,
-        norm: NormKind::Rms,
-        activation: Activation::Silu,
-        rope: RopeConfig {
-            theta: 1_000_000.0,
-            scaling: RopeScaling::None,
-            rotary_dim: qk_rope,
-            interleaved: true,
-        },
-        rope_local: None,
-        sliding_window: None,
-        layer_attn: vec![AttnKind::Full; n_layers],
-        layer_moe: (0..n_layers).map(|l| l >= first_k_dense).collect(),
-        qkv_bias: false,
-        qk_norm: false,
-        post_norms: false,
-        attn_scale: None,
-        embed_scale: false,
-        tie_embeddings: false,
-        final_logit_softcap: None,
-        attn_logit_softcap: None,
-        moe: MoeConfig {
-            hidden_dim: 6144,
-            n_experts: 256,
-            n_experts_active: 8,
-            n_shared_experts: 1,
-            expert_ffn_dim: 2048,
-            shared_ffn_dim: 2048,
-            scoring: RouterScoring::Sigmoid,
-            has_correction_bias: true,
-            n_group: 1,
-            topk_group: 1,
-            norm_topk_prob: true,
-            routed_scaling_factor: 2.5,
-            shared_expert_gate: false,
-        },
-        mla: Some(MlaConfig {
-            q_lora_rank: Some(2048),
-            kv_lora_rank: 512,
-            qk_nope_head_dim: 192,
-            qk_rope_head_dim: qk_rope,
-            v_head_dim: 256,
-        }),
-        dsa: Some(DsaConfig {
-            index_n_heads: 32,
-            index_head_dim: 128,
-            index_topk: 2048,
-            indexer_types: (0..n_layers)
-                .map(|l| {
-                    if l < 2 || l % 2 == 1 {
-                        IndexerKind::Full
-                    } else {
-                        IndexerKind::Shared
-                    }
-                })
-                .collect(),
-            rope_interleaved: true,
-        }),
-    }
+    };
+    let rope = RopeConfig {
+        theta: 1_000_000.0,
+        scaling: RopeScaling::None,
+        rotary_dim: qk_rope,
+        interleaved: true,
+    };
+    let mut cfg = ModelConfig::new("glm_moe_dsa", dims, rope);
+    cfg.max_seq_len = 202_752;
+    cfg.norm_eps = 1e-5;
+    cfg.layer_moe = (0..n_layers).map(|l| l >= first_k_dense).collect();
+    cfg.moe = MoeConfig {
+        n_experts: 256,
+        n_experts_active: 8,
+        n_shared_experts: 1,
+        expert_ffn_dim: 2048,
+        shared_ffn_dim: 2048,
+        scoring: RouterScoring::Sigmoid,
+        has_correction_bias: true,
+        norm_topk_prob: true,
+        routed_scaling_factor: 2.5,
+        ..MoeConfig::none(6144)
+    };
+    cfg.mla = Some(MlaConfig {
+        q_lora_rank: Some(2048),
+        kv_lora_rank: 512,
+        qk_nope_head_dim: 192,
+        qk_rope_head_dim: qk_rope,
+        v_head_dim: 256,
+    });
+    cfg.dsa = Some(DsaConfig {
+        index_n_heads: 32,
+        index_head_dim: 128,
+        index_topk: 2048,
+        indexer_types: (0..n_layers)
+            .map(|l| {
+                if l < 2 || l % 2 == 1 {
+                    IndexerKind::Full
+                } else {
+                    IndexerKind::Shared
+                }
+            })
+            .collect(),
+        rope_interleaved: true,
+    });
+    cfg
 }

@@ -4,11 +4,11 @@
 pub mod arch;
 pub mod batch;
 pub mod blocks;
+pub mod build;
 pub mod config;
 pub mod decoder;
 pub mod generate;
 pub mod gguf;
-pub mod hf_config;
 pub mod hub;
 pub mod params;
 pub mod perplexity;

@@ -82,7 +82,7 @@ pub fn param_counts(c: &ModelConfig) -> ParamCounts {
 mod tests {
     use super::*;
     use crate::config::glm_5_2;
-    use crate::hf_config::load_hf_config;
+    use crate::arch::load_hf_config;
     use std::path::Path;
 
     #[test]

@@ -33,8 +33,8 @@ pub enum LoadError {
     },
     #[error("tensor `{name}`: {msg}")]
     Tensor { name: String, msg: String },
-    #[error("unsupported architecture `{0}`")]
-    UnsupportedArch(String),
+    #[error("unsupported architecture `{name}` (ferrox loads {supported})")]
+    UnsupportedArch { name: String, supported: String },
     #[error("model config: {0}")]
     Config(String),
 }
@@ -238,12 +238,16 @@ pub enum Dim {
 }
 
 /// One row of an architecture's tensor table. `{}` in a name stands for the layer index.
+/// `gguf` is the logical name the builder asks for (llama.cpp's); a family whose GGUF files
+/// store the tensor under another name says so with [`TensorSpec::gguf_as`].
 #[derive(Debug, Clone, Copy)]
 pub struct TensorSpec {
     pub gguf: &'static str,
     pub hf: &'static str,
     pub shape: &'static [Dim],
     pub required: bool,
+    /// Name in GGUF files when it differs from the logical one.
+    pub gguf_stored: Option<&'static str>,
 }
 
 pub const fn req(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) -> TensorSpec {
@@ -252,6 +256,7 @@ pub const fn req(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) ->
         hf,
         shape,
         required: true,
+        gguf_stored: None,
     }
 }
 
@@ -261,12 +266,23 @@ pub const fn opt(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) ->
         hf,
         shape,
         required: false,
+        gguf_stored: None,
+    }
+}
+
+impl TensorSpec {
+    /// The same tensor, stored under `name` in GGUF files.
+    pub const fn gguf_as(mut self, name: &'static str) -> TensorSpec {
+        self.gguf_stored = Some(name);
+        self
     }
 }
 
 /// Tensors bound from a table, looked up by GGUF-style logical name (`blk.3.attn_q.weight`).
 pub struct Bound {
     map: HashMap<String, TensorRef>,
+    /// Logical name → the name the source stores it under (errors name the stored one).
+    stored: HashMap<String, String>,
 }
 
 impl Bound {
@@ -279,6 +295,7 @@ impl Bound {
         per_layer: &[TensorSpec],
     ) -> Result<Bound, LoadError> {
         let mut map = HashMap::new();
+        let mut names = HashMap::new();
         let mut one = |spec: &TensorSpec, layer: Option<usize>| -> Result<(), LoadError> {
             let fill = |s: &str| match layer {
                 Some(l) => s.replace("{}", &l.to_string()),
@@ -286,9 +303,12 @@ impl Bound {
             };
             let logical = fill(spec.gguf);
             let stored = match src.naming() {
-                Naming::Gguf => logical.clone(),
+                Naming::Gguf => fill(spec.gguf_stored.unwrap_or(spec.gguf)),
                 Naming::HuggingFace => fill(spec.hf),
             };
+            if stored != "-" {
+                names.entry(logical.clone()).or_insert(stored.clone());
+            }
             let Some(t) = src.tensor(&stored) else {
                 if spec.required {
                     return Err(LoadError::MissingTensor(stored));
@@ -314,7 +334,10 @@ impl Bound {
                 one(spec, Some(l))?;
             }
         }
-        Ok(Bound { map })
+        Ok(Bound {
+            map,
+            stored: names,
+        })
     }
 
     /// Drops the source files' pages from resident memory (see `Bytes::release_owner`). Loaders
@@ -340,10 +363,15 @@ impl Bound {
         self.map.contains_key(name)
     }
 
-    fn must(&self, name: &str) -> Result<&TensorRef, LoadError> {
-        self.map
-            .get(name)
-            .ok_or_else(|| LoadError::MissingTensor(name.to_string()))
+    /// The tensor under logical `name`; a missing one is named as the source stores it.
+    pub fn must(&self, name: &str) -> Result<&TensorRef, LoadError> {
+        self.map.get(name).ok_or_else(|| self.missing(name))
+    }
+
+    /// The error for a missing tensor of logical `name`, named as the source stores it.
+    pub fn missing(&self, name: &str) -> LoadError {
+        let stored = self.stored.get(name).map_or(name, String::as_str);
+        LoadError::MissingTensor(stored.to_string())
     }
 
     pub fn matrix(&self, name: &str) -> Result<WeightMatrix, LoadError> {

@@ -1,14 +1,65 @@
 //! DeepSeek-V3 (`deepseek_v3`): MLA with YaRN RoPE (interleaved pairs on the rope slice,
 //! `mscale²` softmax correction), dense FFN on the first `first_k_dense_replace` layers, then the
 //! sigmoid-routed MoE with correction bias, grouped top-k, routed scaling and shared experts.
+//! Its GGUF form (`deepseek2`) also carries GLM-4.7-Flash.
 //! Reference: transformers `modeling_deepseek_v3.py`; llama.cpp `LLM_ARCH_DEEPSEEK2`.
 
-use super::sparse::{build_sparse, DENSE_FFN, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
+use super::gguf::{MoeDefaults, GATING_SIGMOID, GATING_SOFTMAX};
+use super::tables::{DENSE_FFN, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::decoder::Decoder;
-use crate::weights::{LoadError, WeightSource};
+use crate::weights::{LoadError, TensorSpec};
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    let specs = [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat();
-    build_sparse(cfg, src, &specs, &HF_EXPERTS)
+pub static ARCH: Architecture = Architecture {
+    name: "deepseek_v3",
+    hf_model_types: &["deepseek_v3"],
+    gguf_archs: &["deepseek2"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat()
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("deepseek_v3", true)?;
+    cfg.qkv_bias = false;
+    c.mla(&mut cfg)?;
+    c.sliding_from_layer_types(&mut cfg)?;
+    c.deepseek_moe(&mut cfg)?;
+    Ok(cfg)
+}
+
+/// Shared by the MLA families' GGUF forms: MLA, experts (`gating` when the file does not
+/// say), layers without an indexer.
+pub fn mla_moe_from_gguf(
+    g: &GgufMeta,
+    arch: &'static str,
+    gating: usize,
+) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base(arch, true)?;
+    g.mla(&mut cfg)?;
+    g.sliding_all(&mut cfg);
+    let defaults = MoeDefaults {
+        gating,
+        always_norm: false,
+        ffn_is_expert_ffn: false,
+    };
+    g.moe(&mut cfg, defaults)?;
+    Ok(cfg)
+}
+
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    // llama.cpp: DeepSeek-V2-era files have no gating key; GLM-4.7-Flash (47/48 layers, GLM
+    // vocabulary) is the sigmoid exception.
+    let blocks = g.opt_usize("block_count").unwrap_or(0);
+    let n_layers = blocks.saturating_sub(g.opt_usize("nextn_predict_layers").unwrap_or(0));
+    let glm_flash =
+        matches!(n_layers, 47 | 48) && g.tensor_rows("token_embd.weight") == Some(154_880);
+    let gating = if glm_flash { GATING_SIGMOID } else { GATING_SOFTMAX };
+    mla_moe_from_gguf(g, "deepseek_v3", gating)
 }

@@ -5,42 +5,92 @@
 //! Reference: transformers `modeling_gemma3.py`; llama.cpp `LLM_ARCH_GEMMA3`.
 //! HF checkpoints store norms as `w` in `x * (1 + w)`; GGUF stores `1 + w`.
 
-use super::{build_dense, dense_config_from_gguf, GgufMeta, ATTN, MLP, QK_NORM};
-use crate::config::{Activation, Arch, AttnKind, ModelConfig, RopeScaling};
-use crate::decoder::Decoder;
-use crate::weights::{req, Dim::*, LoadError, TensorSpec, WeightSource};
+use super::tables::{ATTN_NORM, DENSE_FFN, HF_EXPERTS, STD_ATTN};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use crate::config::{Activation, AttnKind, ModelConfig, NormKind, RopeScaling};
+use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
 
-/// Gemma's four norms: after attention, before and after the FFN (the one before attention
-/// is the shared `attn_norm`).
+pub static ARCH: Architecture = Architecture {
+    name: "gemma3",
+    hf_model_types: &["gemma3_text", "gemma3"],
+    gguf_archs: &["gemma3"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+/// Gemma's norms after attention, before and after the FFN (the one before attention is the
+/// shared `attn_norm`).
 const GEMMA_NORMS: &[TensorSpec] = &[
-    req(
+    opt(
         "blk.{}.post_attention_norm.weight",
         "model.layers.{}.post_attention_layernorm.weight",
         &[Hidden],
     ),
-    req(
+    opt(
         "blk.{}.ffn_norm.weight",
         "model.layers.{}.pre_feedforward_layernorm.weight",
         &[Hidden],
     ),
-    req(
+    opt(
         "blk.{}.post_ffw_norm.weight",
         "model.layers.{}.post_feedforward_layernorm.weight",
         &[Hidden],
     ),
 ];
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    build_dense(cfg, src, &[ATTN, QK_NORM, GEMMA_NORMS, MLP])
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [&[ATTN_NORM][..], GEMMA_NORMS, STD_ATTN, DENSE_FFN].concat()
+}
+
+/// What both formats agree on.
+fn gemma(cfg: &mut ModelConfig) {
+    cfg.qk_norm = true;
+    cfg.post_norms = true;
+    cfg.embed_scale = true;
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("gemma3", false)?;
+    gemma(&mut cfg);
+    cfg.norm = NormKind::RmsOffsetOne;
+    cfg.tie_embeddings = c.bool("tie_word_embeddings").unwrap_or(true);
+    cfg.attn_scale = Some(
+        c.f32("query_pre_attn_scalar")
+            .unwrap_or(cfg.head_dim as f32)
+            .powf(-0.5),
+    );
+    let (hd, max_pos) = (cfg.head_dim, cfg.max_seq_len);
+    cfg.rope = c.rope(Some("full_attention"), hd, false, max_pos)?;
+    let mut local = c.rope(Some("sliding_attention"), hd, false, max_pos)?;
+    if c.get("rope_parameters").is_none() {
+        // Legacy configs: local layers use `rope_local_base_freq`, no scaling.
+        local.theta = c.f32("rope_local_base_freq").unwrap_or(10_000.0);
+        local.scaling = RopeScaling::None;
+    }
+    cfg.rope_local = Some(local);
+    if c.usize("sliding_window").is_some() {
+        let n = cfg.n_layers;
+        let kinds = match c.layer_kinds("layer_types", n)? {
+            Some(k) => k,
+            None => {
+                let pat = c.usize("sliding_window_pattern").unwrap_or(6).max(1);
+                (0..n).map(|l| (l + 1) % pat != 0).collect()
+            }
+        };
+        c.set_sliding(&mut cfg, &kinds);
+    }
+    Ok(cfg)
 }
 
 /// llama.cpp's Gemma 3 rules: every 6th layer global, local RoPE base 10000, query scale
 /// `key_length^-0.5` (27B: `(hidden / heads)^-0.5`); norms already stored as `1 + w`.
-pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = dense_config_from_gguf(g, Arch::Gemma3)?;
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("gemma3", false)?;
+    gemma(&mut cfg);
     cfg.activation = Activation::GeluTanh;
-    cfg.qk_norm = true;
-    cfg.post_norms = true;
-    cfg.embed_scale = true;
     let scalar = if cfg.hidden_dim == 5376 && cfg.n_heads == 32 {
         (cfg.hidden_dim / cfg.n_heads) as f32
     } else {

@@ -3,36 +3,60 @@
 //! Reference: transformers `modeling_glm4.py`; llama.cpp `LLM_ARCH_GLM4` (`post_attention_norm`,
 //! `post_ffw_norm`, fused `ffn_up`).
 
-use super::sparse::{build_sparse, ffn2, HF_EXPERTS, NORMS, STD_ATTN};
+use super::tables::{ffn2, HF_EXPERTS, NORMS, STD_ATTN};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::decoder::Decoder;
-use crate::weights::{req, Dim::*, TensorSpec};
-use crate::weights::{LoadError, WeightSource};
+use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
 
-pub const POST_NORMS_FUSED_MLP: &[TensorSpec] = &[
-    req(
+pub static ARCH: Architecture = Architecture {
+    name: "glm4",
+    hf_model_types: &["glm4"],
+    gguf_archs: &["glm4"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+const POST_NORMS_FUSED_MLP: &[TensorSpec] = &[
+    opt(
         "blk.{}.post_attention_norm.weight",
         "model.layers.{}.post_self_attn_layernorm.weight",
         &[Hidden],
     ),
-    req(
+    opt(
         "blk.{}.post_ffw_norm.weight",
         "model.layers.{}.post_mlp_layernorm.weight",
         &[Hidden],
     ),
-    req(
+    opt(
         "blk.{}.ffn_up.weight",
         "model.layers.{}.mlp.gate_up_proj.weight",
         &[Of(ffn2), Hidden],
     ),
-    req(
+    opt(
         "blk.{}.ffn_down.weight",
         "model.layers.{}.mlp.down_proj.weight",
         &[Hidden, Ffn],
     ),
 ];
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    let specs = [NORMS, STD_ATTN, POST_NORMS_FUSED_MLP].concat();
-    build_sparse(cfg, src, &specs, &HF_EXPERTS)
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, POST_NORMS_FUSED_MLP].concat()
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("glm4", true)?;
+    cfg.post_norms = true;
+    c.sliding_from_layer_types(&mut cfg)?;
+    Ok(cfg)
+}
+
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("glm4", true)?;
+    g.sliding_all(&mut cfg);
+    g.optional_attention_tensors(&mut cfg);
+    cfg.post_norms = true;
+    Ok(cfg)
 }

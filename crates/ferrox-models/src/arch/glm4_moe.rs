@@ -1,40 +1,50 @@
-//! GLM-4.5 / 4.6 / 4.7 (`glm4_moe`) and GLM-4.7-Flash (`glm4_moe_lite`): GQA attention with
-//! q/k/v bias, optional QK norm and partial NeoX RoPE (lite: DeepSeek MLA instead), dense FFN on
-//! the first `first_k_dense_replace` layers, then the sigmoid-routed MoE with correction bias,
-//! grouped top-k, routed scaling and shared experts. MTP layers are not part of the forward.
-//! Reference: transformers `modeling_glm4_moe.py` / `modeling_glm4_moe_lite.py`
-//! (fixtures/hf-tiny/FORWARD.md §6); llama.cpp `LLM_ARCH_GLM4_MOE`.
+//! GLM-4.5 / 4.6 / 4.7 (`glm4_moe`): GQA attention with q/k/v bias, optional QK norm and
+//! partial NeoX RoPE, dense FFN on the first `first_k_dense_replace` layers, then the
+//! sigmoid-routed MoE with correction bias, grouped top-k, routed scaling and shared experts.
+//! MTP layers are not part of the forward.
+//! Reference: transformers `modeling_glm4_moe.py` (fixtures/hf-tiny/FORWARD.md §6); llama.cpp
+//! `LLM_ARCH_GLM4_MOE`, whose GGUFs store the pre-FFN norm (HF `post_attention_layernorm`) as
+//! `post_attention_norm`.
 
-use super::sparse::{build_sparse, DENSE_FFN, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS, STD_ATTN};
+use super::gguf::{MoeDefaults, GATING_SIGMOID};
+use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, HF_EXPERTS, MOE_FFN, STD_ATTN};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::decoder::Decoder;
-use crate::weights::{req, Dim::*, LoadError, Naming, TensorSpec, WeightSource};
+use crate::weights::{LoadError, TensorSpec};
 
-/// llama.cpp's `glm4moe` stores the pre-FFN norm (HF `post_attention_layernorm`) as
-/// `post_attention_norm`, not `ffn_norm`.
-pub const GGUF_NORMS: &[TensorSpec] = &[
-    req(
-        "blk.{}.attn_norm.weight",
-        "model.layers.{}.input_layernorm.weight",
-        &[Hidden],
-    ),
-    req(
-        "blk.{}.post_attention_norm.weight",
-        "model.layers.{}.post_attention_layernorm.weight",
-        &[Hidden],
-    ),
-];
+pub static ARCH: Architecture = Architecture {
+    name: "glm4_moe",
+    hf_model_types: &["glm4_moe"],
+    gguf_archs: &["glm4moe"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    let norms = match src.naming() {
-        Naming::Gguf => GGUF_NORMS,
-        Naming::HuggingFace => NORMS,
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    let ffn_norm = FFN_NORM.gguf_as("blk.{}.post_attention_norm.weight");
+    [&[ATTN_NORM, ffn_norm][..], STD_ATTN, DENSE_FFN, MOE_FFN].concat()
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("glm4_moe", false)?;
+    cfg.qk_norm = c.bool("use_qk_norm").unwrap_or(false);
+    c.sliding_from_layer_types(&mut cfg)?;
+    c.deepseek_moe(&mut cfg)?;
+    Ok(cfg)
+}
+
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("glm4_moe", false)?;
+    g.sliding_all(&mut cfg);
+    g.optional_attention_tensors(&mut cfg);
+    let defaults = MoeDefaults {
+        gating: GATING_SIGMOID,
+        always_norm: false,
+        ffn_is_expert_ffn: false,
     };
-    let attn = if cfg.mla.is_some() {
-        MLA_ATTN
-    } else {
-        STD_ATTN
-    };
-    let specs = [norms, attn, DENSE_FFN, MOE_FFN].concat();
-    build_sparse(cfg, src, &specs, &HF_EXPERTS)
+    g.moe(&mut cfg, defaults)?;
+    Ok(cfg)
 }

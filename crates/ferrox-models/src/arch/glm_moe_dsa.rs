@@ -1,16 +1,52 @@
-//! GLM-5 / 5.1 / 5.2 (`glm_moe_dsa`) and DeepSeek-V3.2 (`deepseek_v32`): MLA + the DSA
-//! lightning indexer (top-`index_topk` keys per query; GLM-5.2 layers may share the previous
-//! layer's selection and carry no indexer weights) + DeepSeek-style MoE. The GLM indexer rotates
-//! adjacent pairs, DeepSeek-V3.2's rotates halves.
+//! GLM-5 / 5.1 / 5.2 (`glm_moe_dsa`): MLA + the DSA lightning indexer (top-`index_topk` keys
+//! per query; GLM-5.2 layers may share the previous layer's selection and carry no indexer
+//! weights) + DeepSeek-style MoE. The GLM indexer rotates adjacent pairs.
 //! Reference: transformers `modeling_glm_moe_dsa.py` (fixtures/hf-tiny/FORWARD.md §5);
-//! llama.cpp indexer tensors `blk.N.indexer.{attn_q_b,attn_k,k_norm,proj}`.
+//! llama.cpp `glm-dsa`, indexer tensors `blk.N.indexer.{attn_q_b,attn_k,k_norm,proj}`.
 
-use super::sparse::{build_sparse, DENSE_FFN, DSA_INDEXER, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
+use super::deepseek_v3::mla_moe_from_gguf;
+use super::gguf::GATING_SIGMOID;
+use super::tables::{DENSE_FFN, DSA_INDEXER, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::decoder::Decoder;
-use crate::weights::{LoadError, WeightSource};
+use crate::weights::{LoadError, TensorSpec};
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    let specs = [NORMS, MLA_ATTN, DSA_INDEXER, DENSE_FFN, MOE_FFN].concat();
-    build_sparse(cfg, src, &specs, &HF_EXPERTS)
+pub static ARCH: Architecture = Architecture {
+    name: "glm_moe_dsa",
+    hf_model_types: &["glm_moe_dsa"],
+    gguf_archs: &["glm-dsa"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+pub fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, MLA_ATTN, DSA_INDEXER, DENSE_FFN, MOE_FFN].concat()
+}
+
+/// MLA + MoE + indexer from `config.json` (`rope_interleaved`: the indexer's RoPE pairing).
+pub fn dsa_from_hf(
+    c: &HfConfig,
+    arch: &'static str,
+    rope_interleaved: bool,
+) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, true)?;
+    cfg.qkv_bias = false;
+    c.mla(&mut cfg)?;
+    c.sliding_from_layer_types(&mut cfg)?;
+    c.deepseek_moe(&mut cfg)?;
+    c.dsa(&mut cfg, rope_interleaved)?;
+    Ok(cfg)
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    dsa_from_hf(c, "glm_moe_dsa", true)
+}
+
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = mla_moe_from_gguf(g, "glm_moe_dsa", GATING_SIGMOID)?;
+    g.dsa(&mut cfg, true)?;
+    Ok(cfg)
 }

@@ -1,23 +1,39 @@
 //! Llama (Llama 2/3.x): pre-norm GQA + SwiGLU, optional Llama-3 RoPE frequency scaling.
-//! Reference: transformers `modeling_llama.py`; llama.cpp `LLM_ARCH_LLAMA`.
+//! Reference: transformers `modeling_llama.py`; llama.cpp `LLM_ARCH_LLAMA` (its converter
+//! permutes q/k rows, so GGUF Llama rotates adjacent pairs).
 
-use super::{build_dense, dense_config_from_gguf, GgufMeta, ATTN, FFN_NORM, MLP};
-use crate::config::{Arch, ModelConfig};
-use crate::decoder::Decoder;
-use crate::weights::{LoadError, WeightSource};
+use super::tables::{DENSE_FFN, HF_EXPERTS, NORMS, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
+use crate::config::ModelConfig;
+use crate::weights::{LoadError, TensorSpec};
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    build_dense(cfg, src, &[ATTN, FFN_NORM, MLP])
+pub static ARCH: Architecture = Architecture {
+    name: "llama",
+    hf_model_types: &["llama"],
+    gguf_archs: &["llama"],
+    // llama.cpp stores Mixtral as `llama` with experts.
+    gguf_claims: |g| g.opt_usize("expert_count").unwrap_or(0) == 0,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("llama", false)?;
+    c.sliding_from_layer_types(&mut cfg)?;
+    Ok(cfg)
 }
 
-/// llama.cpp's converter permutes q/k rows so GGUF Llama rotates adjacent pairs.
-pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     if g.file.tensor("rope_freqs.weight").is_some() {
         return Err(LoadError::Config(
             "GGUF Llama-3 RoPE frequency factors (rope_freqs.weight) are not supported".into(),
         ));
     }
-    let mut cfg = dense_config_from_gguf(g, Arch::Llama)?;
-    cfg.rope.interleaved = true;
-    Ok(cfg)
+    g.base("llama", true)
+}
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, DENSE_FFN].concat()
 }

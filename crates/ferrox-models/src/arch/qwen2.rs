@@ -1,17 +1,35 @@
 //! Qwen2 / Qwen2.5: Llama layout plus q/k/v projection biases, optional sliding window on the
 //! upper layers. Reference: transformers `modeling_qwen2.py`; llama.cpp `LLM_ARCH_QWEN2`.
 
-use super::{build_dense, dense_config_from_gguf, GgufMeta, ATTN, FFN_NORM, MLP, QKV_BIAS};
-use crate::config::{Arch, ModelConfig};
-use crate::decoder::Decoder;
-use crate::weights::{LoadError, WeightSource};
+use super::tables::{DENSE_FFN, HF_EXPERTS, NORMS, STD_ATTN};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use crate::config::ModelConfig;
+use crate::weights::{LoadError, TensorSpec};
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    build_dense(cfg, src, &[ATTN, QKV_BIAS, FFN_NORM, MLP])
+pub static ARCH: Architecture = Architecture {
+    name: "qwen2",
+    hf_model_types: &["qwen2"],
+    gguf_archs: &["qwen2"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("qwen2", false)?;
+    cfg.qkv_bias = true;
+    c.qwen_sliding(&mut cfg)?;
+    Ok(cfg)
 }
 
-pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = dense_config_from_gguf(g, Arch::Qwen2)?;
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("qwen2", false)?;
     cfg.qkv_bias = true;
     Ok(cfg)
+}
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, DENSE_FFN].concat()
 }

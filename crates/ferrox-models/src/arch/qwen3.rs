@@ -1,17 +1,35 @@
 //! Qwen3 (dense): Llama layout plus per-head RMSNorm of q and k before RoPE, explicit head_dim.
 //! Reference: transformers `modeling_qwen3.py`; llama.cpp `LLM_ARCH_QWEN3`.
 
-use super::{build_dense, dense_config_from_gguf, GgufMeta, ATTN, FFN_NORM, MLP, QK_NORM};
-use crate::config::{Arch, ModelConfig};
-use crate::decoder::Decoder;
-use crate::weights::{LoadError, WeightSource};
+use super::tables::{DENSE_FFN, HF_EXPERTS, NORMS, STD_ATTN};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use crate::config::ModelConfig;
+use crate::weights::{LoadError, TensorSpec};
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    build_dense(cfg, src, &[ATTN, QK_NORM, FFN_NORM, MLP])
+pub static ARCH: Architecture = Architecture {
+    name: "qwen3",
+    hf_model_types: &["qwen3"],
+    gguf_archs: &["qwen3"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("qwen3", false)?;
+    cfg.qk_norm = true;
+    c.qwen_sliding(&mut cfg)?;
+    Ok(cfg)
 }
 
-pub fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = dense_config_from_gguf(g, Arch::Qwen3)?;
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("qwen3", false)?;
     cfg.qk_norm = true;
     Ok(cfg)
+}
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, DENSE_FFN].concat()
 }

@@ -2,12 +2,69 @@
 //! shared expert) on every layer except `mlp_only_layers`, sliding window on all layers when
 //! enabled. Reference: transformers `modeling_qwen3_moe.py`; llama.cpp `LLM_ARCH_QWEN3MOE`.
 
-use super::sparse::{build_sparse, DENSE_FFN, HF_EXPERTS, MOE_FFN, NORMS, STD_ATTN};
-use crate::config::ModelConfig;
-use crate::decoder::Decoder;
-use crate::weights::{LoadError, WeightSource};
+use super::gguf::{MoeDefaults, GATING_SOFTMAX};
+use super::tables::{DENSE_FFN, HF_EXPERTS, MOE_FFN, NORMS, STD_ATTN};
+use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use crate::config::{ModelConfig, MoeConfig};
+use crate::weights::{LoadError, TensorSpec};
+use serde_json::Value;
 
-pub fn build(cfg: ModelConfig, src: &dyn WeightSource) -> Result<Decoder, LoadError> {
-    let specs = [NORMS, STD_ATTN, DENSE_FFN, MOE_FFN].concat();
-    build_sparse(cfg, src, &specs, &HF_EXPERTS)
+pub static ARCH: Architecture = Architecture {
+    name: "qwen3_moe",
+    hf_model_types: &["qwen3_moe"],
+    gguf_archs: &["qwen3moe"],
+    gguf_claims: any_gguf,
+    config_from_hf,
+    config_from_gguf,
+    tensors,
+    hf_experts: HF_EXPERTS,
+};
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, DENSE_FFN, MOE_FFN].concat()
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("qwen3_moe", false)?;
+    cfg.qk_norm = true;
+    c.sliding_all(&mut cfg, c.bool("use_sliding_window").unwrap_or(false));
+    cfg.moe = MoeConfig {
+        n_experts: c
+            .usize("num_experts")
+            .or(c.usize("num_local_experts"))
+            .ok_or_else(|| LoadError::Config("config.json: missing \"num_experts\"".into()))?,
+        n_experts_active: c.req("num_experts_per_tok")?,
+        expert_ffn_dim: c.req("moe_intermediate_size")?,
+        norm_topk_prob: c.bool("norm_topk_prob").unwrap_or(false),
+        ..MoeConfig::none(cfg.hidden_dim)
+    };
+    // Dense layers: those in `mlp_only_layers`, and all but every `decoder_sparse_step`-th.
+    let only: Vec<usize> = c
+        .get("mlp_only_layers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_u64().map(|v| v as usize))
+                .collect()
+        })
+        .unwrap_or_default();
+    let step = c.usize("decoder_sparse_step").unwrap_or(1).max(1);
+    let default = (0..cfg.n_layers)
+        .map(|l| !only.contains(&l) && (l + 1) % step == 0)
+        .collect();
+    c.moe_layers(&mut cfg, default)?;
+    Ok(cfg)
+}
+
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("qwen3_moe", false)?;
+    g.sliding_all(&mut cfg);
+    g.optional_attention_tensors(&mut cfg);
+    let defaults = MoeDefaults {
+        gating: GATING_SOFTMAX,
+        always_norm: true,
+        ffn_is_expert_ffn: false,
+    };
+    g.moe(&mut cfg, defaults)?;
+    Ok(cfg)
 }

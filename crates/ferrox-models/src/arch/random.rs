@@ -6,28 +6,14 @@
 //! Each tensor's values come from a SplitMix64 stream seeded by its name, so a weight does not
 //! depend on which other tensors exist.
 
-use super::sparse::{
-    build_sparse, DENSE_FFN, DSA_INDEXER, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS, STD_ATTN,
-};
-use crate::config::{IndexerKind, ModelConfig};
+use super::tables::GLOBAL;
+use crate::build::{build, resolver, FfnPlan, LayerPlan};
+use crate::config::ModelConfig;
 use crate::decoder::Decoder;
-use crate::weights::{opt, Dim::*, Naming, TensorRef, TensorSpec, WeightSource};
+use crate::weights::{Naming, TensorRef, WeightSource};
 use ferrox_core::quant::GgmlType;
 use ferrox_core::storage::Bytes;
 use std::collections::HashMap;
-
-const POST_NORMS: &[TensorSpec] = &[
-    opt(
-        "blk.{}.post_attention_norm.weight",
-        "model.layers.{}.post_self_attn_layernorm.weight",
-        &[Hidden],
-    ),
-    opt(
-        "blk.{}.post_ffw_norm.weight",
-        "model.layers.{}.post_mlp_layernorm.weight",
-        &[Hidden],
-    ),
-];
 
 struct MemSource(HashMap<String, TensorRef>);
 
@@ -88,83 +74,53 @@ fn tensor(name: String, shape: Vec<usize>) -> TensorRef {
     }
 }
 
-/// Whether a layer tensor (by GGUF logical name) exists for this config.
-fn wanted(cfg: &ModelConfig, l: usize, logical: &str) -> bool {
-    let mla = cfg.mla.is_some();
-    let q_lora = cfg.mla.and_then(|m| m.q_lora_rank).is_some();
-    let moe = cfg.is_moe_layer(l);
-    let suffix = logical.split_once('.').map_or(logical, |(_, s)| s);
-    let suffix = suffix.split_once('.').map_or(suffix, |(_, s)| s);
-    match suffix {
-        "attn_norm.weight" | "ffn_norm.weight" | "attn_output.weight" => true,
-        "post_attention_norm.weight" | "post_ffw_norm.weight" => cfg.post_norms,
-        "attn_q.weight" => !mla || !q_lora,
-        "attn_k.weight" | "attn_v.weight" => !mla,
-        "attn_q.bias" | "attn_k.bias" | "attn_v.bias" => !mla && cfg.qkv_bias,
-        "attn_q_norm.weight" | "attn_k_norm.weight" => !mla && cfg.qk_norm,
-        "attn_q_a.weight" | "attn_q_a_norm.weight" | "attn_q_b.weight" => q_lora,
-        "attn_kv_a_mqa.weight" | "attn_kv_a_norm.weight" | "attn_kv_b.weight" => mla,
-        s if s.starts_with("indexer.") => cfg
-            .dsa
-            .as_ref()
-            .is_some_and(|d| d.indexer_types.get(l) != Some(&IndexerKind::Shared)),
-        "ffn_gate.weight" | "ffn_up.weight" | "ffn_down.weight" => !moe,
-        "ffn_gate_inp.weight" => moe,
-        "exp_probs_b.bias" => moe && cfg.moe.has_correction_bias,
-        s if s.ends_with("_shexp.weight") => moe && cfg.moe.n_shared_experts > 0,
-        _ => false,
-    }
-}
-
 impl Decoder {
     /// A decoder with `n_layers` layers and a `vocab`-word vocabulary whose weights are small
     /// deterministic random numbers: same config, same weights, bit for bit. Works for every
-    /// layer kind the config describes (MLA + DSA + MoE for `glm_5_2()`).
+    /// layer kind the config describes (MLA + DSA + MoE for `glm_5_2()`): the tensors are the
+    /// ones the layer plans read, under the names of the config's registry entry.
     pub fn new_random_small(mut cfg: ModelConfig, n_layers: usize, vocab: usize) -> Decoder {
         cfg.n_layers = n_layers;
         cfg.vocab_size = vocab;
         cfg.moe.hidden_dim = cfg.hidden_dim;
         cfg.tie_embeddings = false;
-        let resolve = super::resolver(&cfg);
-        let attn = if cfg.mla.is_some() {
-            [MLA_ATTN, DSA_INDEXER].concat()
-        } else {
-            STD_ATTN.to_vec()
-        };
-        let specs = [NORMS, &attn, POST_NORMS, DENSE_FFN, MOE_FFN].concat();
+        let arch = super::by_name(cfg.arch)
+            .unwrap_or_else(|| panic!("new_random_small: unknown architecture {}", cfg.arch));
+        let table = (arch.tensors)(&cfg);
+        let resolve = resolver(&cfg);
         let mut map = HashMap::new();
         let mut add = |name: String, shape: Vec<usize>| {
             map.insert(name.clone(), tensor(name, shape));
         };
-        for spec in super::sparse::GLOBAL {
+        for spec in GLOBAL {
             add(
                 spec.hf.to_string(),
                 spec.shape.iter().map(|&d| resolve(d)).collect(),
             );
         }
         for l in 0..n_layers {
-            for spec in &specs {
-                let logical = spec.gguf.replace("{}", &l.to_string());
-                if spec.hf != "-" && wanted(&cfg, l, &logical) {
+            let plan = LayerPlan::of(&cfg, l);
+            for spec in &table {
+                let suffix = spec.gguf.strip_prefix("blk.{}.").unwrap_or(spec.gguf);
+                if spec.hf != "-" && plan.uses(&cfg, suffix) {
                     let shape = spec.shape.iter().map(|&d| resolve(d)).collect();
                     add(spec.hf.replace("{}", &l.to_string()), shape);
                 }
             }
-            if cfg.is_moe_layer(l) {
+            if plan.ffn == FfnPlan::Moe {
                 let (d, f) = (cfg.hidden_dim, cfg.moe.expert_ffn_dim);
                 for e in 0..cfg.moe.n_experts {
                     let name = |p: &str| {
                         p.replace("{}", &l.to_string())
                             .replace("{e}", &e.to_string())
                     };
-                    add(name(HF_EXPERTS.gate), vec![f, d]);
-                    add(name(HF_EXPERTS.up), vec![f, d]);
-                    add(name(HF_EXPERTS.down), vec![d, f]);
+                    add(name(arch.hf_experts.gate), vec![f, d]);
+                    add(name(arch.hf_experts.up), vec![f, d]);
+                    add(name(arch.hf_experts.down), vec![d, f]);
                 }
             }
         }
         drop(resolve);
-        build_sparse(cfg, &MemSource(map), &specs, &HF_EXPERTS)
-            .unwrap_or_else(|e| panic!("new_random_small: {e}"))
+        build(arch, cfg, &MemSource(map)).unwrap_or_else(|e| panic!("new_random_small: {e}"))
     }
 }

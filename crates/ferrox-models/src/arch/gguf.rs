@@ -1,0 +1,310 @@
+//! Typed reading of llama.cpp GGUF metadata (`{arch}.*` keys): the fields every family shares
+//! and the sections several share (MoE, MLA, DSA). Each architecture file starts from
+//! [`GgufMeta::base`] and applies what llama.cpp's `src/models/*.cpp` `load_arch_hparams` and
+//! `convert_hf_to_gguf.py` say of it:
+//! - MLA is stored as MQA over the latent: `attention.key_length` = `kv_lora_rank + rope`, the
+//!   real head sizes are `attention.key_length_mla` (`qk_nope + qk_rope`) and
+//!   `attention.value_length_mla`; `rope.dimension_count` is `qk_rope_head_dim`.
+//! - `rope.scaling.yarn_log_multiplier` is `0.1 · mscale_all_dim` for DeepSeek (the converter's
+//!   factor is divided back out, as llama.cpp does). GGUF does not keep `mscale` itself;
+//!   llama.cpp computes as if `mscale == mscale_all_dim` (true of DeepSeek-V3), and so do we.
+//! - `block_count` counts appended NextN/MTP blocks (`nextn_predict_layers`); they are skipped.
+//! - Which layers are MoE: `leading_dense_block_count` when written, otherwise the layers that
+//!   carry a router (`ffn_gate_inp`).
+
+use crate::config::{
+    Dims, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig, RopeConfig, RopeScaling,
+    RouterScoring,
+};
+use crate::gguf::{GgufFile, MetaValue};
+use crate::weights::LoadError;
+use std::sync::Arc;
+
+/// llama.cpp's `LLAMA_EXPERT_GATING_FUNC_TYPE_*`.
+pub const GATING_SOFTMAX: usize = 1;
+pub const GATING_SIGMOID: usize = 2;
+
+/// GGUF metadata with the `{arch}.` prefix handled.
+pub struct GgufMeta {
+    pub file: Arc<GgufFile>,
+}
+
+fn cfg_err(msg: String) -> LoadError {
+    LoadError::Config(format!("GGUF: {msg}"))
+}
+
+/// What an MoE family's GGUF means when a key is absent.
+pub struct MoeDefaults {
+    /// `expert_gating_func` when not written.
+    pub gating: usize,
+    /// Selected weights always renormalised (the family ignores `expert_weights_norm`).
+    pub always_norm: bool,
+    /// Experts as wide as `feed_forward_length` when `expert_feed_forward_length` is absent.
+    pub ffn_is_expert_ffn: bool,
+}
+
+impl GgufMeta {
+    pub fn arch(&self) -> &str {
+        self.file.architecture().unwrap_or_default()
+    }
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch())
+    }
+    pub fn usize(&self, k: &str) -> Result<usize, LoadError> {
+        self.opt_usize(k)
+            .ok_or_else(|| LoadError::Config(format!("GGUF: missing `{}`", self.key(k))))
+    }
+    pub fn opt_usize(&self, k: &str) -> Option<usize> {
+        self.file.get_u64(&self.key(k)).map(|v| v as usize)
+    }
+    pub fn opt_f32(&self, k: &str) -> Option<f32> {
+        self.file.get_f32(&self.key(k))
+    }
+    pub fn opt_str(&self, k: &str) -> Option<&str> {
+        self.file.get_str(&self.key(k))
+    }
+    pub fn opt_bool(&self, k: &str) -> Option<bool> {
+        self.file.get_bool(&self.key(k))
+    }
+    /// Rows of a stored tensor (vocabulary size from `token_embd`).
+    pub fn tensor_rows(&self, name: &str) -> Option<usize> {
+        self.file
+            .tensor(name)
+            .and_then(|t| t.dims.get(1))
+            .map(|&d| d as usize)
+    }
+    /// Whether `name` is stored in any layer (`{}` = layer index).
+    pub fn any_layer(&self, n_layers: usize, name: &str) -> bool {
+        (0..n_layers).any(|l| {
+            self.file
+                .tensor(&name.replace("{}", &l.to_string()))
+                .is_some()
+        })
+    }
+
+    /// Dimensions (without appended MTP blocks), norm epsilon, context, embedding tying,
+    /// soft-caps and RoPE (`interleaved`: adjacent pairs, llama.cpp's `LLAMA_ROPE_TYPE_NORM`).
+    pub fn base(&self, arch: &'static str, interleaved: bool) -> Result<ModelConfig, LoadError> {
+        let hidden = self.usize("embedding_length")?;
+        let blocks = self.usize("block_count")?;
+        let nextn = self.opt_usize("nextn_predict_layers").unwrap_or(0);
+        if nextn >= blocks {
+            return Err(cfg_err(format!(
+                "{nextn} MTP layers leave none of {blocks} blocks for the decoder"
+            )));
+        }
+        let n_heads = self.usize("attention.head_count")?;
+        if n_heads == 0 {
+            return Err(cfg_err("`attention.head_count` is 0".into()));
+        }
+        let head_dim = self
+            .opt_usize("attention.key_length")
+            .unwrap_or(hidden / n_heads);
+        let dims = Dims {
+            vocab: self
+                .tensor_rows("token_embd.weight")
+                .ok_or_else(|| LoadError::MissingTensor("token_embd.weight".into()))?,
+            hidden,
+            n_layers: blocks - nextn,
+            n_heads,
+            n_kv_heads: self.opt_usize("attention.head_count_kv").unwrap_or(n_heads),
+            head_dim,
+            ffn_dim: self.usize("feed_forward_length")?,
+        };
+        let rope = RopeConfig {
+            theta: self.opt_f32("rope.freq_base").unwrap_or(10_000.0),
+            scaling: self.rope_scaling()?,
+            rotary_dim: self.opt_usize("rope.dimension_count").unwrap_or(head_dim),
+            interleaved,
+        };
+        if rope.rotary_dim > head_dim || rope.rotary_dim % 2 == 1 {
+            return Err(cfg_err(format!(
+                "rope dimension {} does not fit head size {head_dim}",
+                rope.rotary_dim
+            )));
+        }
+        let mut cfg = ModelConfig::new(arch, dims, rope);
+        cfg.max_seq_len = self.opt_usize("context_length").unwrap_or(4096);
+        cfg.norm_eps = self
+            .opt_f32("attention.layer_norm_rms_epsilon")
+            .unwrap_or(1e-6);
+        cfg.tie_embeddings = self.file.tensor("output.weight").is_none();
+        cfg.final_logit_softcap = self.opt_f32("final_logit_softcapping");
+        cfg.attn_logit_softcap = self.opt_f32("attn_logit_softcapping");
+        Ok(cfg)
+    }
+
+    fn rope_scaling(&self) -> Result<RopeScaling, LoadError> {
+        let factor = self.opt_f32("rope.scaling.factor");
+        Ok(match (self.opt_str("rope.scaling.type"), factor) {
+            (None | Some("none"), _) => RopeScaling::None,
+            (Some("linear"), Some(f)) if f != 1.0 => RopeScaling::Linear { factor: f },
+            (Some("linear"), _) => RopeScaling::None,
+            (Some("yarn"), Some(f)) => {
+                let all_dim = self
+                    .opt_f32("rope.scaling.yarn_log_multiplier")
+                    .unwrap_or(0.0)
+                    / 0.1;
+                RopeScaling::Yarn {
+                    factor: f,
+                    original_max_position: self.usize("rope.scaling.original_context_length")?,
+                    beta_fast: self.opt_f32("rope.scaling.yarn_beta_fast").unwrap_or(32.0),
+                    beta_slow: self.opt_f32("rope.scaling.yarn_beta_slow").unwrap_or(1.0),
+                    mscale: all_dim,
+                    mscale_all_dim: all_dim,
+                }
+            }
+            (Some(other), _) => {
+                return Err(cfg_err(format!("unsupported rope scaling `{other}`")))
+            }
+        })
+    }
+
+    /// `attention.sliding_window`, when written, on every layer (Mistral-style).
+    pub fn sliding_all(&self, cfg: &mut ModelConfig) {
+        cfg.sliding_window = self
+            .opt_usize("attention.sliding_window")
+            .filter(|&w| w > 0);
+        if cfg.sliding_window.is_some() {
+            cfg.layer_attn = vec![crate::config::AttnKind::Sliding; cfg.n_layers];
+        }
+    }
+
+    /// Features llama.cpp switches on by an optional tensor's presence: q/k/v bias, per-head
+    /// q/k norm.
+    pub fn optional_attention_tensors(&self, cfg: &mut ModelConfig) {
+        cfg.qkv_bias = self.any_layer(cfg.n_layers, "blk.{}.attn_q.bias");
+        cfg.qk_norm = self.any_layer(cfg.n_layers, "blk.{}.attn_q_norm.weight");
+    }
+
+    /// The expert section, when `expert_count` is written, and which layers are MoE.
+    pub fn moe(&self, cfg: &mut ModelConfig, d: MoeDefaults) -> Result<(), LoadError> {
+        let n_experts = self.opt_usize("expert_count").unwrap_or(0);
+        if n_experts == 0 {
+            return Ok(());
+        }
+        let expert_ffn = match self.opt_usize("expert_feed_forward_length") {
+            Some(f) => f,
+            None if d.ffn_is_expert_ffn => cfg.ffn_dim,
+            None => self.usize("expert_feed_forward_length")?,
+        };
+        let n_shared = self.opt_usize("expert_shared_count").unwrap_or(0);
+        let scoring = match self.opt_usize("expert_gating_func").unwrap_or(d.gating) {
+            GATING_SOFTMAX => RouterScoring::Softmax,
+            GATING_SIGMOID => RouterScoring::Sigmoid,
+            other => return Err(cfg_err(format!("unsupported expert_gating_func {other}"))),
+        };
+        let m = MoeConfig {
+            n_experts,
+            n_experts_active: self.usize("expert_used_count")?,
+            n_shared_experts: n_shared,
+            expert_ffn_dim: expert_ffn,
+            shared_ffn_dim: self
+                .opt_usize("expert_shared_feed_forward_length")
+                .unwrap_or(expert_ffn * n_shared),
+            scoring,
+            has_correction_bias: self.any_layer(cfg.n_layers, "blk.{}.exp_probs_b.bias"),
+            n_group: self.opt_usize("expert_group_count").unwrap_or(1).max(1),
+            topk_group: self.opt_usize("expert_group_used_count").unwrap_or(1).max(1),
+            norm_topk_prob: d.always_norm || self.opt_bool("expert_weights_norm").unwrap_or(false),
+            routed_scaling_factor: self.opt_f32("expert_weights_scale").unwrap_or(1.0),
+            ..MoeConfig::none(cfg.hidden_dim)
+        };
+        if m.n_experts_active == 0
+            || m.n_experts_active > m.n_experts
+            || !m.n_experts.is_multiple_of(m.n_group)
+            || m.topk_group > m.n_group
+        {
+            return Err(cfg_err(format!(
+                "{} of {} experts active, {} of {} groups kept",
+                m.n_experts_active, m.n_experts, m.topk_group, m.n_group
+            )));
+        }
+        cfg.moe = m;
+        let n = cfg.n_layers;
+        cfg.layer_moe = match self.opt_usize("leading_dense_block_count") {
+            Some(k) => (0..n).map(|l| l >= k).collect(),
+            None => (0..n)
+                .map(|l| {
+                    let router = format!("blk.{l}.ffn_gate_inp.weight");
+                    self.file.tensor(&router).is_some()
+                })
+                .collect(),
+        };
+        Ok(())
+    }
+
+    /// Multi-head latent attention: real head sizes from the `*_mla` keys, `head_dim` the rope
+    /// dim, one decompressed key/value head per query head.
+    pub fn mla(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
+        let rope = self.usize("rope.dimension_count")?;
+        let k_len = self
+            .opt_usize("attention.key_length_mla")
+            .map_or_else(|| self.usize("attention.key_length"), Ok)?;
+        let v_len = self
+            .opt_usize("attention.value_length_mla")
+            .map_or_else(|| self.usize("attention.value_length"), Ok)?;
+        if k_len <= rope {
+            return Err(cfg_err(format!(
+                "MLA key length {k_len} leaves no room beside the rope part {rope}"
+            )));
+        }
+        cfg.mla = Some(MlaConfig {
+            q_lora_rank: self.opt_usize("attention.q_lora_rank").filter(|&r| r > 0),
+            kv_lora_rank: self.usize("attention.kv_lora_rank")?,
+            qk_nope_head_dim: k_len - rope,
+            qk_rope_head_dim: rope,
+            v_head_dim: v_len,
+        });
+        cfg.head_dim = rope;
+        cfg.n_kv_heads = cfg.n_heads;
+        cfg.rope.rotary_dim = rope;
+        Ok(())
+    }
+
+    /// The DSA lightning indexer; `attention.indexer.types` (true / nonzero = the layer runs
+    /// its own indexer) says which layers share the previous selection.
+    pub fn dsa(&self, cfg: &mut ModelConfig, rope_interleaved: bool) -> Result<(), LoadError> {
+        cfg.dsa = Some(DsaConfig {
+            index_n_heads: self.usize("attention.indexer.head_count")?,
+            index_head_dim: self.usize("attention.indexer.key_length")?,
+            index_topk: self.usize("attention.indexer.top_k")?,
+            indexer_types: self.indexer_types(cfg.n_layers)?,
+            rope_interleaved,
+        });
+        Ok(())
+    }
+
+    fn indexer_types(&self, n_layers: usize) -> Result<Vec<IndexerKind>, LoadError> {
+        let key = self.key("attention.indexer.types");
+        let Some(arr) = self.file.get_array(&key) else {
+            return Ok(vec![IndexerKind::Full; n_layers]);
+        };
+        if arr.len() != n_layers {
+            return Err(cfg_err(format!(
+                "`{key}` has {} entries for {n_layers} layers",
+                arr.len()
+            )));
+        }
+        let kinds = arr
+            .iter()
+            .map(|v| {
+                let full = match v {
+                    MetaValue::Bool(b) => Some(b),
+                    other => other.as_u64().map(|x| x != 0),
+                };
+                match full {
+                    Some(true) => Ok(IndexerKind::Full),
+                    Some(false) => Ok(IndexerKind::Shared),
+                    None => Err(cfg_err(format!("`{key}` is not a bool or integer array"))),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if kinds.first() == Some(&IndexerKind::Shared) {
+            return Err(cfg_err(
+                "layer 0 cannot share a previous layer's indexer".into(),
+            ));
+        }
+        Ok(kinds)
+    }
+}

@@ -1,0 +1,333 @@
+//! Tensor tables shared by several architectures: llama.cpp GGUF names (`llama-arch.cpp`)
+//! beside the Hugging Face Hub names. A table only maps names and checks shapes; which tensors a
+//! layer needs is the builder's business (`crate::build`), from the layer's plan.
+
+use crate::config::{MlaConfig, ModelConfig};
+use crate::weights::{opt, req, Dim, Dim::*, TensorSpec};
+
+// Config-derived table dimensions.
+pub fn experts(c: &ModelConfig) -> usize {
+    c.moe.n_experts
+}
+pub fn expert_ffn(c: &ModelConfig) -> usize {
+    c.moe.expert_ffn_dim
+}
+pub fn expert_ffn2(c: &ModelConfig) -> usize {
+    2 * c.moe.expert_ffn_dim
+}
+pub fn shared_ffn(c: &ModelConfig) -> usize {
+    c.moe.shared_ffn_dim
+}
+pub fn ffn2(c: &ModelConfig) -> usize {
+    2 * c.ffn_dim
+}
+fn mla(c: &ModelConfig) -> MlaConfig {
+    c.mla.unwrap_or(MlaConfig {
+        q_lora_rank: None,
+        kv_lora_rank: 0,
+        qk_nope_head_dim: 0,
+        qk_rope_head_dim: 0,
+        v_head_dim: 0,
+    })
+}
+pub fn q_lora(c: &ModelConfig) -> usize {
+    mla(c).q_lora_rank.unwrap_or(0)
+}
+pub fn kv_lora(c: &ModelConfig) -> usize {
+    mla(c).kv_lora_rank
+}
+pub fn kv_a_rows(c: &ModelConfig) -> usize {
+    mla(c).kv_lora_rank + mla(c).qk_rope_head_dim
+}
+pub fn mla_q_rows(c: &ModelConfig) -> usize {
+    c.n_heads * (mla(c).qk_nope_head_dim + mla(c).qk_rope_head_dim)
+}
+pub fn kv_b_rows(c: &ModelConfig) -> usize {
+    c.n_heads * (mla(c).qk_nope_head_dim + mla(c).v_head_dim)
+}
+pub fn heads(c: &ModelConfig) -> usize {
+    c.n_heads
+}
+pub fn qk_nope(c: &ModelConfig) -> usize {
+    mla(c).qk_nope_head_dim
+}
+pub fn v_head(c: &ModelConfig) -> usize {
+    mla(c).v_head_dim
+}
+pub fn mla_o_cols(c: &ModelConfig) -> usize {
+    c.n_heads * mla(c).v_head_dim
+}
+pub fn idx_heads(c: &ModelConfig) -> usize {
+    c.dsa.as_ref().map_or(0, |d| d.index_n_heads)
+}
+pub fn idx_dim(c: &ModelConfig) -> usize {
+    c.dsa.as_ref().map_or(0, |d| d.index_head_dim)
+}
+pub fn idx_q_rows(c: &ModelConfig) -> usize {
+    idx_heads(c) * idx_dim(c)
+}
+
+const fn o(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) -> TensorSpec {
+    opt(gguf, hf, shape)
+}
+
+/// Tensors of every model outside the layers.
+pub const GLOBAL: &[TensorSpec] = &[
+    req(
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+        &[Vocab, Hidden],
+    ),
+    req("output_norm.weight", "model.norm.weight", &[Hidden]),
+    o("output.weight", "lm_head.weight", &[Vocab, Hidden]),
+];
+
+/// The norms before attention and before the FFN (Llama's names).
+pub const NORMS: &[TensorSpec] = &[ATTN_NORM, FFN_NORM];
+
+pub const ATTN_NORM: TensorSpec = o(
+    "blk.{}.attn_norm.weight",
+    "model.layers.{}.input_layernorm.weight",
+    &[Hidden],
+);
+
+pub const FFN_NORM: TensorSpec = o(
+    "blk.{}.ffn_norm.weight",
+    "model.layers.{}.post_attention_layernorm.weight",
+    &[Hidden],
+);
+
+/// GQA attention with optional q/k/v bias and per-head QK norm.
+pub const STD_ATTN: &[TensorSpec] = &[
+    o(
+        "blk.{}.attn_q.weight",
+        "model.layers.{}.self_attn.q_proj.weight",
+        &[QDim, Hidden],
+    ),
+    o(
+        "blk.{}.attn_k.weight",
+        "model.layers.{}.self_attn.k_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    o(
+        "blk.{}.attn_v.weight",
+        "model.layers.{}.self_attn.v_proj.weight",
+        &[KvDim, Hidden],
+    ),
+    o(
+        "blk.{}.attn_q.bias",
+        "model.layers.{}.self_attn.q_proj.bias",
+        &[QDim],
+    ),
+    o(
+        "blk.{}.attn_k.bias",
+        "model.layers.{}.self_attn.k_proj.bias",
+        &[KvDim],
+    ),
+    o(
+        "blk.{}.attn_v.bias",
+        "model.layers.{}.self_attn.v_proj.bias",
+        &[KvDim],
+    ),
+    o(
+        "blk.{}.attn_q_norm.weight",
+        "model.layers.{}.self_attn.q_norm.weight",
+        &[HeadDim],
+    ),
+    o(
+        "blk.{}.attn_k_norm.weight",
+        "model.layers.{}.self_attn.k_norm.weight",
+        &[HeadDim],
+    ),
+    o(
+        "blk.{}.attn_output.weight",
+        "model.layers.{}.self_attn.o_proj.weight",
+        &[Hidden, QDim],
+    ),
+];
+
+/// Multi-head latent attention (DeepSeek-V3 / GLM-5 names).
+pub const MLA_ATTN: &[TensorSpec] = &[
+    o(
+        "blk.{}.attn_q_a.weight",
+        "model.layers.{}.self_attn.q_a_proj.weight",
+        &[Of(q_lora), Hidden],
+    ),
+    o(
+        "blk.{}.attn_q_a_norm.weight",
+        "model.layers.{}.self_attn.q_a_layernorm.weight",
+        &[Of(q_lora)],
+    ),
+    o(
+        "blk.{}.attn_q_b.weight",
+        "model.layers.{}.self_attn.q_b_proj.weight",
+        &[Of(mla_q_rows), Of(q_lora)],
+    ),
+    o(
+        "blk.{}.attn_q.weight",
+        "model.layers.{}.self_attn.q_proj.weight",
+        &[Of(mla_q_rows), Hidden],
+    ),
+    o(
+        "blk.{}.attn_kv_a_mqa.weight",
+        "model.layers.{}.self_attn.kv_a_proj_with_mqa.weight",
+        &[Of(kv_a_rows), Hidden],
+    ),
+    o(
+        "blk.{}.attn_kv_a_norm.weight",
+        "model.layers.{}.self_attn.kv_a_layernorm.weight",
+        &[Of(kv_lora)],
+    ),
+    o(
+        "blk.{}.attn_kv_b.weight",
+        "model.layers.{}.self_attn.kv_b_proj.weight",
+        &[Of(kv_b_rows), Of(kv_lora)],
+    ),
+    // llama.cpp's converter splits `kv_b_proj` per head (`attn_k_b` transposed); only legacy
+    // GGUFs carry `attn_kv_b`.
+    o(
+        "blk.{}.attn_k_b.weight",
+        "-",
+        &[Of(heads), Of(kv_lora), Of(qk_nope)],
+    ),
+    o(
+        "blk.{}.attn_v_b.weight",
+        "-",
+        &[Of(heads), Of(v_head), Of(kv_lora)],
+    ),
+    o(
+        "blk.{}.attn_output.weight",
+        "model.layers.{}.self_attn.o_proj.weight",
+        &[Hidden, Of(mla_o_cols)],
+    ),
+    o(
+        "blk.{}.attn_q_a.bias",
+        "model.layers.{}.self_attn.q_a_proj.bias",
+        &[Of(q_lora)],
+    ),
+    o(
+        "blk.{}.attn_kv_a_mqa.bias",
+        "model.layers.{}.self_attn.kv_a_proj_with_mqa.bias",
+        &[Of(kv_a_rows)],
+    ),
+    o(
+        "blk.{}.attn_output.bias",
+        "model.layers.{}.self_attn.o_proj.bias",
+        &[Hidden],
+    ),
+];
+
+/// DSA lightning indexer (absent on shared-indexer layers).
+pub const DSA_INDEXER: &[TensorSpec] = &[
+    o(
+        "blk.{}.indexer.attn_q_b.weight",
+        "model.layers.{}.self_attn.indexer.wq_b.weight",
+        &[Of(idx_q_rows), Of(q_lora)],
+    ),
+    o(
+        "blk.{}.indexer.attn_k.weight",
+        "model.layers.{}.self_attn.indexer.wk.weight",
+        &[Of(idx_dim), Hidden],
+    ),
+    o(
+        "blk.{}.indexer.k_norm.weight",
+        "model.layers.{}.self_attn.indexer.k_norm.weight",
+        &[Of(idx_dim)],
+    ),
+    o(
+        "blk.{}.indexer.k_norm.bias",
+        "model.layers.{}.self_attn.indexer.k_norm.bias",
+        &[Of(idx_dim)],
+    ),
+    o(
+        "blk.{}.indexer.proj.weight",
+        "model.layers.{}.self_attn.indexer.weights_proj.weight",
+        &[Of(idx_heads), Hidden],
+    ),
+];
+
+pub const DENSE_FFN: &[TensorSpec] = &[
+    o(
+        "blk.{}.ffn_gate.weight",
+        "model.layers.{}.mlp.gate_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    o(
+        "blk.{}.ffn_up.weight",
+        "model.layers.{}.mlp.up_proj.weight",
+        &[Ffn, Hidden],
+    ),
+    o(
+        "blk.{}.ffn_down.weight",
+        "model.layers.{}.mlp.down_proj.weight",
+        &[Hidden, Ffn],
+    ),
+];
+
+/// Router, selection bias, GGUF stacked experts and shared experts (DeepSeek / GLM names).
+pub const MOE_FFN: &[TensorSpec] = &[
+    o(
+        "blk.{}.ffn_gate_inp.weight",
+        "model.layers.{}.mlp.gate.weight",
+        &[Of(experts), Hidden],
+    ),
+    o(
+        "blk.{}.exp_probs_b.bias",
+        "model.layers.{}.mlp.gate.e_score_correction_bias",
+        &[Of(experts)],
+    ),
+    o(
+        "blk.{}.ffn_gate_exps.weight",
+        "-",
+        &[Of(experts), Of(expert_ffn), Hidden],
+    ),
+    o(
+        "blk.{}.ffn_up_exps.weight",
+        "-",
+        &[Of(experts), Of(expert_ffn), Hidden],
+    ),
+    o(
+        "blk.{}.ffn_down_exps.weight",
+        "-",
+        &[Of(experts), Hidden, Of(expert_ffn)],
+    ),
+    GATE_UP_EXPS,
+    o(
+        "blk.{}.ffn_gate_shexp.weight",
+        "model.layers.{}.mlp.shared_experts.gate_proj.weight",
+        &[Of(shared_ffn), Hidden],
+    ),
+    o(
+        "blk.{}.ffn_up_shexp.weight",
+        "model.layers.{}.mlp.shared_experts.up_proj.weight",
+        &[Of(shared_ffn), Hidden],
+    ),
+    o(
+        "blk.{}.ffn_down_shexp.weight",
+        "model.layers.{}.mlp.shared_experts.down_proj.weight",
+        &[Hidden, Of(shared_ffn)],
+    ),
+];
+
+/// llama.cpp's optional fused expert gate/up (`--fuse-gate-up-exps`): per expert, the gate rows
+/// then the up rows.
+pub const GATE_UP_EXPS: TensorSpec = o(
+    "blk.{}.ffn_gate_up_exps.weight",
+    "-",
+    &[Of(experts), Of(expert_ffn2), Hidden],
+);
+
+/// Hugging Face per-expert tensor names (`{}` layer, `{e}` expert): gate, up, down.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertNames {
+    pub gate: &'static str,
+    pub up: &'static str,
+    pub down: &'static str,
+}
+
+pub const HF_EXPERTS: ExpertNames = ExpertNames {
+    gate: "model.layers.{}.mlp.experts.{e}.gate_proj.weight",
+    up: "model.layers.{}.mlp.experts.{e}.up_proj.weight",
+    down: "model.layers.{}.mlp.experts.{e}.down_proj.weight",
+};
+

@@ -1,0 +1,174 @@
+//! Registry and config-reader tests on the hf-tiny fixtures.
+
+use super::hf::indexer_types_from_freq;
+use super::*;
+use crate::config::{Activation, AttnKind, IndexerKind, NormKind, RopeScaling, RouterScoring};
+
+fn fixture(name: &str) -> ModelConfig {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/hf-tiny")
+        .join(name);
+    let local = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf-tiny")
+        .join(name);
+    load_hf_config(if local.exists() { &local } else { &dir }).unwrap()
+}
+
+#[test]
+fn unknown_model_type_is_named() {
+    let e = parse_hf_config(r#"{"model_type": "falcon_h9", "hidden_size": 8}"#).unwrap_err();
+    assert!(matches!(e, LoadError::UnsupportedArch { ref name, .. } if name == "falcon_h9"));
+    let msg = e.to_string();
+    assert!(msg.contains("falcon_h9") && msg.contains("qwen2"), "{msg}");
+    let e = parse_hf_config("{}").unwrap_err().to_string();
+    assert!(e.contains("model_type"), "{e}");
+}
+
+#[test]
+fn missing_field_is_named() {
+    let e = parse_hf_config(r#"{"model_type": "llama", "hidden_size": 8}"#).unwrap_err();
+    assert!(e.to_string().contains("num_hidden_layers"), "{e}");
+}
+
+#[test]
+fn freq_rule_matches_transformers() {
+    use IndexerKind::*;
+    // The shared-indexer fixture: freq 2, offset 2 -> [full, full, shared, full].
+    assert_eq!(
+        indexer_types_from_freq(4, 2, 2),
+        vec![Full, Full, Shared, Full]
+    );
+    assert_eq!(indexer_types_from_freq(3, 1, 2), vec![Full; 3]);
+}
+
+#[test]
+fn dense_families() {
+    let l = fixture("llama");
+    assert_eq!((l.arch, l.head_dim, l.n_kv_heads), ("llama", 16, 2));
+    assert!(
+        matches!(l.rope.scaling, RopeScaling::Llama3 { factor, original_max_position: 32, .. } if factor == 8.0)
+    );
+    assert!(!l.tie_embeddings && !l.is_moe_layer(0));
+
+    let q2 = fixture("qwen2");
+    assert!(q2.qkv_bias && q2.tie_embeddings);
+    assert_eq!(q2.sliding_window, Some(8));
+    assert_eq!(
+        q2.layer_attn,
+        vec![AttnKind::Full, AttnKind::Sliding, AttnKind::Sliding]
+    );
+
+    let q3 = fixture("qwen3");
+    assert!(q3.qk_norm && !q3.qkv_bias);
+    assert_eq!(q3.head_dim, 32);
+
+    let g = fixture("gemma3_text");
+    assert_eq!(g.norm, NormKind::RmsOffsetOne);
+    assert_eq!(g.activation, Activation::GeluTanh);
+    assert!(g.post_norms && g.embed_scale && g.tie_embeddings && g.qk_norm);
+    assert_eq!(g.attn_scale, Some(24f32.powf(-0.5)));
+    assert_eq!(g.rope.theta, 1e6);
+    assert_eq!(g.rope.scaling, RopeScaling::Linear { factor: 8.0 });
+    assert_eq!(g.rope_local.unwrap().theta, 1e4);
+    assert_eq!(g.attn_kind(2), AttnKind::Full);
+    assert_eq!(g.attn_kind(3), AttnKind::Sliding);
+
+    let g4 = fixture("glm4");
+    assert!(g4.qkv_bias && g4.post_norms);
+    assert_eq!((g4.rope.rotary_dim, g4.rope.interleaved), (16, true));
+}
+
+#[test]
+fn moe_families() {
+    let m = fixture("glm4_moe");
+    assert!(m.qk_norm && m.qkv_bias && !m.post_norms);
+    assert_eq!((m.rope.rotary_dim, m.rope.interleaved), (16, false));
+    assert_eq!(m.layer_moe, vec![false, true, true]);
+    assert_eq!(m.moe.scoring, RouterScoring::Sigmoid);
+    assert_eq!((m.moe.n_group, m.moe.topk_group), (4, 2));
+    assert_eq!((m.moe.n_experts, m.moe.n_experts_active), (16, 4));
+    assert_eq!(
+        (m.moe.shared_ffn_dim, m.moe.routed_scaling_factor),
+        (32, 2.5)
+    );
+
+    let q = fixture("qwen3_moe");
+    assert_eq!(q.moe.scoring, RouterScoring::Softmax);
+    assert_eq!(
+        (
+            q.moe.n_experts,
+            q.moe.n_experts_active,
+            q.moe.n_shared_experts
+        ),
+        (8, 2, 0)
+    );
+    assert!(q.moe.norm_topk_prob && !q.moe.has_correction_bias);
+    assert_eq!(q.layer_moe, vec![false, true, true]);
+    assert_eq!(q.layer_attn, vec![AttnKind::Sliding; 3]);
+
+    let x = fixture("mixtral");
+    assert_eq!(
+        (x.head_dim, x.moe.n_experts, x.moe.expert_ffn_dim),
+        (16, 4, 128)
+    );
+    assert!(x.moe.norm_topk_prob && x.layer_moe.iter().all(|&b| b));
+    assert_eq!(x.layer_attn, vec![AttnKind::Sliding; 2]);
+}
+
+#[test]
+fn mla_families() {
+    let d = fixture("deepseek_v3");
+    let mla = d.mla.unwrap();
+    assert_eq!(mla.q_lora_rank, Some(32));
+    assert_eq!(
+        (
+            mla.kv_lora_rank,
+            mla.qk_nope_head_dim,
+            mla.qk_rope_head_dim,
+            mla.v_head_dim
+        ),
+        (16, 16, 8, 16)
+    );
+    assert_eq!((d.head_dim, d.rope.rotary_dim), (8, 8));
+    assert!(d.rope.interleaved && d.dsa.is_none());
+    assert!(
+        matches!(d.rope.scaling, RopeScaling::Yarn { factor, original_max_position: 64, mscale_all_dim, .. } if factor == 4.0 && mscale_all_dim == 1.0)
+    );
+    assert_eq!(d.moe.shared_ffn_dim, 64);
+
+    let lite = fixture("glm4_moe_lite");
+    assert!(lite.mla.is_some() && lite.dsa.is_none());
+    assert_eq!(lite.moe.routed_scaling_factor, 1.8);
+
+    let g = fixture("glm_moe_dsa");
+    let dsa = g.dsa.clone().unwrap();
+    assert_eq!(
+        (dsa.index_n_heads, dsa.index_head_dim, dsa.index_topk),
+        (16, 16, 8)
+    );
+    assert!(dsa.rope_interleaved);
+    assert_eq!(dsa.indexer_types, vec![IndexerKind::Full; 4]);
+    assert_eq!(g.layer_moe, vec![false, true, true, true]);
+
+    let s = fixture("glm_moe_dsa_shared_indexer");
+    assert_eq!(s.dsa.unwrap().indexer_types[2], IndexerKind::Shared);
+
+    let v = fixture("deepseek_v32");
+    assert!(!v.dsa.unwrap().rope_interleaved);
+    assert!(v.rope.interleaved);
+}
+
+#[test]
+fn registry_names_are_unique() {
+    let mut hf: Vec<&str> = ARCHITECTURES
+        .iter()
+        .flat_map(|a| a.hf_model_types.iter().copied())
+        .collect();
+    let n = hf.len();
+    hf.sort();
+    hf.dedup();
+    assert_eq!(hf.len(), n, "a model_type listed twice");
+    for a in ARCHITECTURES {
+        assert_eq!(by_name(a.name).map(|b| b.name), Some(a.name));
+    }
+}

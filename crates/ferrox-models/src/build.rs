@@ -1,0 +1,470 @@
+//! The one builder: a [`LayerPlan`] per layer, derived from the `ModelConfig`, says which blocks
+//! the layer runs; [`build`] binds the architecture's tensor table and assembles the decoder
+//! from the plans. Every family goes through here; a family's differences are config values
+//! and table rows, not code paths (compare llama.cpp's `llm_build_*` graphs over one
+//! `llama_layer` struct).
+
+use crate::arch::tables::{ExpertNames, GLOBAL};
+use crate::arch::Architecture;
+use crate::blocks::dsa::Indexer;
+use crate::blocks::mla::{KvB, Mla, MlaWeights};
+use crate::blocks::moe::{MoeBlock, Routing};
+use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardAttention};
+use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig};
+use crate::decoder::{Decoder, Layer};
+use crate::weights::{Bound, Dim, LoadError, Naming, TensorRef, WeightSource};
+use ferrox_core::matmul::WeightMatrix;
+
+/// Which attention a layer runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AttnPlan {
+    /// Grouped-query attention over per-head keys and values.
+    Gqa {
+        rope: RopeConfig,
+        /// Attends to the last `window` positions only.
+        window: Option<usize>,
+        qkv_bias: bool,
+        qk_norm: bool,
+    },
+    /// Multi-head latent attention; `indexer`: the DSA indexer this layer runs (`Full`) or
+    /// borrows from the previous indexer layer (`Shared`), `None` without DSA.
+    Mla { indexer: Option<IndexerKind> },
+}
+
+/// Which feed-forward block a layer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnPlan {
+    /// One gated MLP (separate or fused gate/up projections, as stored).
+    Dense,
+    /// Routed experts, with shared experts when the config has them.
+    Moe,
+}
+
+/// Everything the builder needs to know about one layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerPlan {
+    pub attn: AttnPlan,
+    pub ffn: FfnPlan,
+    /// Norms on the attention and FFN outputs before the residual adds (Gemma, GLM-4).
+    pub post_norms: bool,
+}
+
+impl LayerPlan {
+    /// The plan of layer `l` of `cfg`.
+    pub fn of(cfg: &ModelConfig, l: usize) -> LayerPlan {
+        let attn = match cfg.mla {
+            Some(_) => AttnPlan::Mla {
+                indexer: cfg.dsa.as_ref().map(|d| {
+                    d.indexer_types
+                        .get(l)
+                        .copied()
+                        .unwrap_or(IndexerKind::Full)
+                }),
+            },
+            None => {
+                let sliding = cfg.attn_kind(l) == AttnKind::Sliding;
+                let rope = match (sliding, &cfg.rope_local) {
+                    (true, Some(r)) => *r,
+                    _ => cfg.rope,
+                };
+                AttnPlan::Gqa {
+                    rope,
+                    window: if sliding { cfg.sliding_window } else { None },
+                    qkv_bias: cfg.qkv_bias,
+                    qk_norm: cfg.qk_norm,
+                }
+            }
+        };
+        LayerPlan {
+            attn,
+            ffn: if cfg.is_moe_layer(l) {
+                FfnPlan::Moe
+            } else {
+                FfnPlan::Dense
+            },
+            post_norms: cfg.post_norms,
+        }
+    }
+
+    /// Whether the layer reads the tensor of this logical name (`blk.N.` stripped). Test
+    /// models (`Decoder::new_random_small`) create exactly these; MoE experts and alternative
+    /// storage forms (fused gate/up) are not listed.
+    pub fn uses(&self, cfg: &ModelConfig, suffix: &str) -> bool {
+        let moe = self.ffn == FfnPlan::Moe;
+        let (gqa, qkv_bias, qk_norm) = match self.attn {
+            AttnPlan::Gqa {
+                qkv_bias, qk_norm, ..
+            } => (true, qkv_bias, qk_norm),
+            AttnPlan::Mla { .. } => (false, false, false),
+        };
+        let q_lora = cfg.mla.and_then(|m| m.q_lora_rank).is_some();
+        let own_indexer = matches!(
+            self.attn,
+            AttnPlan::Mla {
+                indexer: Some(IndexerKind::Full)
+            }
+        );
+        match suffix {
+            "attn_norm.weight" | "ffn_norm.weight" | "attn_output.weight" => true,
+            "post_attention_norm.weight" | "post_ffw_norm.weight" => self.post_norms,
+            "attn_q.weight" => gqa || !q_lora,
+            "attn_k.weight" | "attn_v.weight" => gqa,
+            "attn_q.bias" | "attn_k.bias" | "attn_v.bias" => qkv_bias,
+            "attn_q_norm.weight" | "attn_k_norm.weight" => qk_norm,
+            "attn_q_a.weight" | "attn_q_a_norm.weight" | "attn_q_b.weight" => !gqa && q_lora,
+            "attn_kv_a_mqa.weight" | "attn_kv_a_norm.weight" | "attn_kv_b.weight" => !gqa,
+            s if s.starts_with("indexer.") => own_indexer,
+            "ffn_gate.weight" | "ffn_up.weight" | "ffn_down.weight" => !moe,
+            "ffn_gate_inp.weight" => moe,
+            "exp_probs_b.bias" => moe && cfg.moe.has_correction_bias,
+            s if s.ends_with("_shexp.weight") => moe && cfg.moe.n_shared_experts > 0,
+            _ => false,
+        }
+    }
+}
+
+/// Resolves table dimensions against a config.
+pub fn resolver(cfg: &ModelConfig) -> impl Fn(Dim) -> usize + '_ {
+    move |d| match d {
+        Dim::Hidden => cfg.hidden_dim,
+        Dim::Vocab => cfg.vocab_size,
+        Dim::QDim => cfg.n_heads * cfg.head_dim,
+        Dim::KvDim => cfg.n_kv_heads * cfg.head_dim,
+        Dim::HeadDim => cfg.head_dim,
+        Dim::Ffn => cfg.ffn_dim,
+        Dim::Fixed(n) => n,
+        Dim::Of(f) => f(cfg),
+    }
+}
+
+/// Builds `arch`'s decoder for `cfg` from `src`.
+pub fn build(
+    arch: &Architecture,
+    cfg: ModelConfig,
+    src: &dyn WeightSource,
+) -> Result<Decoder, LoadError> {
+    let table = (arch.tensors)(&cfg);
+    let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, GLOBAL, &table)?;
+    let parts = Parts {
+        cfg: &cfg,
+        b: &b,
+        src,
+        experts: &arch.hf_experts,
+    };
+    // A tied table serves both lookups and the lm_head product, so it takes the product's
+    // layout; a separate one stays zero-copy (only the looked-up rows are ever read).
+    let (embed, lm_head) = match b.opt_matrix("output.weight")? {
+        Some(m) => (b.plain_matrix("token_embd.weight")?, m),
+        None if cfg.tie_embeddings => {
+            let m = b.matrix("token_embd.weight")?;
+            (m.clone(), m)
+        }
+        None => return Err(LoadError::MissingTensor("output.weight".into())),
+    };
+    b.release_pages();
+    let mut layers = Vec::with_capacity(cfg.n_layers);
+    for l in 0..cfg.n_layers {
+        b.release_pages();
+        layers.push(parts.layer(l, &LayerPlan::of(&cfg, l))?);
+    }
+    let output_norm = parts.norm("output_norm.weight")?;
+    Ok(Decoder::from_parts(
+        cfg,
+        embed,
+        layers,
+        output_norm,
+        lm_head,
+    ))
+}
+
+/// What building one layer reads from.
+struct Parts<'a> {
+    cfg: &'a ModelConfig,
+    b: &'a Bound,
+    src: &'a dyn WeightSource,
+    experts: &'a ExpertNames,
+}
+
+impl Parts<'_> {
+    fn norm(&self, name: &str) -> Result<RmsNorm, LoadError> {
+        let offset = self.cfg.norm == NormKind::RmsOffsetOne;
+        Ok(RmsNorm::new(self.b.vector(name)?, self.cfg.norm_eps, offset))
+    }
+
+    fn layer(&self, l: usize, plan: &LayerPlan) -> Result<Layer, LoadError> {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let attn: Box<dyn AttentionBlock> = match plan.attn {
+            AttnPlan::Gqa {
+                rope,
+                window,
+                qkv_bias,
+                qk_norm,
+            } => Box::new(self.gqa(l, &rope, window, qkv_bias, qk_norm)?),
+            AttnPlan::Mla { indexer } => Box::new(self.mla(l, indexer)?),
+        };
+        let ffn: Box<dyn FfnBlock> = match plan.ffn {
+            FfnPlan::Dense => Box::new(self.dense_mlp(l)?),
+            FfnPlan::Moe => Box::new(self.moe(l)?),
+        };
+        let (post_attn_norm, post_ffn_norm) = if plan.post_norms {
+            (
+                Some(self.norm(&n("post_attention_norm.weight"))?),
+                Some(self.norm(&n("post_ffw_norm.weight"))?),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(Layer {
+            attn_norm: self.norm(&n("attn_norm.weight"))?,
+            attn,
+            post_attn_norm,
+            ffn_norm: self.norm(&n("ffn_norm.weight"))?,
+            ffn,
+            post_ffn_norm,
+        })
+    }
+
+    fn gqa(
+        &self,
+        l: usize,
+        rope: &RopeConfig,
+        window: Option<usize>,
+        qkv_bias: bool,
+        qk_norm: bool,
+    ) -> Result<StandardAttention, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let mut a = StandardAttention::new(
+            b.matrix(&n("attn_q.weight"))?,
+            b.matrix(&n("attn_k.weight"))?,
+            b.matrix(&n("attn_v.weight"))?,
+            b.matrix(&n("attn_output.weight"))?,
+            cfg.n_heads,
+            cfg.n_kv_heads,
+            cfg.head_dim,
+            Rope::new(rope),
+        );
+        if qkv_bias {
+            a.bq = Some(b.vector(&n("attn_q.bias"))?);
+            a.bk = Some(b.vector(&n("attn_k.bias"))?);
+            a.bv = Some(b.vector(&n("attn_v.bias"))?);
+        }
+        if qk_norm {
+            a.q_norm = Some(self.norm(&n("attn_q_norm.weight"))?);
+            a.k_norm = Some(self.norm(&n("attn_k_norm.weight"))?);
+        }
+        if let Some(s) = cfg.attn_scale {
+            a.scale = s;
+        }
+        a.softcap = cfg.attn_logit_softcap;
+        a.window = window;
+        Ok(a)
+    }
+
+    /// Gated MLP: separate gate/up, or one fused `[2·ffn, hidden]` up (gate rows first).
+    fn dense_mlp(&self, l: usize) -> Result<GatedMlp, LoadError> {
+        let b = self.b;
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let down = b.matrix(&n("ffn_down.weight"))?;
+        let (gate, up) = if b.has(&n("ffn_gate.weight")) {
+            (
+                b.matrix(&n("ffn_gate.weight"))?,
+                b.matrix(&n("ffn_up.weight"))?,
+            )
+        } else if let Some(fused) = b.get(&n("ffn_up.weight")) {
+            let mut parts = split_rows(fused, 2)?.into_iter();
+            (parts.next().unwrap(), parts.next().unwrap())
+        } else {
+            return Err(b.missing(&n("ffn_gate.weight")));
+        };
+        Ok(GatedMlp::new(gate, up, down, self.cfg.activation))
+    }
+
+    fn moe(&self, l: usize) -> Result<MoeBlock, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let m = &cfg.moe;
+        let experts = match self.src.naming() {
+            Naming::Gguf => self.gguf_experts(l)?,
+            Naming::HuggingFace => self.hf_experts(l)?,
+        };
+        let shared = if m.n_shared_experts > 0 {
+            Some(GatedMlp::new(
+                b.matrix(&n("ffn_gate_shexp.weight"))?,
+                b.matrix(&n("ffn_up_shexp.weight"))?,
+                b.matrix(&n("ffn_down_shexp.weight"))?,
+                cfg.activation,
+            ))
+        } else {
+            None
+        };
+        Ok(MoeBlock {
+            router: Some(b.matrix(&n("ffn_gate_inp.weight"))?),
+            correction_bias: if m.has_correction_bias {
+                Some(b.vector(&n("exp_probs_b.bias"))?)
+            } else {
+                None
+            },
+            experts,
+            shared,
+            shared_gate: if m.shared_expert_gate {
+                Some(b.matrix(&n("ffn_gate_inp_shexp.weight"))?)
+            } else {
+                None
+            },
+            routing: Routing::from_config(m),
+            scratch: Default::default(),
+        })
+    }
+
+    /// Experts stacked in one tensor per projection (or llama.cpp's fused gate/up stack:
+    /// per expert, the gate rows then the up rows).
+    fn gguf_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
+        let b = self.b;
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let e = self.cfg.moe.n_experts;
+        let get = |s: &str| b.must(&n(s));
+        let (g, u) = match b.get(&n("ffn_gate_up_exps.weight")) {
+            Some(fused) => {
+                let parts = split_rows(fused, 2 * e)?;
+                let (g, u): (Vec<_>, Vec<_>) =
+                    parts.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+                (
+                    g.into_iter().map(|p| p.1).collect(),
+                    u.into_iter().map(|p| p.1).collect(),
+                )
+            }
+            None => (
+                split_rows(get("ffn_gate_exps.weight")?, e)?,
+                split_rows(get("ffn_up_exps.weight")?, e)?,
+            ),
+        };
+        let dn = split_rows(get("ffn_down_exps.weight")?, e)?;
+        Ok(g.into_iter()
+            .zip(u)
+            .zip(dn)
+            .map(|((g, u), dn)| GatedMlp::new(g, u, dn, self.cfg.activation))
+            .collect())
+    }
+
+    /// One tensor per expert and projection, under the family's Hub names.
+    fn hf_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
+        let cfg = self.cfg;
+        let (d, f) = (cfg.hidden_dim, cfg.moe.expert_ffn_dim);
+        let hf = self.experts;
+        (0..cfg.moe.n_experts)
+            .map(|i| {
+                Ok(GatedMlp::new(
+                    hf_expert(self.src, hf.gate, l, i, [f, d])?,
+                    hf_expert(self.src, hf.up, l, i, [f, d])?,
+                    hf_expert(self.src, hf.down, l, i, [d, f])?,
+                    cfg.activation,
+                ))
+            })
+            .collect()
+    }
+
+    fn mla(&self, l: usize, indexer: Option<IndexerKind>) -> Result<Mla, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let m = cfg
+            .mla
+            .ok_or_else(|| LoadError::Config("MLA layer without an MLA config".into()))?;
+        let (q_a, q_b) = match m.q_lora_rank {
+            Some(_) => (
+                Some((
+                    b.matrix(&n("attn_q_a.weight"))?,
+                    b.vector(&n("attn_q_a_norm.weight"))?,
+                )),
+                b.matrix(&n("attn_q_b.weight"))?,
+            ),
+            None => (None, b.matrix(&n("attn_q.weight"))?),
+        };
+        let w = MlaWeights {
+            q_a,
+            q_a_bias: b.opt_vector(&n("attn_q_a.bias"))?,
+            q_b,
+            kv_a: b.matrix(&n("attn_kv_a_mqa.weight"))?,
+            kv_a_bias: b.opt_vector(&n("attn_kv_a_mqa.bias"))?,
+            kv_a_norm: b.vector(&n("attn_kv_a_norm.weight"))?,
+            kv_b: match (b.get(&n("attn_k_b.weight")), b.get(&n("attn_v_b.weight"))) {
+                (Some(k_b), Some(v_b)) => KvB::Split {
+                    k_b: split_rows(k_b, cfg.n_heads)?,
+                    v_b: split_rows(v_b, cfg.n_heads)?,
+                },
+                (Some(_), None) => return Err(LoadError::MissingTensor(n("attn_v_b.weight"))),
+                (None, Some(_)) => return Err(LoadError::MissingTensor(n("attn_k_b.weight"))),
+                (None, None) => KvB::Fused(b.matrix(&n("attn_kv_b.weight"))?),
+            },
+            o: b.matrix(&n("attn_output.weight"))?,
+            o_bias: b.opt_vector(&n("attn_output.bias"))?,
+        };
+        let indexer = match (indexer, &cfg.dsa) {
+            (Some(IndexerKind::Full), Some(dsa)) => Some(Indexer {
+                wq_b: b.matrix(&n("indexer.attn_q_b.weight"))?,
+                wk: b.matrix(&n("indexer.attn_k.weight"))?,
+                k_norm_w: b.vector(&n("indexer.k_norm.weight"))?,
+                k_norm_b: b.vector(&n("indexer.k_norm.bias"))?,
+                weights_proj: b.matrix(&n("indexer.proj.weight"))?,
+                n_heads: dsa.index_n_heads,
+                topk: dsa.index_topk,
+                rope: Rope::new(&RopeConfig {
+                    rotary_dim: m.qk_rope_head_dim,
+                    interleaved: dsa.rope_interleaved,
+                    ..cfg.rope
+                }),
+            }),
+            _ => None,
+        };
+        Ok(Mla::new(cfg, l, w, indexer))
+    }
+}
+
+fn hf_expert(
+    src: &dyn WeightSource,
+    pattern: &str,
+    l: usize,
+    e: usize,
+    shape: [usize; 2],
+) -> Result<WeightMatrix, LoadError> {
+    let name = pattern
+        .replace("{}", &l.to_string())
+        .replace("{e}", &e.to_string());
+    let t = src
+        .tensor(&name)
+        .ok_or(LoadError::MissingTensor(name.clone()))?;
+    if t.shape != shape {
+        return Err(LoadError::Shape {
+            name,
+            got: t.shape.clone(),
+            expected: shape.to_vec(),
+        });
+    }
+    t.matrix()
+}
+
+/// Splits a tensor's rows (flattened over all but the last dim) into `parts` equal matrices.
+pub fn split_rows(t: &TensorRef, parts: usize) -> Result<Vec<WeightMatrix>, LoadError> {
+    let err = |msg: String| LoadError::Tensor {
+        name: t.name.clone(),
+        msg,
+    };
+    let cols = *t.shape.last().unwrap_or(&1);
+    let rows = t.numel() / cols.max(1);
+    if parts == 0 || !rows.is_multiple_of(parts) {
+        return Err(err(format!("{rows} rows do not split into {parts} parts")));
+    }
+    let per = rows / parts;
+    let rb =
+        t.ty.row_bytes(cols)
+            .ok_or_else(|| err(format!("{cols} columns do not fit {:?} blocks", t.ty)))?;
+    (0..parts)
+        .map(|i| {
+            let bytes = t
+                .data
+                .slice(i * per * rb, per * rb)
+                .ok_or_else(|| err("data shorter than its shape".into()))?;
+            WeightMatrix::new(t.ty, per, cols, bytes).map_err(|e| err(e.to_string()))
+        })
+        .collect()
+}
