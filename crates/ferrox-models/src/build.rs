@@ -54,12 +54,10 @@ impl LayerPlan {
     pub fn of(cfg: &ModelConfig, l: usize) -> LayerPlan {
         let attn = match cfg.mla {
             Some(_) => AttnPlan::Mla {
-                indexer: cfg.dsa.as_ref().map(|d| {
-                    d.indexer_types
-                        .get(l)
-                        .copied()
-                        .unwrap_or(IndexerKind::Full)
-                }),
+                indexer: cfg
+                    .dsa
+                    .as_ref()
+                    .map(|d| d.indexer_types.get(l).copied().unwrap_or(IndexerKind::Full)),
             },
             None => {
                 let sliding = cfg.attn_kind(l) == AttnKind::Sliding;
@@ -188,7 +186,11 @@ struct Parts<'a> {
 impl Parts<'_> {
     fn norm(&self, name: &str) -> Result<RmsNorm, LoadError> {
         let offset = self.cfg.norm == NormKind::RmsOffsetOne;
-        Ok(RmsNorm::new(self.b.vector(name)?, self.cfg.norm_eps, offset))
+        Ok(RmsNorm::new(
+            self.b.vector(name)?,
+            self.cfg.norm_eps,
+            offset,
+        ))
     }
 
     fn layer(&self, l: usize, plan: &LayerPlan) -> Result<Layer, LoadError> {

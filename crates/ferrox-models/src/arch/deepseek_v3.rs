@@ -5,21 +5,15 @@
 //! Reference: transformers `modeling_deepseek_v3.py`; llama.cpp `LLM_ARCH_DEEPSEEK2`.
 
 use super::gguf::{MoeDefaults, GATING_SIGMOID, GATING_SOFTMAX};
-use super::tables::{DENSE_FFN, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{DENSE_FFN, MLA_ATTN, MOE_FFN, NORMS};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "deepseek_v3",
-    hf_model_types: &["deepseek_v3"],
-    gguf_archs: &["deepseek2"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("deepseek_v3", config_from_hf, config_from_gguf, tensors)
+        .hf(&["deepseek_v3"])
+        .gguf(&["deepseek2"]);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat()
@@ -60,6 +54,10 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let n_layers = blocks.saturating_sub(g.opt_usize("nextn_predict_layers").unwrap_or(0));
     let glm_flash =
         matches!(n_layers, 47 | 48) && g.tensor_rows("token_embd.weight") == Some(154_880);
-    let gating = if glm_flash { GATING_SIGMOID } else { GATING_SOFTMAX };
+    let gating = if glm_flash {
+        GATING_SIGMOID
+    } else {
+        GATING_SOFTMAX
+    };
     mla_moe_from_gguf(g, "deepseek_v3", gating)
 }

@@ -2,23 +2,17 @@
 //! rotates halves. Reference: transformers `modeling_deepseek_v32.py`; llama.cpp `deepseek32`.
 
 use super::deepseek_v3::mla_moe_from_gguf;
-use super::glm_moe_dsa::{dsa_from_hf, tensors};
 use super::gguf::GATING_SOFTMAX;
-use super::tables::HF_EXPERTS;
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::glm_moe_dsa::{dsa_from_hf, tensors};
+
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
-pub static ARCH: Architecture = Architecture {
-    name: "deepseek_v32",
-    hf_model_types: &["deepseek_v32"],
-    gguf_archs: &["deepseek32"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("deepseek_v32", config_from_hf, config_from_gguf, tensors)
+        .hf(&["deepseek_v32"])
+        .gguf(&["deepseek32"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     dsa_from_hf(c, "deepseek_v32", false)

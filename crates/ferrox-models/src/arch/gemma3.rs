@@ -5,21 +5,15 @@
 //! Reference: transformers `modeling_gemma3.py`; llama.cpp `LLM_ARCH_GEMMA3`.
 //! HF checkpoints store norms as `w` in `x * (1 + w)`; GGUF stores `1 + w`.
 
-use super::tables::{ATTN_NORM, DENSE_FFN, HF_EXPERTS, STD_ATTN};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{ATTN_NORM, DENSE_FFN, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::{Activation, AttnKind, ModelConfig, NormKind, RopeScaling};
 use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "gemma3",
-    hf_model_types: &["gemma3_text", "gemma3"],
-    gguf_archs: &["gemma3"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("gemma3", config_from_hf, config_from_gguf, tensors)
+        .hf(&["gemma3_text", "gemma3"])
+        .gguf(&["gemma3"]);
 
 /// Gemma's norms after attention, before and after the FFN (the one before attention is the
 /// shared `attn_norm`).

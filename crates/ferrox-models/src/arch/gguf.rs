@@ -154,9 +154,7 @@ impl GgufMeta {
                     mscale_all_dim: all_dim,
                 }
             }
-            (Some(other), _) => {
-                return Err(cfg_err(format!("unsupported rope scaling `{other}`")))
-            }
+            (Some(other), _) => return Err(cfg_err(format!("unsupported rope scaling `{other}`"))),
         })
     }
 
@@ -205,7 +203,10 @@ impl GgufMeta {
             scoring,
             has_correction_bias: self.any_layer(cfg.n_layers, "blk.{}.exp_probs_b.bias"),
             n_group: self.opt_usize("expert_group_count").unwrap_or(1).max(1),
-            topk_group: self.opt_usize("expert_group_used_count").unwrap_or(1).max(1),
+            topk_group: self
+                .opt_usize("expert_group_used_count")
+                .unwrap_or(1)
+                .max(1),
             norm_topk_prob: d.always_norm || self.opt_bool("expert_weights_norm").unwrap_or(false),
             routed_scaling_factor: self.opt_f32("expert_weights_scale").unwrap_or(1.0),
             ..MoeConfig::none(cfg.hidden_dim)

@@ -3,21 +3,15 @@
 //! Reference: transformers `modeling_glm4.py`; llama.cpp `LLM_ARCH_GLM4` (`post_attention_norm`,
 //! `post_ffw_norm`, fused `ffn_up`).
 
-use super::tables::{ffn2, HF_EXPERTS, NORMS, STD_ATTN};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{ffn2, NORMS, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "glm4",
-    hf_model_types: &["glm4"],
-    gguf_archs: &["glm4"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("glm4", config_from_hf, config_from_gguf, tensors)
+        .hf(&["glm4"])
+        .gguf(&["glm4"]);
 
 const POST_NORMS_FUSED_MLP: &[TensorSpec] = &[
     opt(

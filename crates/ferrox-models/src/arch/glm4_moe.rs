@@ -7,21 +7,15 @@
 //! `post_attention_norm`.
 
 use super::gguf::{MoeDefaults, GATING_SIGMOID};
-use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, HF_EXPERTS, MOE_FFN, STD_ATTN};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, MOE_FFN, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "glm4_moe",
-    hf_model_types: &["glm4_moe"],
-    gguf_archs: &["glm4moe"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("glm4_moe", config_from_hf, config_from_gguf, tensors)
+        .hf(&["glm4_moe"])
+        .gguf(&["glm4moe"]);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     let ffn_norm = FFN_NORM.gguf_as("blk.{}.post_attention_norm.weight");

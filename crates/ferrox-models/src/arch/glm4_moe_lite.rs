@@ -2,21 +2,15 @@
 //! llama.cpp's `deepseek2` (see `deepseek_v3`).
 //! Reference: transformers `modeling_glm4_moe_lite.py`.
 
-use super::tables::{DENSE_FFN, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
-use super::{any_gguf, no_gguf, Architecture, HfConfig};
+use super::tables::{DENSE_FFN, MLA_ATTN, MOE_FFN, NORMS};
+use super::{no_gguf, Architecture, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "glm4_moe_lite",
-    hf_model_types: &["glm4_moe_lite"],
-    gguf_archs: &[],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf: no_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("glm4_moe_lite", config_from_hf, no_gguf, tensors)
+        .hf(&["glm4_moe_lite"])
+        .gguf(&[]);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat()

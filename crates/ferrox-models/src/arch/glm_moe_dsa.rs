@@ -6,21 +6,15 @@
 
 use super::deepseek_v3::mla_moe_from_gguf;
 use super::gguf::GATING_SIGMOID;
-use super::tables::{DENSE_FFN, DSA_INDEXER, HF_EXPERTS, MLA_ATTN, MOE_FFN, NORMS};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{DENSE_FFN, DSA_INDEXER, MLA_ATTN, MOE_FFN, NORMS};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "glm_moe_dsa",
-    hf_model_types: &["glm_moe_dsa"],
-    gguf_archs: &["glm-dsa"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("glm_moe_dsa", config_from_hf, config_from_gguf, tensors)
+        .hf(&["glm_moe_dsa"])
+        .gguf(&["glm-dsa"]);
 
 pub fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, MLA_ATTN, DSA_INDEXER, DENSE_FFN, MOE_FFN].concat()

@@ -197,7 +197,8 @@ impl<'a> HfConfig<'a> {
     /// Qwen2/Qwen3: with `use_sliding_window`, the layers `layer_types` marks, else those from
     /// `max_window_layers` on.
     pub fn qwen_sliding(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        if self.usize("sliding_window").is_none() || !self.bool("use_sliding_window").unwrap_or(false)
+        if self.usize("sliding_window").is_none()
+            || !self.bool("use_sliding_window").unwrap_or(false)
         {
             return Ok(());
         }

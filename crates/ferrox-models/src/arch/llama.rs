@@ -2,22 +2,17 @@
 //! Reference: transformers `modeling_llama.py`; llama.cpp `LLM_ARCH_LLAMA` (its converter
 //! permutes q/k rows, so GGUF Llama rotates adjacent pairs).
 
-use super::tables::{DENSE_FFN, HF_EXPERTS, NORMS, STD_ATTN};
+use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "llama",
-    hf_model_types: &["llama"],
-    gguf_archs: &["llama"],
-    // llama.cpp stores Mixtral as `llama` with experts.
-    gguf_claims: |g| g.opt_usize("expert_count").unwrap_or(0) == 0,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("llama", config_from_hf, config_from_gguf, tensors)
+        .hf(&["llama"])
+        .gguf(&["llama"])
+        // llama.cpp stores Mixtral as `llama` with experts.
+        .claims(|g| g.opt_usize("expert_count").unwrap_or(0) == 0);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("llama", false)?;

@@ -4,25 +4,21 @@
 //! `ffn_gate_inp` / `ffn_*_exps` (a `llama` GGUF with experts).
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::tables::{experts, expert_ffn, ExpertNames, GATE_UP_EXPS, NORMS, STD_ATTN};
+use super::tables::{expert_ffn, experts, ExpertNames, GATE_UP_EXPS, NORMS, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::{ModelConfig, MoeConfig};
 use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "mixtral",
-    hf_model_types: &["mixtral"],
-    gguf_archs: &["llama"],
-    gguf_claims: |g| g.opt_usize("expert_count").unwrap_or(0) > 0,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: ExpertNames {
-        gate: "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
-        up: "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight",
-        down: "model.layers.{}.block_sparse_moe.experts.{e}.w2.weight",
-    },
-};
+pub static ARCH: Architecture =
+    Architecture::new("mixtral", config_from_hf, config_from_gguf, tensors)
+        .hf(&["mixtral"])
+        .gguf(&["llama"])
+        .claims(|g| g.opt_usize("expert_count").unwrap_or(0) > 0)
+        .experts(ExpertNames {
+            gate: "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
+            up: "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight",
+            down: "model.layers.{}.block_sparse_moe.experts.{e}.w2.weight",
+        });
 
 const MIXTRAL_MOE: &[TensorSpec] = &[
     opt(

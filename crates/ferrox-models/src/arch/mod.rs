@@ -45,12 +45,53 @@ pub struct Architecture {
     /// Whether a GGUF of one of `gguf_archs` is this family (llama.cpp stores Mixtral as
     /// `llama` with experts).
     pub gguf_claims: fn(&GgufMeta) -> bool,
-    pub config_from_hf: fn(&HfConfig) -> Result<ModelConfig, LoadError>,
-    pub config_from_gguf: fn(&GgufMeta) -> Result<ModelConfig, LoadError>,
+    pub config_from_hf: HfReader,
+    pub config_from_gguf: GgufReader,
     /// The per-layer tensor table (`{}` = layer index) for this config.
     pub tensors: fn(&ModelConfig) -> Vec<TensorSpec>,
     /// Hub names of per-expert tensors (MoE families).
     pub hf_experts: ExpertNames,
+}
+
+type HfReader = fn(&HfConfig) -> Result<ModelConfig, LoadError>;
+type GgufReader = fn(&GgufMeta) -> Result<ModelConfig, LoadError>;
+
+impl Architecture {
+    /// A family named `name` with its config readers and tensor table; it answers to no
+    /// `model_type` or GGUF architecture until [`hf`](Self::hf) / [`gguf`](Self::gguf) say so.
+    pub const fn new(
+        name: &'static str,
+        config_from_hf: HfReader,
+        config_from_gguf: GgufReader,
+        tensors: fn(&ModelConfig) -> Vec<TensorSpec>,
+    ) -> Self {
+        Architecture {
+            name,
+            hf_model_types: &[],
+            gguf_archs: &[],
+            gguf_claims: any_gguf,
+            config_from_hf,
+            config_from_gguf,
+            tensors,
+            hf_experts: tables::HF_EXPERTS,
+        }
+    }
+    pub const fn hf(mut self, model_types: &'static [&'static str]) -> Self {
+        self.hf_model_types = model_types;
+        self
+    }
+    pub const fn gguf(mut self, archs: &'static [&'static str]) -> Self {
+        self.gguf_archs = archs;
+        self
+    }
+    pub const fn claims(mut self, f: fn(&GgufMeta) -> bool) -> Self {
+        self.gguf_claims = f;
+        self
+    }
+    pub const fn experts(mut self, names: ExpertNames) -> Self {
+        self.hf_experts = names;
+        self
+    }
 }
 
 /// Every supported architecture.

@@ -1,21 +1,15 @@
 //! Qwen2 / Qwen2.5: Llama layout plus q/k/v projection biases, optional sliding window on the
 //! upper layers. Reference: transformers `modeling_qwen2.py`; llama.cpp `LLM_ARCH_QWEN2`.
 
-use super::tables::{DENSE_FFN, HF_EXPERTS, NORMS, STD_ATTN};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "qwen2",
-    hf_model_types: &["qwen2"],
-    gguf_archs: &["qwen2"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("qwen2", config_from_hf, config_from_gguf, tensors)
+        .hf(&["qwen2"])
+        .gguf(&["qwen2"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("qwen2", false)?;

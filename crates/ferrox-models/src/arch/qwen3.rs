@@ -1,21 +1,15 @@
 //! Qwen3 (dense): Llama layout plus per-head RMSNorm of q and k before RoPE, explicit head_dim.
 //! Reference: transformers `modeling_qwen3.py`; llama.cpp `LLM_ARCH_QWEN3`.
 
-use super::tables::{DENSE_FFN, HF_EXPERTS, NORMS, STD_ATTN};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture = Architecture {
-    name: "qwen3",
-    hf_model_types: &["qwen3"],
-    gguf_archs: &["qwen3"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("qwen3", config_from_hf, config_from_gguf, tensors)
+        .hf(&["qwen3"])
+        .gguf(&["qwen3"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("qwen3", false)?;

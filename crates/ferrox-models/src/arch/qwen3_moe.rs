@@ -3,22 +3,16 @@
 //! enabled. Reference: transformers `modeling_qwen3_moe.py`; llama.cpp `LLM_ARCH_QWEN3MOE`.
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::tables::{DENSE_FFN, HF_EXPERTS, MOE_FFN, NORMS, STD_ATTN};
-use super::{any_gguf, Architecture, GgufMeta, HfConfig};
+use super::tables::{DENSE_FFN, MOE_FFN, NORMS, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::{ModelConfig, MoeConfig};
 use crate::weights::{LoadError, TensorSpec};
 use serde_json::Value;
 
-pub static ARCH: Architecture = Architecture {
-    name: "qwen3_moe",
-    hf_model_types: &["qwen3_moe"],
-    gguf_archs: &["qwen3moe"],
-    gguf_claims: any_gguf,
-    config_from_hf,
-    config_from_gguf,
-    tensors,
-    hf_experts: HF_EXPERTS,
-};
+pub static ARCH: Architecture =
+    Architecture::new("qwen3_moe", config_from_hf, config_from_gguf, tensors)
+        .hf(&["qwen3_moe"])
+        .gguf(&["qwen3moe"]);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, STD_ATTN, DENSE_FFN, MOE_FFN].concat()

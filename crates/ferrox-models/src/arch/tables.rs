@@ -330,4 +330,3 @@ pub const HF_EXPERTS: ExpertNames = ExpertNames {
     up: "model.layers.{}.mlp.experts.{e}.up_proj.weight",
     down: "model.layers.{}.mlp.experts.{e}.down_proj.weight",
 };
-
