@@ -1,18 +1,20 @@
-//! Per-layer key/value cache. Keys and values are stored position-major:
+//! Per-layer, per-sequence rows of attention state. Keys and values are stored position-major:
 //! `[pos][kv_head][head_dim]`, so appending a token is one contiguous write and `truncate` is
-//! O(1) (speculative rejection relies on that).
+//! O(1) (speculative rejection relies on that). The cache knows shapes, not model families:
+//! what a layer keeps per position (per-head keys and values, one compressed row and no values,
+//! an extra row beside them) is the layer's choice, set while the cache is empty.
 
 #[derive(Debug, Clone)]
 pub struct KvCache {
     n_kv_heads: usize,
     head_dim: usize,
-    /// Width of one position's value row; equals `n_kv_heads * head_dim` unless reshaped (MLA
-    /// caches hold only a latent key row and no values).
+    /// Width of one position's value row; equals `n_kv_heads * head_dim` unless reshaped (a
+    /// layer may keep a single key row and no values).
     v_width: usize,
     len: usize,
     keys: Vec<f32>,
     values: Vec<f32>,
-    /// Optional extra row per position kept in step with keys/values (DSA indexer keys).
+    /// Optional extra row per position kept in step with keys/values.
     aux_width: usize,
     aux: Vec<f32>,
 }
@@ -88,7 +90,7 @@ impl KvCache {
 
     /// The geometry the model needs takes precedence over the declared one while the cache is
     /// empty: a cache built as `KvCache::new(n_kv_heads, head_dim)` from a config whose
-    /// attention is MLA becomes a latent cache on first use.
+    /// attention keeps something else takes that shape on first use.
     pub fn ensure_shape(
         &mut self,
         n_kv_heads: usize,
@@ -120,8 +122,8 @@ impl KvCache {
         self.aux_width
     }
 
-    /// Gives every position an auxiliary row of `width` values (e.g. the DSA indexer key), kept
-    /// consistent by `truncate`. Like `ensure_shape`, only an empty cache may change it.
+    /// Gives every position an auxiliary row of `width` values, kept consistent by `truncate`.
+    /// Like `ensure_shape`, only an empty cache may change it.
     pub fn ensure_aux_width(&mut self, width: usize) -> Result<(), CacheShapeError> {
         if self.aux_width == width {
             return Ok(());
