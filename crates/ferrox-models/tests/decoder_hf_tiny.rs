@@ -50,6 +50,15 @@ fn gemma3_greedy() {
 }
 
 #[test]
+fn mistral_logits() {
+    check_logits("mistral");
+}
+#[test]
+fn mistral_greedy() {
+    check_greedy("mistral");
+}
+
+#[test]
 fn missing_tensor_is_named() {
     let src = fixture("hf-tiny/llama");
     let tmp = std::env::temp_dir().join(format!("ferrox-missing-{}", std::process::id()));

@@ -15,6 +15,7 @@ pub mod glm4_moe_lite;
 pub mod glm_moe_dsa;
 pub mod hf;
 pub mod llama;
+pub mod mistral;
 pub mod mixtral;
 pub mod qwen2;
 pub mod qwen3;
@@ -96,6 +97,7 @@ impl Architecture {
 
 /// Every supported architecture.
 pub static ARCHITECTURES: &[&Architecture] = &[
+    &mistral::ARCH,
     &llama::ARCH,
     &qwen2::ARCH,
     &qwen3::ARCH,

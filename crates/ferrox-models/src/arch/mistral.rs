@@ -1,0 +1,35 @@
+//! Mistral (`mistral`): Llama's layout with a sliding window on every layer.
+//! Reference: transformers `modeling_mistral.py` (`MistralConfig.sliding_window`); llama.cpp
+//! converts Mistral as `llama` (`LlamaModel`, q/k rows permuted to adjacent-pair RoPE) and
+//! writes `llama.attention.sliding_window` when the window is set; this entry claims those
+//! files, Llama the rest.
+
+use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
+use crate::config::ModelConfig;
+use crate::weights::{LoadError, TensorSpec};
+
+pub static ARCH: Architecture =
+    Architecture::new("mistral", config_from_hf, config_from_gguf, tensors)
+        .hf(&["mistral"])
+        .gguf(&["llama"])
+        .claims(|g| {
+            g.opt_usize("expert_count").unwrap_or(0) == 0
+                && g.opt_usize("attention.sliding_window").unwrap_or(0) > 0
+        });
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("mistral", false)?;
+    c.sliding_all(&mut cfg, true);
+    Ok(cfg)
+}
+
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("mistral", true)?;
+    g.sliding_all(&mut cfg);
+    Ok(cfg)
+}
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, DENSE_FFN].concat()
+}
