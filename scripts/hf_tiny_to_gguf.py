@@ -9,7 +9,7 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
   glm4_moe                   -> Glm4MoeModel                       (arch `glm4moe`)
   glm4                       -> Glm4Model                          (arch `glm4`)
   qwen3_moe                  -> Qwen3MoeModel                      (arch `qwen3moe`)
-  mixtral                    -> LlamaModel                         (arch `llama`)
+  mixtral, mistral           -> LlamaModel                         (arch `llama`)
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
 `e_score_correction_bias` -> `exp_probs_b.bias`; MLA `kv_b_proj` split per head into
 `attn_k_b` `[n_head, kv_lora_rank, qk_nope]` (transposed) and `attn_v_b`
@@ -21,7 +21,8 @@ Where the tiny checkpoints differ from real ones, four things are added on purpo
     `scoring_func` (transformers always routes them with sigmoid; real DeepSeek-V3/V3.2 configs
     carry `scoring_func: sigmoid`, which the converter writes);
   * `attention.sliding_window` when the config enables a window on every layer (Mixtral,
-    Qwen3-MoE), which llama.cpp's converter drops for these archs but transformers applies;
+    Mistral, Qwen3-MoE), which llama.cpp's converter drops for these archs but transformers
+    applies;
   * Qwen3-MoE `mlp_only_layers` written as dense `ffn_{gate,up,down}` (llama.cpp has no
     dense layers in qwen3moe and its converter stops there);
   * a synthetic 512-entry SentencePiece-style vocabulary: hf-tiny has no tokenizer, and a GGUF
@@ -59,7 +60,9 @@ ARCHS = {
     "glm4": "GLM4",
     "qwen3_moe": "QWEN3MOE",
     "mixtral": "LLAMA",
+    "mistral": "LLAMA",
 }
+LLAMA_TYPES = {"mixtral", "mistral"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
 ALL_FIXTURES = [
     "deepseek_v3",
@@ -71,6 +74,7 @@ ALL_FIXTURES = [
     "qwen3_moe",
     "mixtral",
     "glm4",
+    "mistral",
 ]
 
 
@@ -186,12 +190,12 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.5)))
     elif mt == "qwen3_moe":
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
-    elif mt == "mixtral":
+    elif mt in LLAMA_TYPES:
         w.add_vocab_size(h["vocab_size"])
         head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
         w.add_rope_dimension_count(head_dim)
-    if mt in ("mixtral", "qwen3_moe") and h.get("sliding_window"):
-        if mt == "mixtral" or h.get("use_sliding_window"):
+    if mt in ("mixtral", "mistral", "qwen3_moe") and h.get("sliding_window"):
+        if mt in LLAMA_TYPES or h.get("use_sliding_window"):
             w.add_sliding_window(h["sliding_window"])
 
 
@@ -247,7 +251,7 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
         if ".experts." in name and ".shared_experts." not in name:
             experts[name] = t
             continue
-        if mt == "mixtral":
+        if mt in LLAMA_TYPES:
             if name.endswith("q_proj.weight"):
                 t = llama_permute(t, n_head, n_head)
             elif name.endswith("k_proj.weight"):

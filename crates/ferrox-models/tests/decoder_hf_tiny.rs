@@ -57,6 +57,15 @@ fn mistral_logits() {
 fn mistral_greedy() {
     check_greedy("mistral");
 }
+/// The GGUF llama.cpp's converter writes for Mistral (`llama` with a sliding window; written by
+/// `scripts/hf_tiny_to_gguf.py`) against the same transformers reference.
+#[test]
+fn mistral_gguf() {
+    let gguf = fixture("gguf-tiny/mistral.gguf");
+    let dir = fixture("hf-tiny/mistral");
+    check_tiny_logits(&gguf, &dir);
+    check_tiny_greedy(&gguf, &dir);
+}
 
 #[test]
 fn missing_tensor_is_named() {
