@@ -310,7 +310,7 @@ impl Parts<'_> {
             experts,
             shared,
             shared_gate: if m.shared_expert_gate {
-                Some(b.matrix(&n("ffn_gate_inp_shexp.weight"))?)
+                Some(b.flat_matrix(&n("ffn_gate_inp_shexp.weight"))?)
             } else {
                 None
             },

@@ -316,7 +316,9 @@ impl Bound {
                 return Ok(());
             };
             let expected: Vec<usize> = spec.shape.iter().map(|&d| resolve(d)).collect();
-            if t.shape != expected {
+            // GGUF drops leading unit dims (`[1, n]` is stored as `[n]`).
+            let outer = |s: &[usize]| s.iter().position(|&d| d != 1).unwrap_or(s.len());
+            if t.shape[outer(&t.shape)..] != expected[outer(&expected)..] {
                 return Err(LoadError::Shape {
                     name: stored,
                     got: t.shape.clone(),
@@ -377,6 +379,11 @@ impl Bound {
 
     pub fn plain_matrix(&self, name: &str) -> Result<WeightMatrix, LoadError> {
         self.must(name)?.plain_matrix()
+    }
+
+    /// Any tensor as `[rows, last dim]` (a `[1, n]` gate stored by GGUF as `[n]`).
+    pub fn flat_matrix(&self, name: &str) -> Result<WeightMatrix, LoadError> {
+        self.must(name)?.matrix_flat()
     }
 
     pub fn vector(&self, name: &str) -> Result<Vec<f32>, LoadError> {

@@ -50,6 +50,15 @@ fn gemma3_greedy() {
 }
 
 #[test]
+fn gemma2_logits() {
+    check_logits("gemma2");
+}
+#[test]
+fn gemma2_greedy() {
+    check_greedy("gemma2");
+}
+
+#[test]
 fn mistral_logits() {
     check_logits("mistral");
 }

@@ -39,4 +39,5 @@ arch_tests! {
     deepseek_v32 => "deepseek_v32",
     qwen3_moe => "qwen3_moe",
     mixtral => "mixtral",
+    qwen2_moe => "qwen2_moe",
 }

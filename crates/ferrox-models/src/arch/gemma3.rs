@@ -17,7 +17,7 @@ pub static ARCH: Architecture =
 
 /// Gemma's norms after attention, before and after the FFN (the one before attention is the
 /// shared `attn_norm`).
-const GEMMA_NORMS: &[TensorSpec] = &[
+pub const GEMMA_NORMS: &[TensorSpec] = &[
     opt(
         "blk.{}.post_attention_norm.weight",
         "model.layers.{}.post_attention_layernorm.weight",

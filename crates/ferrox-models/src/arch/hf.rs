@@ -256,6 +256,25 @@ impl<'a> HfConfig<'a> {
         Ok(())
     }
 
+    /// Qwen-MoE layer rule: dense FFN on the layers of `mlp_only_layers` and all but every
+    /// `decoder_sparse_step`-th (or as `mlp_layer_types` says).
+    pub fn qwen_moe_layers(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
+        let only: Vec<usize> = self
+            .get("mlp_only_layers")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_u64().map(|v| v as usize))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let step = self.usize("decoder_sparse_step").unwrap_or(1).max(1);
+        let default = (0..cfg.n_layers)
+            .map(|l| !only.contains(&l) && (l + 1) % step == 0)
+            .collect();
+        self.moe_layers(cfg, default)
+    }
+
     /// Multi-head latent attention; `head_dim` becomes the rope dim (transformers'
     /// `__post_init__`), and the RoPE is re-read for that width.
     pub fn mla(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {

@@ -7,6 +7,7 @@
 
 pub mod deepseek_v3;
 pub mod deepseek_v32;
+pub mod gemma2;
 pub mod gemma3;
 pub mod gguf;
 pub mod glm4;
@@ -18,6 +19,7 @@ pub mod llama;
 pub mod mistral;
 pub mod mixtral;
 pub mod qwen2;
+pub mod qwen2_moe;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod random;
@@ -102,6 +104,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &qwen2::ARCH,
     &qwen3::ARCH,
     &gemma3::ARCH,
+    &gemma2::ARCH,
     &glm4::ARCH,
     &glm4_moe::ARCH,
     &glm4_moe_lite::ARCH,
@@ -109,6 +112,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &deepseek_v3::ARCH,
     &deepseek_v32::ARCH,
     &qwen3_moe::ARCH,
+    &qwen2_moe::ARCH,
     &mixtral::ARCH,
 ];
 

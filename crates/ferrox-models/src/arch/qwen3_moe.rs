@@ -7,7 +7,6 @@ use super::tables::{DENSE_FFN, MOE_FFN, NORMS, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::{ModelConfig, MoeConfig};
 use crate::weights::{LoadError, TensorSpec};
-use serde_json::Value;
 
 pub static ARCH: Architecture =
     Architecture::new("qwen3_moe", config_from_hf, config_from_gguf, tensors)
@@ -32,21 +31,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
         norm_topk_prob: c.bool("norm_topk_prob").unwrap_or(false),
         ..MoeConfig::none(cfg.hidden_dim)
     };
-    // Dense layers: those in `mlp_only_layers`, and all but every `decoder_sparse_step`-th.
-    let only: Vec<usize> = c
-        .get("mlp_only_layers")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_u64().map(|v| v as usize))
-                .collect()
-        })
-        .unwrap_or_default();
-    let step = c.usize("decoder_sparse_step").unwrap_or(1).max(1);
-    let default = (0..cfg.n_layers)
-        .map(|l| !only.contains(&l) && (l + 1) % step == 0)
-        .collect();
-    c.moe_layers(&mut cfg, default)?;
+    c.qwen_moe_layers(&mut cfg)?;
     Ok(cfg)
 }
 

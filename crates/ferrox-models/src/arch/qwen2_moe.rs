@@ -1,0 +1,89 @@
+//! Qwen2-MoE (`qwen2_moe`, Qwen1.5-MoE / Qwen2-57B-A14B): Qwen2 attention (q/k/v bias) with a
+//! softmax top-k MoE (no renormalisation unless `norm_topk_prob`) plus one shared expert whose
+//! output is scaled by `sigmoid(shared_expert_gate · x)`; dense FFN on `mlp_only_layers`.
+//! Reference: transformers `modeling_qwen2_moe.py`; llama.cpp `LLM_ARCH_QWEN2MOE`
+//! (`ffn_*_shexp`, `ffn_gate_inp_shexp`).
+
+use super::gguf::{MoeDefaults, GATING_SOFTMAX};
+use super::tables::{shared_ffn, DENSE_FFN, MOE_FFN, NORMS, STD_ATTN};
+use super::{Architecture, GgufMeta, HfConfig};
+use crate::config::{ModelConfig, MoeConfig};
+use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
+
+pub static ARCH: Architecture =
+    Architecture::new("qwen2_moe", config_from_hf, config_from_gguf, tensors)
+        .hf(&["qwen2_moe"])
+        .gguf(&["qwen2moe"]);
+
+/// The shared expert under its singular Hub name, and its gate.
+const SHARED_EXPERT: &[TensorSpec] = &[
+    opt(
+        "blk.{}.ffn_gate_shexp.weight",
+        "model.layers.{}.mlp.shared_expert.gate_proj.weight",
+        &[Of(shared_ffn), Hidden],
+    ),
+    opt(
+        "blk.{}.ffn_up_shexp.weight",
+        "model.layers.{}.mlp.shared_expert.up_proj.weight",
+        &[Of(shared_ffn), Hidden],
+    ),
+    opt(
+        "blk.{}.ffn_down_shexp.weight",
+        "model.layers.{}.mlp.shared_expert.down_proj.weight",
+        &[Hidden, Of(shared_ffn)],
+    ),
+    opt(
+        "blk.{}.ffn_gate_inp_shexp.weight",
+        "model.layers.{}.mlp.shared_expert_gate.weight",
+        &[Fixed(1), Hidden],
+    ),
+];
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    // MOE_FFN's router and stacked GGUF experts; its shared-expert rows use DeepSeek's plural
+    // Hub names, which this family's checkpoints do not have.
+    let moe: Vec<TensorSpec> = MOE_FFN
+        .iter()
+        .copied()
+        .filter(|s| !s.gguf.contains("_shexp"))
+        .collect();
+    [NORMS, STD_ATTN, DENSE_FFN, &moe, SHARED_EXPERT].concat()
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("qwen2_moe", false)?;
+    cfg.qkv_bias = true;
+    c.qwen_sliding(&mut cfg)?;
+    let shared_ffn = c.usize("shared_expert_intermediate_size").unwrap_or(0);
+    cfg.moe = MoeConfig {
+        n_experts: c.req("num_experts")?,
+        n_experts_active: c.req("num_experts_per_tok")?,
+        expert_ffn_dim: c.req("moe_intermediate_size")?,
+        n_shared_experts: usize::from(shared_ffn > 0),
+        shared_ffn_dim: shared_ffn,
+        shared_expert_gate: shared_ffn > 0,
+        norm_topk_prob: c.bool("norm_topk_prob").unwrap_or(false),
+        ..MoeConfig::none(cfg.hidden_dim)
+    };
+    c.qwen_moe_layers(&mut cfg)?;
+    Ok(cfg)
+}
+
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("qwen2_moe", false)?;
+    cfg.qkv_bias = true;
+    let defaults = MoeDefaults {
+        gating: GATING_SOFTMAX,
+        always_norm: false,
+        ffn_is_expert_ffn: false,
+    };
+    g.moe(&mut cfg, defaults)?;
+    // llama.cpp's qwen2moe always has one gated shared expert.
+    let shared = g
+        .opt_usize("expert_shared_feed_forward_length")
+        .unwrap_or(0);
+    cfg.moe.n_shared_experts = usize::from(shared > 0);
+    cfg.moe.shared_ffn_dim = shared;
+    cfg.moe.shared_expert_gate = shared > 0;
+    Ok(cfg)
+}
