@@ -61,10 +61,14 @@ impl LayerPlan {
             },
             None => {
                 let sliding = cfg.attn_kind(l) == AttnKind::Sliding;
-                let rope = match (sliding, &cfg.rope_local) {
+                let mut rope = match (sliding, &cfg.rope_local) {
                     (true, Some(r)) => *r,
                     _ => cfg.rope,
                 };
+                if cfg.no_rope.get(l) == Some(&true) {
+                    // No rotated pairs: the rotation is the identity.
+                    rope.rotary_dim = 0;
+                }
                 AttnPlan::Gqa {
                     rope,
                     window: if sliding { cfg.sliding_window } else { None },

@@ -157,6 +157,9 @@ pub struct ModelConfig {
     pub layer_attn: Vec<AttnKind>,
     /// Per layer: true where the FFN is the MoE block, false where dense.
     pub layer_moe: Vec<bool>,
+    /// Per layer: true where attention uses no position encoding (SmolLM3's NoPE layers);
+    /// layers past the end of the list use RoPE.
+    pub no_rope: Vec<bool>,
     /// Bias on q/k/v projections (Qwen2, GLM-4).
     pub qkv_bias: bool,
     /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3, GLM-4.5).
@@ -230,6 +233,7 @@ impl ModelConfig {
             sliding_window: None,
             layer_attn: vec![AttnKind::Full; d.n_layers],
             layer_moe: vec![false; d.n_layers],
+            no_rope: Vec::new(),
             qkv_bias: false,
             qk_norm: false,
             post_norms: false,

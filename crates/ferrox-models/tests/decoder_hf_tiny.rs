@@ -59,6 +59,15 @@ fn gemma2_greedy() {
 }
 
 #[test]
+fn smollm3_logits() {
+    check_logits("smollm3");
+}
+#[test]
+fn smollm3_greedy() {
+    check_greedy("smollm3");
+}
+
+#[test]
 fn mistral_logits() {
     check_logits("mistral");
 }

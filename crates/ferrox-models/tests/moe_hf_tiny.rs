@@ -40,4 +40,5 @@ arch_tests! {
     qwen3_moe => "qwen3_moe",
     mixtral => "mixtral",
     qwen2_moe => "qwen2_moe",
+    olmoe => "olmoe",
 }

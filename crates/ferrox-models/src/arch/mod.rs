@@ -18,11 +18,13 @@ pub mod hf;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
+pub mod olmoe;
 pub mod qwen2;
 pub mod qwen2_moe;
 pub mod qwen3;
 pub mod qwen3_moe;
 pub mod random;
+pub mod smollm3;
 pub mod tables;
 
 pub use gguf::GgufMeta;
@@ -113,6 +115,8 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &deepseek_v32::ARCH,
     &qwen3_moe::ARCH,
     &qwen2_moe::ARCH,
+    &olmoe::ARCH,
+    &smollm3::ARCH,
     &mixtral::ARCH,
 ];
 
