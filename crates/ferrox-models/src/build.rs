@@ -290,9 +290,15 @@ impl Parts<'_> {
         let (cfg, b) = (self.cfg, self.b);
         let n = |s: &str| format!("blk.{l}.{s}");
         let m = &cfg.moe;
-        let experts = match self.src.naming() {
-            Naming::Gguf => self.gguf_experts(l)?,
-            Naming::HuggingFace => self.hf_experts(l)?,
+        // Experts stacked in one tensor per projection (every GGUF, some Hub checkpoints) or
+        // one tensor per expert (most Hub checkpoints).
+        let stacked = ["ffn_gate_up_exps.weight", "ffn_gate_exps.weight"]
+            .iter()
+            .any(|s| b.has(&n(s)));
+        let experts = if stacked || self.src.naming() == Naming::Gguf {
+            self.stacked_experts(l)?
+        } else {
+            self.hf_experts(l)?
         };
         let shared = if m.n_shared_experts > 0 {
             Some(GatedMlp::new(
@@ -325,7 +331,7 @@ impl Parts<'_> {
 
     /// Experts stacked in one tensor per projection (or llama.cpp's fused gate/up stack:
     /// per expert, the gate rows then the up rows).
-    fn gguf_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
+    fn stacked_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
         let b = self.b;
         let n = |s: &str| format!("blk.{l}.{s}");
         let e = self.cfg.moe.n_experts;

@@ -172,6 +172,13 @@ pub struct ModelConfig {
     pub embed_scale: bool,
     pub tie_embeddings: bool,
     pub final_logit_softcap: Option<f32>,
+    /// Embeddings multiplied by this when `embed_scale` is off (Granite's
+    /// `embedding_multiplier`; 1 otherwise).
+    pub embedding_multiplier: f32,
+    /// Sublayer outputs multiplied by this before each residual add (Granite; 1 otherwise).
+    pub residual_multiplier: f32,
+    /// Logits divided by this (Granite's `logits_scaling`; 1 otherwise).
+    pub logit_divisor: f32,
     pub attn_logit_softcap: Option<f32>,
     pub moe: MoeConfig,
     pub mla: Option<MlaConfig>,
@@ -241,6 +248,9 @@ impl ModelConfig {
             embed_scale: false,
             tie_embeddings: false,
             final_logit_softcap: None,
+            embedding_multiplier: 1.0,
+            residual_multiplier: 1.0,
+            logit_divisor: 1.0,
             attn_logit_softcap: None,
             moe: MoeConfig::none(d.hidden),
             mla: None,

@@ -78,6 +78,15 @@ fn segment<'a>(seq: &'a mut SeqBatch<'_>, state: &'a mut PassState) -> Segment<'
     }
 }
 
+/// `x += m · t` (`m == 1`: a plain add, so unscaled models round exactly as before).
+fn residual_add(x: &mut [f32], t: &[f32], m: f32) {
+    if m == 1.0 {
+        x.iter_mut().zip(t).for_each(|(a, &b)| *a += b);
+    } else {
+        x.iter_mut().zip(t).for_each(|(a, &b)| *a += m * b);
+    }
+}
+
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
@@ -97,7 +106,7 @@ impl Decoder {
         let embed_scale = if config.embed_scale {
             (config.hidden_dim as f32).sqrt()
         } else {
-            1.0
+            config.embedding_multiplier
         };
         Decoder {
             config,
@@ -207,13 +216,13 @@ impl Decoder {
             if let Some(norm) = &layer.post_attn_norm {
                 norm.forward_inplace(t);
             }
-            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
+            residual_add(x, t, self.config.residual_multiplier);
             layer.ffn_norm.forward(x, h);
             layer.ffn.forward(h, n, t);
             if let Some(norm) = &layer.post_ffn_norm {
                 norm.forward_inplace(t);
             }
-            x.iter_mut().zip(t.iter()).for_each(|(a, &b)| *a += b);
+            residual_add(x, t, self.config.residual_multiplier);
         }
     }
 
@@ -300,6 +309,10 @@ impl Decoder {
             w += m;
         }
         self.lm_head.gemm(&h[..out_rows * d], out_rows, logits);
+        if self.config.logit_divisor != 1.0 {
+            let div = self.config.logit_divisor;
+            logits.iter_mut().for_each(|l| *l /= div);
+        }
         if let Some(cap) = self.config.final_logit_softcap {
             logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
         }

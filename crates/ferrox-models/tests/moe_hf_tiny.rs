@@ -41,4 +41,5 @@ arch_tests! {
     mixtral => "mixtral",
     qwen2_moe => "qwen2_moe",
     olmoe => "olmoe",
+    granitemoe => "granitemoe",
 }

@@ -14,6 +14,7 @@ pub mod glm4;
 pub mod glm4_moe;
 pub mod glm4_moe_lite;
 pub mod glm_moe_dsa;
+pub mod granitemoe;
 pub mod hf;
 pub mod llama;
 pub mod mistral;
@@ -117,6 +118,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &qwen2_moe::ARCH,
     &olmoe::ARCH,
     &smollm3::ARCH,
+    &granitemoe::ARCH,
     &mixtral::ARCH,
 ];
 
