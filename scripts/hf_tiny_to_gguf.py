@@ -9,7 +9,8 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
   glm4_moe                   -> Glm4MoeModel                       (arch `glm4moe`)
   glm4                       -> Glm4Model                          (arch `glm4`)
   qwen3_moe                  -> Qwen3MoeModel                      (arch `qwen3moe`)
-  mixtral, mistral           -> LlamaModel                         (arch `llama`)
+  llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
+                                                                    scaling as `rope_freqs`)
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
 `e_score_correction_bias` -> `exp_probs_b.bias`; MLA `kv_b_proj` split per head into
 `attn_k_b` `[n_head, kv_lora_rank, qk_nope]` (transposed) and `attn_v_b`
@@ -61,8 +62,9 @@ ARCHS = {
     "qwen3_moe": "QWEN3MOE",
     "mixtral": "LLAMA",
     "mistral": "LLAMA",
+    "llama": "LLAMA",
 }
-LLAMA_TYPES = {"mixtral", "mistral"}
+LLAMA_TYPES = {"mixtral", "mistral", "llama"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
 ALL_FIXTURES = [
     "deepseek_v3",
@@ -75,6 +77,7 @@ ALL_FIXTURES = [
     "mixtral",
     "glm4",
     "mistral",
+    "llama",
 ]
 
 
@@ -106,6 +109,8 @@ def write_common(w, gguf, h: dict, block_count: int) -> None:
     elif rp.get("rope_type") == "linear" and rp.get("factor") is not None:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rp["factor"])
+    elif rp.get("rope_type") == "llama3":
+        pass  # LlamaModel writes the scaling as the `rope_freqs` tensor (llama3_rope_factors)
     elif rp.get("rope_type") not in (None, "default"):
         raise ValueError(f"rope_type {rp.get('rope_type')!r} not handled here")
     w.add_rope_freq_base(rp["rope_theta"])
@@ -217,6 +222,28 @@ def llama_permute(x: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarr
     )
 
 
+def llama3_rope_factors(h: dict) -> np.ndarray:
+    """LlamaModel.generate_extra_tensors: per rotated pair, the divisor of its frequency."""
+    rp = rope_params(h)
+    dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
+    freqs = 1.0 / (rp["rope_theta"] ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    factor = rp.get("factor", 8.0)
+    low, high = rp.get("low_freq_factor", 1.0), rp.get("high_freq_factor", 4.0)
+    old = rp.get("original_max_position_embeddings", 8192)
+    low_wavelen, high_wavelen = old / low, old / high
+    out = []
+    for freq in freqs:
+        wavelen = 2 * np.pi / freq
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
 def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
     h = json.loads((src / "config.json").read_text())
     mt = h["model_type"]
@@ -291,6 +318,8 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
                 out_tensors.append((gguf_name(f"model.layers.{bid}.mlp.experts.{wn}.weight"), data))
     if experts:
         raise ValueError(f"unprocessed experts: {sorted(experts)[:4]}")
+    if mt in LLAMA_TYPES and rope_params(h).get("rope_type") == "llama3":
+        out_tensors.append(("rope_freqs.weight", llama3_rope_factors(h)))
 
     w = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])
     w.add_name(f"hf-tiny {src.name}")

@@ -197,6 +197,24 @@ impl Parts<'_> {
         ))
     }
 
+    /// The layer's RoPE, with llama.cpp's per-pair frequency factors when the file has them.
+    fn rope(&self, cfg: &RopeConfig) -> Result<Rope, LoadError> {
+        let rope = Rope::new(cfg);
+        match self.b.opt_vector("rope_freqs.weight")? {
+            Some(f) if cfg.rotary_dim > 0 => {
+                rope.with_freq_factors(&f).ok_or_else(|| LoadError::Tensor {
+                    name: "rope_freqs.weight".into(),
+                    msg: format!(
+                        "{} factors for {} rotated pairs",
+                        f.len(),
+                        cfg.rotary_dim / 2
+                    ),
+                })
+            }
+            _ => Ok(rope),
+        }
+    }
+
     fn layer(&self, l: usize, plan: &LayerPlan) -> Result<Layer, LoadError> {
         let n = |s: &str| format!("blk.{l}.{s}");
         let attn: Box<dyn AttentionBlock> = match plan.attn {
@@ -248,7 +266,7 @@ impl Parts<'_> {
             cfg.n_heads,
             cfg.n_kv_heads,
             cfg.head_dim,
-            Rope::new(rope),
+            self.rope(rope)?,
         );
         if qkv_bias {
             a.bq = Some(b.vector(&n("attn_q.bias"))?);

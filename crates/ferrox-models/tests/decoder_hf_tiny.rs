@@ -75,6 +75,15 @@ fn mistral_logits() {
 fn mistral_greedy() {
     check_greedy("mistral");
 }
+/// Llama 3.x scaling in GGUF: the converter's `rope_freqs.weight` factors.
+#[test]
+fn llama_gguf() {
+    let gguf = fixture("gguf-tiny/llama.gguf");
+    let dir = fixture("hf-tiny/llama");
+    check_tiny_logits(&gguf, &dir);
+    check_tiny_greedy(&gguf, &dir);
+}
+
 /// The GGUF llama.cpp's converter writes for Mistral (`llama` with a sliding window; written by
 /// `scripts/hf_tiny_to_gguf.py`) against the same transformers reference.
 #[test]

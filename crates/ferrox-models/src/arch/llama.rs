@@ -20,12 +20,9 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     Ok(cfg)
 }
 
+/// Llama 3.x frequency scaling arrives as the `rope_freqs.weight` factors, which the builder
+/// applies wherever a file has them.
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    if g.file.tensor("rope_freqs.weight").is_some() {
-        return Err(LoadError::Config(
-            "GGUF Llama-3 RoPE frequency factors (rope_freqs.weight) are not supported".into(),
-        ));
-    }
     g.base("llama", true)
 }
 

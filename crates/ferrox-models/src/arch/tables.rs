@@ -18,6 +18,9 @@ pub fn expert_ffn2(c: &ModelConfig) -> usize {
 pub fn shared_ffn(c: &ModelConfig) -> usize {
     c.moe.shared_ffn_dim
 }
+pub fn rope_pairs(c: &ModelConfig) -> usize {
+    c.rope.rotary_dim / 2
+}
 pub fn ffn2(c: &ModelConfig) -> usize {
     2 * c.ffn_dim
 }
@@ -80,6 +83,8 @@ pub const GLOBAL: &[TensorSpec] = &[
     ),
     req("output_norm.weight", "model.norm.weight", &[Hidden]),
     o("output.weight", "lm_head.weight", &[Vocab, Hidden]),
+    // llama.cpp's Llama 3.x frequency factors, one per rotated pair.
+    o("rope_freqs.weight", "-", &[Of(rope_pairs)]),
 ];
 
 /// The norms before attention and before the FFN (Llama's names).

@@ -101,6 +101,19 @@ impl Rope {
         }
     }
 
+    /// Divides each rotated pair's frequency by its factor: llama.cpp's `rope_freqs` tensor,
+    /// in which the converter stores Llama 3.x frequency scaling. `None` when the factor count
+    /// is not the pair count.
+    pub fn with_freq_factors(mut self, factors: &[f32]) -> Option<Self> {
+        if factors.len() != self.inv_freq.len() {
+            return None;
+        }
+        for (f, &k) in self.inv_freq.iter_mut().zip(factors) {
+            *f /= k;
+        }
+        Some(self)
+    }
+
     pub fn rotary_dim(&self) -> usize {
         self.rotary_dim
     }
