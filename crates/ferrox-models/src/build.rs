@@ -10,7 +10,7 @@ use crate::blocks::dsa::Indexer;
 use crate::blocks::mla::{KvB, Mla, MlaWeights};
 use crate::blocks::moe::{MoeBlock, Routing};
 use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardAttention};
-use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig};
+use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig, RopeScaling};
 use crate::decoder::{Decoder, Layer};
 use crate::weights::{Bound, Dim, LoadError, Naming, TensorRef, WeightSource};
 use ferrox_core::matmul::WeightMatrix;
@@ -200,7 +200,11 @@ impl Parts<'_> {
     /// The layer's RoPE, with llama.cpp's per-pair frequency factors when the file has them.
     fn rope(&self, cfg: &RopeConfig) -> Result<Rope, LoadError> {
         let rope = Rope::new(cfg);
-        match self.b.opt_vector("rope_freqs.weight")? {
+        let factors = match &self.cfg.rope_freq_factors {
+            Some(f) => Some(f.clone()),
+            None => self.b.opt_vector("rope_freqs.weight")?,
+        };
+        match factors {
             Some(f) if cfg.rotary_dim > 0 => {
                 rope.with_freq_factors(&f).ok_or_else(|| LoadError::Tensor {
                     name: "rope_freqs.weight".into(),
@@ -211,6 +215,9 @@ impl Parts<'_> {
                     ),
                 })
             }
+            None if matches!(cfg.scaling, RopeScaling::Factors { .. }) => Err(LoadError::Config(
+                "RoPE scaled by frequency factors, but the model has none".into(),
+            )),
             _ => Ok(rope),
         }
     }
@@ -258,10 +265,11 @@ impl Parts<'_> {
     ) -> Result<StandardAttention, LoadError> {
         let (cfg, b) = (self.cfg, self.b);
         let n = |s: &str| format!("blk.{l}.{s}");
+        let [wq, wk, wv] = self.qkv(l)?;
         let mut a = StandardAttention::new(
-            b.matrix(&n("attn_q.weight"))?,
-            b.matrix(&n("attn_k.weight"))?,
-            b.matrix(&n("attn_v.weight"))?,
+            wq,
+            wk,
+            wv,
             b.matrix(&n("attn_output.weight"))?,
             cfg.n_heads,
             cfg.n_kv_heads,
@@ -283,6 +291,24 @@ impl Parts<'_> {
         a.softcap = cfg.attn_logit_softcap;
         a.window = window;
         Ok(a)
+    }
+
+    /// Q, K and V projections: separate, or one fused `[q; k; v]` matrix (Phi-3).
+    fn qkv(&self, l: usize) -> Result<[WeightMatrix; 3], LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        if let Some(fused) = b.get(&n("attn_qkv.weight")) {
+            let (q, kv) = (cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim);
+            let mut parts = split_rows_at(fused, &[q, kv, kv])?.into_iter();
+            if let (Some(q), Some(k), Some(v)) = (parts.next(), parts.next(), parts.next()) {
+                return Ok([q, k, v]);
+            }
+        }
+        Ok([
+            b.matrix(&n("attn_q.weight"))?,
+            b.matrix(&n("attn_k.weight"))?,
+            b.matrix(&n("attn_v.weight"))?,
+        ])
     }
 
     /// Gated MLP: separate gate/up, or one fused `[2·ffn, hidden]` up (gate rows first).
@@ -475,25 +501,41 @@ fn hf_expert(
 
 /// Splits a tensor's rows (flattened over all but the last dim) into `parts` equal matrices.
 pub fn split_rows(t: &TensorRef, parts: usize) -> Result<Vec<WeightMatrix>, LoadError> {
+    let cols = *t.shape.last().unwrap_or(&1);
+    let rows = t.numel() / cols.max(1);
+    if parts == 0 || !rows.is_multiple_of(parts) {
+        return Err(LoadError::Tensor {
+            name: t.name.clone(),
+            msg: format!("{rows} rows do not split into {parts} parts"),
+        });
+    }
+    split_rows_at(t, &vec![rows / parts; parts])
+}
+
+/// Splits a tensor's rows (flattened over all but the last dim) into matrices of `sizes` rows,
+/// zero-copy in the stored layout.
+pub fn split_rows_at(t: &TensorRef, sizes: &[usize]) -> Result<Vec<WeightMatrix>, LoadError> {
     let err = |msg: String| LoadError::Tensor {
         name: t.name.clone(),
         msg,
     };
     let cols = *t.shape.last().unwrap_or(&1);
     let rows = t.numel() / cols.max(1);
-    if parts == 0 || !rows.is_multiple_of(parts) {
-        return Err(err(format!("{rows} rows do not split into {parts} parts")));
+    if sizes.iter().sum::<usize>() != rows {
+        return Err(err(format!("{rows} rows do not split into {sizes:?}")));
     }
-    let per = rows / parts;
     let rb =
         t.ty.row_bytes(cols)
             .ok_or_else(|| err(format!("{cols} columns do not fit {:?} blocks", t.ty)))?;
-    (0..parts)
-        .map(|i| {
+    let mut start = 0;
+    sizes
+        .iter()
+        .map(|&per| {
             let bytes = t
                 .data
-                .slice(i * per * rb, per * rb)
+                .slice(start * rb, per * rb)
                 .ok_or_else(|| err("data shorter than its shape".into()))?;
+            start += per;
             WeightMatrix::new(t.ty, per, cols, bytes).map_err(|e| err(e.to_string()))
         })
         .collect()

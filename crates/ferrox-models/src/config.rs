@@ -42,6 +42,11 @@ pub enum RopeScaling {
         high_freq_factor: f32,
         original_max_position: usize,
     },
+    /// Frequencies divided by per-pair factors (`ModelConfig::rope_freq_factors`, or a GGUF's
+    /// factor tensor) and cos/sin scaled by `attn_factor` (Phi-3's LongRoPE).
+    Factors {
+        attn_factor: f32,
+    },
     /// YaRN (DeepSeek-V3): frequency ramp plus attention-scale correction (`mscale`).
     Yarn {
         factor: f32,
@@ -157,6 +162,8 @@ pub struct ModelConfig {
     pub layer_attn: Vec<AttnKind>,
     /// Per layer: true where the FFN is the MoE block, false where dense.
     pub layer_moe: Vec<bool>,
+    /// Per rotated pair, the divisor of its RoPE frequency (LongRoPE's chosen factors).
+    pub rope_freq_factors: Option<Vec<f32>>,
     /// Per layer: true where attention uses no position encoding (SmolLM3's NoPE layers);
     /// layers past the end of the list use RoPE.
     pub no_rope: Vec<bool>,
@@ -241,6 +248,7 @@ impl ModelConfig {
             layer_attn: vec![AttnKind::Full; d.n_layers],
             layer_moe: vec![false; d.n_layers],
             no_rope: Vec::new(),
+            rope_freq_factors: None,
             qkv_bias: false,
             qk_norm: false,
             post_norms: false,

@@ -309,7 +309,9 @@ impl Bound {
             if stored != "-" {
                 names.entry(logical.clone()).or_insert(stored.clone());
             }
-            let Some(t) = src.tensor(&stored) else {
+            // `-`: the tensor has no name in this naming scheme.
+            let found = if stored == "-" { None } else { src.tensor(&stored) };
+            let Some(t) = found else {
                 if spec.required {
                     return Err(LoadError::MissingTensor(stored));
                 }

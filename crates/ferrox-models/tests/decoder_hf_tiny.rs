@@ -68,6 +68,15 @@ fn smollm3_greedy() {
 }
 
 #[test]
+fn phi3_logits() {
+    check_logits("phi3");
+}
+#[test]
+fn phi3_greedy() {
+    check_greedy("phi3");
+}
+
+#[test]
 fn mistral_logits() {
     check_logits("mistral");
 }

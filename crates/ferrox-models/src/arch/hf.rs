@@ -85,6 +85,9 @@ impl<'a> HfConfig<'a> {
         let max_pos = self.usize("max_position_embeddings").unwrap_or(4096);
         let rope = self.rope(None, dims.head_dim, interleaved, max_pos)?;
         let mut cfg = ModelConfig::new(arch, dims, rope);
+        if matches!(rope.scaling, RopeScaling::Factors { .. }) {
+            cfg.rope_freq_factors = Some(self.longrope_factors(rope.rotary_dim / 2)?);
+        }
         cfg.max_seq_len = max_pos;
         cfg.norm_eps = self.f32("rms_norm_eps").unwrap_or(1e-6);
         cfg.activation = self.activation()?;
@@ -145,10 +148,28 @@ impl<'a> HfConfig<'a> {
             .unwrap_or(1.0);
         Ok(RopeConfig {
             theta,
-            scaling: rope_scaling(p, max_pos)?,
+            scaling: rope_scaling(
+                p,
+                max_pos,
+                self.f32("original_max_position_embeddings").map(f64::from),
+            )?,
             rotary_dim: (head_dim as f32 * partial) as usize,
             interleaved,
         })
+    }
+
+    /// LongRoPE's per-pair divisors. Like llama.cpp, one set serves the whole model: the short
+    /// one, exact for sequences within the original context (transformers' choice there);
+    /// the long set is not used.
+    fn longrope_factors(&self, pairs: usize) -> Result<Vec<f32>, LoadError> {
+        let (p, _) = self.rope_params(None);
+        let factors: Option<Vec<f32>> = p
+            .and_then(|p| p.get("short_factor"))
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().map(|v| v.as_f64().map(|f| f as f32)).collect());
+        factors
+            .filter(|f| f.len() == pairs)
+            .ok_or_else(|| invalid(format!("LongRoPE short_factor must list {pairs} numbers")))
     }
 
     /// Per-layer sliding flags from a `layer_types`-style list (`*sliding*` or `sparse`).
@@ -364,7 +385,12 @@ pub fn check_moe(m: &MoeConfig) -> Result<(), LoadError> {
     Ok(())
 }
 
-fn rope_scaling(p: Option<&Map<String, Value>>, max_pos: usize) -> Result<RopeScaling, LoadError> {
+/// `original_max`: the top-level `original_max_position_embeddings` (older LongRoPE configs).
+fn rope_scaling(
+    p: Option<&Map<String, Value>>,
+    max_pos: usize,
+    original_max: Option<f64>,
+) -> Result<RopeScaling, LoadError> {
     let Some(p) = p else {
         return Ok(RopeScaling::None);
     };
@@ -394,6 +420,21 @@ fn rope_scaling(p: Option<&Map<String, Value>>, max_pos: usize) -> Result<RopeSc
             mscale: f("mscale").unwrap_or(0.0),
             mscale_all_dim: f("mscale_all_dim").unwrap_or(0.0),
         },
+        "longrope" | "su" => {
+            let original = f("original_max_position_embeddings")
+                .map(|v| v as f64)
+                .or(original_max)
+                .unwrap_or(max_pos as f64);
+            let scale = f("factor").map_or(max_pos as f64 / original, |v| v as f64);
+            let attn_factor = match f("attention_factor") {
+                Some(a) => a as f64,
+                None if scale <= 1.0 => 1.0,
+                None => (1.0 + scale.ln() / original.ln()).sqrt(),
+            };
+            RopeScaling::Factors {
+                attn_factor: attn_factor as f32,
+            }
+        }
         other => return Err(invalid(format!("unsupported rope_type \"{other}\""))),
     })
 }

@@ -20,6 +20,7 @@ pub mod llama;
 pub mod mistral;
 pub mod mixtral;
 pub mod olmoe;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen2_moe;
 pub mod qwen3;
@@ -119,6 +120,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &olmoe::ARCH,
     &smollm3::ARCH,
     &granitemoe::ARCH,
+    &phi3::ARCH,
     &mixtral::ARCH,
 ];
 

@@ -92,7 +92,7 @@ impl Decoder {
         let mut add = |name: String, shape: Vec<usize>| {
             map.insert(name.clone(), tensor(name, shape));
         };
-        for spec in GLOBAL {
+        for spec in GLOBAL.iter().filter(|s| s.hf != "-") {
             add(
                 spec.hf.to_string(),
                 spec.shape.iter().map(|&d| resolve(d)).collect(),

@@ -23,6 +23,10 @@ impl Rope {
         let mut attn_factor = 1.0f32;
         let inv: Vec<f64> = match cfg.scaling {
             RopeScaling::None => base,
+            RopeScaling::Factors { attn_factor: a } => {
+                attn_factor = a;
+                base
+            }
             RopeScaling::Linear { factor } => base.iter().map(|f| f / factor as f64).collect(),
             RopeScaling::Llama3 {
                 factor,
