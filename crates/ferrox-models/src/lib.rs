@@ -2,10 +2,10 @@
 //! the decoder, sampling, speculative decoding and generation.
 
 pub mod arch;
-pub mod batch;
 pub mod blocks;
 pub mod config;
 pub mod decoder;
+pub mod engine;
 pub mod generate;
 pub mod gguf;
 pub mod hf_config;

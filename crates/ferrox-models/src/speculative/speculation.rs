@@ -1,13 +1,20 @@
-//! One sequence's speculation state: a drafter, its length controller and counters.
+//! One sequence's speculation state: a drafter (no draft model: lookup in the sequence's own
+//! history, as prompt lookup decoding in vLLM / transformers), its length controller and
+//! counters. The engine runs the forward and verifies; this drafts and keeps the books.
 
-use super::{verify, AdaptiveDraft};
-use crate::sampling::Sampler;
+use super::AdaptiveDraft;
 
 /// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
-/// the draft as a point mass, which is what makes the rejection rule in [`verify`] exact.
+/// the draft as a point mass, which is what makes the rejection rule in
+/// [`verify_rows`](super::verify_rows) exact.
 pub trait Drafter: Send {
     /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
     fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize>;
+    /// [`propose`](Drafter::propose) appended to `out`; drafters override it to spare the
+    /// decode loop an allocation per step.
+    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+        out.extend(self.propose(history, max));
+    }
     /// Short name for statistics and benchmarks.
     fn name(&self) -> &'static str;
 }
@@ -32,11 +39,20 @@ impl SpecStats {
             self.accepted as f64 / self.drafted as f64
         }
     }
+
+    /// The counts since `before` (an earlier copy of the same counters).
+    pub fn since(&self, before: &SpecStats) -> SpecStats {
+        SpecStats {
+            calls: self.calls - before.calls,
+            verify_calls: self.verify_calls - before.verify_calls,
+            drafted: self.drafted - before.drafted,
+            accepted: self.accepted - before.accepted,
+        }
+    }
 }
 
-/// One sequence's speculation state: a drafter, its length controller and counters. The owner
-/// runs the forward; this only drafts and verifies, so a server can batch several sequences'
-/// verify rows into one forward and hand each sequence its own rows.
+/// A drafter, its draft-length controller and counters, kept per sequence so a batch can
+/// verify several sequences' drafts in one forward.
 pub struct Speculation {
     pub drafter: Box<dyn Drafter>,
     pub adaptive: AdaptiveDraft,
@@ -52,14 +68,17 @@ impl Speculation {
         }
     }
 
-    /// The draft to verify after `history` (whose last token is the one being fed), at most
-    /// `room` tokens (what the budget and the context still allow).
-    pub fn draft(&mut self, history: &[usize], room: usize) -> Vec<usize> {
+    /// Appends the draft to verify after `history` (whose last token is the one being fed) to
+    /// `out`: at most `room` tokens (what the budget and the context still allow).
+    pub fn draft_into(&mut self, history: &[usize], room: usize, out: &mut Vec<usize>) {
         let want = self.adaptive.next_len().min(room);
         if want == 0 {
-            return Vec::new();
+            return;
         }
-        self.drafter.propose(history, want)
+        let start = out.len();
+        self.drafter.propose_into(history, want, out);
+        // A draft past the room would be verified beyond the budget or the context.
+        out.truncate(start + want);
     }
 
     /// Feeds back the wall time of the forward that fed `rows` rows (token plus draft), for the
@@ -68,24 +87,14 @@ impl Speculation {
         self.adaptive.record_cost(rows, secs);
     }
 
-    /// [`verify`] plus bookkeeping (counters, adaptive length). `rows` are the logits of the
-    /// fed token followed by the draft.
-    pub fn verify<R: AsRef<[f32]>>(
-        &mut self,
-        rows: &[R],
-        draft: &[usize],
-        sampler: &mut Sampler,
-        history: &[usize],
-    ) -> Vec<usize> {
-        let committed = verify(rows, draft, sampler, history);
-        let accepted = committed.len() - 1;
+    /// Books one verified decode round: `drafted` tokens proposed, `accepted` of them kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
         self.stats.calls += 1;
-        if !draft.is_empty() {
+        if drafted > 0 {
             self.stats.verify_calls += 1;
-            self.stats.drafted += draft.len();
+            self.stats.drafted += drafted;
             self.stats.accepted += accepted;
         }
-        self.adaptive.record(draft.len(), accepted);
-        committed
+        self.adaptive.record(drafted, accepted);
     }
 }
