@@ -174,4 +174,6 @@ fn argmax(logits: &[f32]) -> usize {
 }
 
 #[cfg(test)]
+mod seed_conformance;
+#[cfg(test)]
 mod tests;
