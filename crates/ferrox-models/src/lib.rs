@@ -2,11 +2,11 @@
 //! the decoder, sampling, speculative decoding and generation.
 
 pub mod arch;
-pub mod batch;
 pub mod blocks;
 pub mod build;
 pub mod config;
 pub mod decoder;
+pub mod engine;
 pub mod generate;
 pub mod gguf;
 pub mod hub;

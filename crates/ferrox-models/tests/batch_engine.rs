@@ -2,8 +2,8 @@
 //! steps, with and without prompt-lookup drafts, produce exactly the text and stop reason a
 //! lone `Session` produces (greedy and seeded sampling), and slots are freed and reused.
 
-use ferrox_models::batch::{AdmitError, BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::decoder::Decoder;
+use ferrox_models::engine::{AdmitError, BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::tokenizer::Tokenizer;

@@ -7,9 +7,10 @@
 
 use ferrox_models::config::glm_5_2;
 use ferrox_models::decoder::Decoder;
+use ferrox_models::generate::{GenerateParams, Session};
 use ferrox_models::sampling::{draw, Candidate, Sampler, SamplerConfig};
 use ferrox_models::speculative::{
-    speculative_generate, verify, AdaptiveDraft, Drafter, LongestMatchDrafter, Speculation,
+    verify, AdaptiveDraft, Drafter, LongestMatchDrafter, Speculation,
 };
 use ferrox_models::ModelConfig;
 use std::collections::HashMap;
@@ -257,17 +258,15 @@ fn speculation_equals_plain_decoding_token_for_token() {
         }
         let mut spec = Speculation::new(Box::new(LongestMatchDrafter::new(1)), 6);
         spec.adaptive = AdaptiveDraft::fixed(6);
-        let mut caches = d.new_caches();
-        let got = speculative_generate(
-            &d,
-            &PROMPT,
-            40,
-            &mut caches,
-            &mut spec,
-            &mut Sampler::new(cfg.clone()),
-        );
-        assert_eq!(got, plain, "{cfg:?}");
-        assert!(spec.stats.accepted > 0, "{:?}", spec.stats);
-        eprintln!("{cfg:?}: {:?}", spec.stats);
+        let mut session = Session::without_tokenizer(&d, 4096);
+        session.set_speculation(Some(spec));
+        let params = GenerateParams {
+            max_tokens: 40,
+            ..GenerateParams::default()
+        };
+        let out = session.generate(&PROMPT, &params, &mut Sampler::new(cfg.clone()), |_| true);
+        assert_eq!(out.tokens, plain, "{cfg:?}");
+        assert!(out.spec.accepted > 0, "{:?}", out.spec);
+        eprintln!("{cfg:?}: {:?}", out.spec);
     }
 }

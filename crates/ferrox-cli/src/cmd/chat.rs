@@ -41,7 +41,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         messages.push(Message::user(line.trim_end().to_string()));
         let text = render_prompt(tok, &messages, true)?;
         let ids = tokenize_prompt(tok, &text);
-        if ids.len() >= session.ctx_size {
+        if ids.len() >= session.ctx_size() {
             eprintln!("context full ({} tokens); start a new chat", ids.len());
             break;
         }

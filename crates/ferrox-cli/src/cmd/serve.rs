@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use ferrox_models::batch::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::decoder::Decoder;
+use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
 use ferrox_models::template::{render_prompt, Message};

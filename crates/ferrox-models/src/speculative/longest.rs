@@ -137,14 +137,19 @@ impl LongestMatchDrafter {
 
 impl Drafter for LongestMatchDrafter {
     fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        self.propose_into(history, max, &mut out);
+        out
+    }
+    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
         self.sync(history);
         match self.longest_match() {
             Some((len, end)) if len >= self.min_match && max > 0 => {
                 let from = end + 1;
                 let to = (from + max).min(history.len());
-                history[from..to].to_vec()
+                out.extend_from_slice(&history[from..to]);
             }
-            _ => Vec::new(),
+            _ => {}
         }
     }
     fn name(&self) -> &'static str {

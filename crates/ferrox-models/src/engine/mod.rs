@@ -1,0 +1,351 @@
+//! The engine: the one decode loop. Continuous batching (Orca, Yu et al. OSDI 2022): a fixed
+//! set of slots, each with its own KV caches, advanced together one `Decoder::forward_multi`
+//! per step. A step carries a prompt chunk for slots still prefilling and `[next token,
+//! draft...]` for decoding slots; requests join and leave between steps. A one-slot engine is
+//! `generate::Session` (the CLI) and, through it, the seed's `speculative::speculative_decode`;
+//! the server runs many slots.
+//!
+//! Each step has three phases: plan (per slot: the prompt chunk, or the next token with a draft
+//! sized by the slot's `Speculation`), one forward for all slots, commit (per slot:
+//! `speculative::verify_rows` samples every row exactly as plain decoding would and keeps draft
+//! tokens that equal the sample, each committed token goes through the stop rules, rejected
+//! positions are cut). Output is therefore identical to plain decoding, greedy or seeded.
+//! Prefix reuse (a request lands in the free slot whose cache shares the longest prefix with
+//! its prompt), chunked prefill, the context limit and cache truncation each live in one place.
+
+mod slot;
+mod stop;
+
+pub use stop::{GenerateParams, StopReason};
+
+use crate::decoder::{Decoder, SeqBatch};
+use crate::sampling::{Sampler, SamplerConfig};
+use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
+use crate::tokenizer::Tokenizer;
+use ferrox_core::cache::KvCache;
+use slot::{Job, Slot};
+use std::time::Instant;
+use stop::StopRules;
+
+#[derive(Debug, Clone)]
+pub struct BatchParams {
+    pub sampler: SamplerConfig,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchEvent {
+    Text(String),
+    Done { stop: StopReason, tokens: usize },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmitError {
+    #[error("no free slot")]
+    Busy,
+    #[error("empty prompt")]
+    EmptyPrompt,
+    #[error("prompt of {len} tokens does not fit the context of {ctx}")]
+    TooLong { len: usize, ctx: usize },
+}
+
+/// Counters since the engine started.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchStats {
+    /// Forward calls.
+    pub steps: u64,
+    /// Rows evaluated (all slots, all steps).
+    pub rows: u64,
+    pub drafted: u64,
+    pub accepted: u64,
+}
+
+/// How a generation ended, with what it hands back.
+pub(crate) struct JobEnd {
+    pub stop: StopReason,
+    /// Tokens committed.
+    pub tokens: usize,
+    /// The last text, held back until the end (empty after a stop string).
+    pub text: String,
+    pub sampler: Sampler,
+    /// Prompt tokens evaluated (after prefix reuse) and their forward time.
+    pub prompt_tokens: usize,
+    pub prompt_secs: f64,
+}
+
+/// Where a step's results go.
+pub(crate) trait Sink {
+    /// A committed token and the text it releases; false cancels the generation after it.
+    fn token(&mut self, id: u64, token: usize, text: String) -> bool;
+    fn done(&mut self, id: u64, end: JobEnd);
+}
+
+/// Longest draft a server slot may verify in one step.
+const MAX_DRAFT: usize = 12;
+
+pub struct BatchEngine<'m> {
+    decoder: &'m Decoder,
+    tokenizer: Option<&'m Tokenizer>,
+    ctx_size: usize,
+    slots: Vec<Slot<'m>>,
+    /// Every step's logits, reused.
+    logits: Vec<f32>,
+    /// Prompt tokens one slot evaluates per step (bounds the latency others see).
+    pub prefill_chunk: usize,
+    /// Most draft tokens per slot and step; 0 disables speculation.
+    pub max_draft: usize,
+    /// Speculation stops once a step would carry this many rows (batching already
+    /// amortizes the weight reads then).
+    pub max_rows: usize,
+    pub stats: BatchStats,
+}
+
+impl<'m> BatchEngine<'m> {
+    /// A server engine: `slots` slots of `ctx` tokens each, each drafting by longest match.
+    pub fn new(decoder: &'m Decoder, tokenizer: &'m Tokenizer, slots: usize, ctx: usize) -> Self {
+        let ctx_size = ctx.min(decoder.config.max_seq_len.max(1)).max(2);
+        let slots = (0..slots.max(1))
+            .map(|_| {
+                let spec = Speculation::new(Box::new(LongestMatchDrafter::default()), MAX_DRAFT);
+                Slot::new(decoder.new_caches(), Some(spec))
+            })
+            .collect();
+        BatchEngine {
+            prefill_chunk: 256,
+            max_draft: MAX_DRAFT,
+            max_rows: 16,
+            ..Self::with_slots(decoder, Some(tokenizer), ctx_size, slots)
+        }
+    }
+
+    /// One slot of exactly `ctx_size` tokens, the whole prompt in one forward and drafts as
+    /// long as the slot's `Speculation` asks (none until one is set): a lone sequence.
+    pub(crate) fn single(
+        decoder: &'m Decoder,
+        tokenizer: Option<&'m Tokenizer>,
+        ctx_size: usize,
+    ) -> Self {
+        let slot = Slot::new(decoder.new_caches(), None);
+        Self::with_slots(decoder, tokenizer, ctx_size, vec![slot])
+    }
+
+    /// An engine without limits on prefill chunks, drafts or rows per step.
+    fn with_slots(
+        decoder: &'m Decoder,
+        tokenizer: Option<&'m Tokenizer>,
+        ctx_size: usize,
+        slots: Vec<Slot<'m>>,
+    ) -> Self {
+        BatchEngine {
+            decoder,
+            tokenizer,
+            ctx_size,
+            slots,
+            logits: Vec::new(),
+            prefill_chunk: usize::MAX,
+            max_draft: usize::MAX,
+            max_rows: usize::MAX,
+            stats: BatchStats::default(),
+        }
+    }
+
+    /// Drafts exactly `len` tokens per slot and step (room allowing) instead of letting each
+    /// slot's cost model choose: reproducible acceptance counts, whatever the machine's load.
+    pub fn fix_draft_len(&mut self, len: usize) {
+        self.max_draft = len;
+        for spec in self.slots.iter_mut().filter_map(|s| s.spec.as_mut()) {
+            spec.adaptive = AdaptiveDraft::fixed(len);
+        }
+    }
+
+    pub fn ctx_size(&self) -> usize {
+        self.ctx_size
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn active(&self) -> usize {
+        self.slots.iter().filter(|s| s.job.is_some()).count()
+    }
+
+    /// Starts generation `id` in the free slot whose cache shares the longest prefix with
+    /// `prompt` (a chat's next turn lands where its previous turn left its keys and values).
+    pub fn admit(&mut self, id: u64, prompt: &[usize], p: &BatchParams) -> Result<(), AdmitError> {
+        let slot = self.pick_slot(prompt)?;
+        let limits = GenerateParams {
+            max_tokens: p.max_tokens,
+            stop: p.stop.clone(),
+            ignore_eog: false,
+        };
+        self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &limits);
+        Ok(())
+    }
+
+    /// The free slot `prompt` should run in.
+    pub(crate) fn pick_slot(&self, prompt: &[usize]) -> Result<usize, AdmitError> {
+        if prompt.is_empty() {
+            return Err(AdmitError::EmptyPrompt);
+        }
+        if prompt.len() >= self.ctx_size {
+            return Err(AdmitError::TooLong {
+                len: prompt.len(),
+                ctx: self.ctx_size,
+            });
+        }
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].job.is_none())
+            .max_by_key(|&i| self.slots[i].common_prefix(prompt))
+            .ok_or(AdmitError::Busy)
+    }
+
+    /// Starts generation `id` in free slot `slot` (from [`pick_slot`](Self::pick_slot)),
+    /// keeping the cached prefix it shares with `prompt`.
+    pub(crate) fn start(
+        &mut self,
+        slot: usize,
+        id: u64,
+        prompt: &[usize],
+        sampler: Sampler,
+        limits: &GenerateParams,
+    ) {
+        let s = &mut self.slots[slot];
+        // The last prompt token is always evaluated: its logits are the first sample's.
+        let fed = s.common_prefix(prompt).min(prompt.len() - 1);
+        s.truncate(fed);
+        s.job = Some(Job {
+            id,
+            prompt: prompt.to_vec(),
+            fed,
+            sampler,
+            rules: StopRules::new(self.tokenizer, limits),
+            next: None,
+            input: Vec::new(),
+            first_logit_row: 0,
+            prompt_tokens: prompt.len() - fed,
+            prompt_secs: 0.0,
+        });
+    }
+
+    /// Drops generation `id` (the client went away); its slot is free after this.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        match self
+            .slots
+            .iter_mut()
+            .find(|s| s.job.as_ref().is_some_and(|j| j.id == id))
+        {
+            Some(s) => {
+                s.job = None;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One batched forward for every active generation; reports text and completions.
+    pub fn step(&mut self, on: impl FnMut(u64, BatchEvent)) {
+        self.step_with(&mut Events(on));
+    }
+
+    /// The step: plan every slot's rows, one forward, commit every slot's rows.
+    pub(crate) fn step_with(&mut self, sink: &mut impl Sink) {
+        let decoding = self
+            .slots
+            .iter()
+            .filter(|s| s.job.as_ref().is_some_and(|j| j.next.is_some()))
+            .count();
+        let share = self.max_rows.saturating_sub(decoding) / decoding.max(1);
+        let max_draft = self.max_draft.min(share);
+        let mut rows = 0;
+        for slot in &mut self.slots {
+            rows += slot.plan(self.ctx_size, self.prefill_chunk, max_draft, sink);
+        }
+        if rows == 0 {
+            return;
+        }
+        let (secs, alone) = self.forward();
+        self.stats.steps += 1;
+        self.stats.rows += rows as u64;
+        let vocab = self.decoder.vocab_size();
+        let mut at = 0;
+        for slot in &mut self.slots {
+            let n = slot.logit_rows();
+            let logits = &self.logits[at * vocab..(at + n) * vocab];
+            at += n;
+            let c = slot.commit(logits, vocab, secs, alone, sink);
+            self.stats.drafted += c.drafted as u64;
+            self.stats.accepted += c.accepted as u64;
+        }
+    }
+
+    /// The batched forward of every planned slot into `self.logits`; its time and whether one
+    /// slot had it to itself.
+    fn forward(&mut self) -> (f64, bool) {
+        let t = Instant::now();
+        let alone = self.active() == 1;
+        if alone {
+            // The common lone-sequence step: no list to allocate.
+            let seq = self.slots.iter_mut().find_map(Slot::seq);
+            let mut one: [SeqBatch<'_>; 1] = [seq.expect("one active slot")];
+            self.decoder.forward_multi(&mut one, &mut self.logits);
+        } else {
+            let mut seqs: Vec<SeqBatch<'_>> = self.slots.iter_mut().filter_map(Slot::seq).collect();
+            self.decoder.forward_multi(&mut seqs, &mut self.logits);
+        }
+        (t.elapsed().as_secs_f64(), alone)
+    }
+
+    /// Slot `slot`'s speculation (a one-slot view sets and reads it).
+    pub(crate) fn speculation_mut(&mut self, slot: usize) -> &mut Option<Speculation> {
+        &mut self.slots[slot].spec
+    }
+
+    pub(crate) fn speculation(&self, slot: usize) -> Option<&Speculation> {
+        self.slots[slot].spec.as_ref()
+    }
+
+    /// Tokens in slot `slot`'s cache.
+    pub(crate) fn history(&self, slot: usize) -> &[usize] {
+        &self.slots[slot].history
+    }
+
+    /// Empties slot `slot`'s cache.
+    pub(crate) fn reset(&mut self, slot: usize) {
+        self.slots[slot].truncate(0);
+    }
+
+    /// Exchanges slot `slot`'s caches with `caches` (a caller's caches run in the slot, then a
+    /// second exchange hands them back) and forgets what the slot's history said they held.
+    pub(crate) fn swap_caches(&mut self, slot: usize, caches: &mut [KvCache]) {
+        let s = &mut self.slots[slot];
+        // As many as the caller's, so a wrong count still trips the decoder's check.
+        s.caches.resize_with(caches.len(), || KvCache::new(0, 0));
+        s.caches
+            .iter_mut()
+            .zip(caches)
+            .for_each(|(a, b)| std::mem::swap(a, b));
+        s.history.clear();
+    }
+}
+
+/// The public step's sink: text and completions as [`BatchEvent`]s.
+struct Events<F>(F);
+
+impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
+    fn token(&mut self, id: u64, _: usize, text: String) -> bool {
+        if !text.is_empty() {
+            (self.0)(id, BatchEvent::Text(text));
+        }
+        true
+    }
+
+    fn done(&mut self, id: u64, end: JobEnd) {
+        if !end.text.is_empty() {
+            (self.0)(id, BatchEvent::Text(end.text));
+        }
+        let (stop, tokens) = (end.stop, end.tokens);
+        (self.0)(id, BatchEvent::Done { stop, tokens });
+    }
+}

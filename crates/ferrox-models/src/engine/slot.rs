@@ -1,0 +1,229 @@
+//! One slot of the engine: its KV caches and the tokens they hold, the generation running in
+//! it, and the three phases of a step for it: plan the rows to feed, lend them to the batched
+//! forward, commit what the logits say.
+
+use super::stop::{StopReason, StopRules};
+use super::{JobEnd, Sink};
+use crate::decoder::SeqBatch;
+use crate::sampling::Sampler;
+use crate::speculative::{verify_rows, Speculation};
+use ferrox_core::cache::KvCache;
+
+pub(super) struct Job<'t> {
+    pub id: u64,
+    pub prompt: Vec<usize>,
+    /// Prompt tokens in the cache.
+    pub fed: usize,
+    pub sampler: Sampler,
+    pub rules: StopRules<'t>,
+    /// Chosen (sampled, counted, streamed) but not yet in the cache.
+    pub next: Option<usize>,
+    /// This step's input rows: a prompt chunk, or `[next, draft...]`.
+    pub input: Vec<usize>,
+    /// Rows of `input` before the first one that needs logits.
+    pub first_logit_row: usize,
+    /// Prompt tokens evaluated and the forward time they took.
+    pub prompt_tokens: usize,
+    pub prompt_secs: f64,
+}
+
+pub(super) struct Slot<'t> {
+    pub caches: Vec<KvCache>,
+    /// Tokens in `caches`, in order.
+    pub history: Vec<usize>,
+    pub job: Option<Job<'t>>,
+    /// Drafter and draft-length controller; kept across requests (costs are the model's).
+    pub spec: Option<Speculation>,
+}
+
+/// What one slot's rows of a step decided, for the engine's counters.
+pub(super) struct Committed {
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl<'t> Slot<'t> {
+    pub fn new(caches: Vec<KvCache>, spec: Option<Speculation>) -> Self {
+        Slot {
+            caches,
+            history: Vec::new(),
+            job: None,
+            spec,
+        }
+    }
+
+    /// Tokens of the cached history that `prompt` starts with.
+    pub fn common_prefix(&self, prompt: &[usize]) -> usize {
+        self.history
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+    }
+
+    /// The one place the cache loses positions: prefix reuse, rejected drafts and stops all
+    /// cut history and caches together, so they always agree.
+    pub fn truncate(&mut self, len: usize) {
+        self.history.truncate(len);
+        self.caches.iter_mut().for_each(|c| c.truncate(len));
+    }
+
+    /// Chooses this step's input rows; returns how many. A prefill takes the next prompt chunk
+    /// of at most `chunk` tokens; a decode step the next token plus a draft of at most
+    /// `max_draft` tokens (fewer when the budget or the context has less room). A full context
+    /// ends the generation here.
+    pub fn plan(
+        &mut self,
+        ctx: usize,
+        chunk: usize,
+        max_draft: usize,
+        sink: &mut impl Sink,
+    ) -> usize {
+        let Some(job) = self.job.as_mut() else {
+            return 0;
+        };
+        job.input.clear();
+        let Some(next) = job.next else {
+            let end = job.fed.saturating_add(chunk.max(1)).min(job.prompt.len());
+            job.input.extend_from_slice(&job.prompt[job.fed..end]);
+            // Only the prompt's last row is sampled from: the LM head skips the others.
+            job.first_logit_row = job.input.len() - usize::from(end == job.prompt.len());
+            return job.input.len();
+        };
+        if self.history.len() + 1 > ctx {
+            self.finish(StopReason::Context, sink);
+            return 0;
+        }
+        job.input.push(next);
+        job.first_logit_row = 0;
+        if let Some(spec) = self.spec.as_mut() {
+            let room = max_draft
+                .min(job.rules.remaining())
+                .min(ctx - self.history.len() - 1);
+            // The drafter continues the history through the token being fed.
+            self.history.push(next);
+            spec.draft_into(&self.history, room, &mut job.input);
+            self.history.pop();
+        }
+        job.input.len()
+    }
+
+    /// This slot's part of the batched forward.
+    pub fn seq(&mut self) -> Option<SeqBatch<'_>> {
+        let job = self.job.as_ref()?;
+        Some(SeqBatch {
+            tokens: &job.input,
+            pos: self.history.len(),
+            caches: &mut self.caches,
+            first_logit_row: job.first_logit_row,
+        })
+    }
+
+    /// Rows of logits this slot gets from the forward.
+    pub fn logit_rows(&self) -> usize {
+        self.job
+            .as_ref()
+            .map_or(0, |j| j.input.len() - j.first_logit_row)
+    }
+
+    /// Takes in the forward's result: the fed rows join the history, then `logits` (this
+    /// slot's rows, `vocab` wide) are verified and committed token by token through the stop
+    /// rules, rejected positions are cut, and a stop ends the generation. `secs` is the
+    /// forward's time, a measure of this slot's verify cost when it ran `alone`.
+    pub fn commit(
+        &mut self,
+        logits: &[f32],
+        vocab: usize,
+        secs: f64,
+        alone: bool,
+        sink: &mut impl Sink,
+    ) -> Committed {
+        let mut done = Committed {
+            drafted: 0,
+            accepted: 0,
+        };
+        let Some(job) = self.job.as_mut() else {
+            return done;
+        };
+        self.history.extend_from_slice(&job.input);
+        let decoding = job.next.is_some();
+        if !decoding {
+            job.fed = self.history.len();
+            job.prompt_secs += secs;
+        }
+        if logits.is_empty() {
+            // A prompt chunk short of the prompt's end: nothing to sample yet.
+            return done;
+        }
+        // Every input row after the fed token is a draft token.
+        let n_draft = if decoding { job.input.len() - 1 } else { 0 };
+        let draft = &job.input[job.input.len() - n_draft..];
+        let (id, rules) = (job.id, &mut job.rules);
+        let mut stop = None;
+        let verdict = verify_rows(
+            logits.chunks_exact(vocab),
+            draft,
+            &mut job.sampler,
+            &self.history,
+            |tok| {
+                stop = push_token(rules, id, tok, sink);
+                stop.is_none()
+            },
+        );
+        job.next = verdict.next;
+        let keep = self.history.len() - n_draft + verdict.accepted;
+        self.truncate(keep);
+        if decoding {
+            if let Some(spec) = self.spec.as_mut() {
+                spec.record(n_draft, verdict.accepted);
+                // A verify's cost is only this slot's when it ran alone.
+                if alone {
+                    spec.record_cost(n_draft + 1, secs);
+                }
+            }
+        }
+        done.drafted = n_draft;
+        done.accepted = verdict.accepted;
+        if let Some(stop) = stop {
+            self.finish(stop, sink);
+        }
+        done
+    }
+
+    /// Ends the running generation: reports its end (with the text still held back) and
+    /// frees the slot. The history stays for the next request's prefix reuse.
+    pub fn finish(&mut self, stop: StopReason, sink: &mut impl Sink) {
+        let Some(mut job) = self.job.take() else {
+            return;
+        };
+        let text = job.rules.finish(stop);
+        sink.done(
+            job.id,
+            JobEnd {
+                stop,
+                tokens: job.rules.tokens,
+                text,
+                sampler: job.sampler,
+                prompt_tokens: job.prompt_tokens,
+                prompt_secs: job.prompt_secs,
+            },
+        );
+    }
+}
+
+/// One sampled token through the stop rules and out to the sink; the stop it causes. The
+/// budget and end-of-generation tokens stop before the token (it is not committed); a stop
+/// string or the sink's cancel after it.
+fn push_token(
+    rules: &mut StopRules<'_>,
+    id: u64,
+    tok: usize,
+    sink: &mut impl Sink,
+) -> Option<StopReason> {
+    let (text, stop) = rules.push(tok);
+    if matches!(stop, Some(StopReason::MaxTokens | StopReason::Eog)) {
+        return stop;
+    }
+    let keep_going = sink.token(id, tok, text);
+    stop.or((!keep_going).then_some(StopReason::Cancelled))
+}

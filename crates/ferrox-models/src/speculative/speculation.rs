@@ -1,0 +1,100 @@
+//! One sequence's speculation state: a drafter (no draft model: lookup in the sequence's own
+//! history, as prompt lookup decoding in vLLM / transformers), its length controller and
+//! counters. The engine runs the forward and verifies; this drafts and keeps the books.
+
+use super::AdaptiveDraft;
+
+/// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
+/// the draft as a point mass, which is what makes the rejection rule in
+/// [`verify_rows`](super::verify_rows) exact.
+pub trait Drafter: Send {
+    /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
+    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize>;
+    /// [`propose`](Drafter::propose) appended to `out`; drafters override it to spare the
+    /// decode loop an allocation per step.
+    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+        out.extend(self.propose(history, max));
+    }
+    /// Short name for statistics and benchmarks.
+    fn name(&self) -> &'static str;
+}
+
+/// Counters of a speculative run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Forward calls made while decoding (one per round, speculative or not).
+    pub calls: usize,
+    /// Rounds that verified a non-empty draft.
+    pub verify_calls: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl SpecStats {
+    /// Fraction of drafted tokens that were kept (0 when nothing was drafted).
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+
+    /// The counts since `before` (an earlier copy of the same counters).
+    pub fn since(&self, before: &SpecStats) -> SpecStats {
+        SpecStats {
+            calls: self.calls - before.calls,
+            verify_calls: self.verify_calls - before.verify_calls,
+            drafted: self.drafted - before.drafted,
+            accepted: self.accepted - before.accepted,
+        }
+    }
+}
+
+/// A drafter, its draft-length controller and counters, kept per sequence so a batch can
+/// verify several sequences' drafts in one forward.
+pub struct Speculation {
+    pub drafter: Box<dyn Drafter>,
+    pub adaptive: AdaptiveDraft,
+    pub stats: SpecStats,
+}
+
+impl Speculation {
+    pub fn new(drafter: Box<dyn Drafter>, max_draft: usize) -> Self {
+        Speculation {
+            drafter,
+            adaptive: AdaptiveDraft::new(max_draft),
+            stats: SpecStats::default(),
+        }
+    }
+
+    /// Appends the draft to verify after `history` (whose last token is the one being fed) to
+    /// `out`: at most `room` tokens (what the budget and the context still allow).
+    pub fn draft_into(&mut self, history: &[usize], room: usize, out: &mut Vec<usize>) {
+        let want = self.adaptive.next_len().min(room);
+        if want == 0 {
+            return;
+        }
+        let start = out.len();
+        self.drafter.propose_into(history, want, out);
+        // A draft past the room would be verified beyond the budget or the context.
+        out.truncate(start + want);
+    }
+
+    /// Feeds back the wall time of the forward that fed `rows` rows (token plus draft), for the
+    /// draft-length cost model. Optional: without it the controller assumes cheap batches.
+    pub fn record_cost(&mut self, rows: usize, secs: f64) {
+        self.adaptive.record_cost(rows, secs);
+    }
+
+    /// Books one verified decode round: `drafted` tokens proposed, `accepted` of them kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize) {
+        self.stats.calls += 1;
+        if drafted > 0 {
+            self.stats.verify_calls += 1;
+            self.stats.drafted += drafted;
+            self.stats.accepted += accepted;
+        }
+        self.adaptive.record(drafted, accepted);
+    }
+}

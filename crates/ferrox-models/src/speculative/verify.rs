@@ -1,0 +1,89 @@
+//! Verification of a deterministic draft by sample-and-match: speculative sampling (Leviathan
+//! et al. 2023; Chen et al. 2023) with a point-mass draft, realised by the coupling that makes
+//! it exact and reproducible.
+
+use crate::sampling::Sampler;
+
+/// How a verification ended: `accepted` draft tokens were kept, and either `next` (the token
+/// drawn at the first row whose draft token was rejected, or the bonus row after a fully
+/// accepted draft) or nothing when the caller's `commit` stopped the generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    pub accepted: usize,
+    pub next: Option<usize>,
+}
+
+/// The one verification loop. `rows[i]` are the logits after `context[..base + i]`, where
+/// `context` ends with the fed token followed by `draft` and `base = context.len() -
+/// draft.len()`. Row by row the sampler draws its own token `x`, exactly as plain decoding
+/// would (same history, same random draw), hands it to `commit` (stop rules, streaming; false
+/// stops here), and the draft token is kept iff it equals `x`.
+///
+/// With `p` the sampler's final distribution at a row, a draft token `t` is then accepted with
+/// probability `p(t)`, and after a rejection `x` is distributed as `p` without `t`,
+/// renormalised: the speculative sampling rule. Each committed token consumes exactly one draw,
+/// so for a seed the output is token for token plain decoding's whatever the drafts were;
+/// greedy is the argmax rule.
+///
+/// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
+pub fn verify_rows<'r>(
+    rows: impl IntoIterator<Item = &'r [f32]>,
+    draft: &[usize],
+    sampler: &mut Sampler,
+    context: &[usize],
+    mut commit: impl FnMut(usize) -> bool,
+) -> Verdict {
+    let base = context.len() - draft.len();
+    let mut rows = rows.into_iter();
+    for i in 0..=draft.len() {
+        let row = rows
+            .next()
+            .expect("verify needs one logits row per draft token plus one");
+        let x = sampler.sample(row, &context[..base + i]);
+        if !commit(x) {
+            return Verdict {
+                accepted: i,
+                next: None,
+            };
+        }
+        if draft.get(i) != Some(&x) {
+            return Verdict {
+                accepted: i,
+                next: Some(x),
+            };
+        }
+    }
+    unreachable!("the row after the last draft token has no draft token to match")
+}
+
+/// Verifies `draft` and returns the committed tokens: the accepted draft prefix followed by
+/// exactly one more token drawn by the target. `rows[i]` (for `i` in `0..=draft.len()`) are the
+/// logits after `history` and `draft[..i]`; `history` ends with the token fed with the draft.
+/// See [`verify_rows`] for the rule.
+pub fn verify<R: AsRef<[f32]>>(
+    rows: &[R],
+    draft: &[usize],
+    sampler: &mut Sampler,
+    history: &[usize],
+) -> Vec<usize> {
+    assert!(
+        rows.len() > draft.len(),
+        "verify needs one logits row per draft token plus one"
+    );
+    // Penalties only look at the last `penalty_last_n` tokens: a window is the same history.
+    let window = sampler.config.penalty_last_n;
+    let mut context = history[history.len().saturating_sub(window)..].to_vec();
+    context.extend_from_slice(draft);
+    let mut out = Vec::with_capacity(draft.len() + 1);
+    verify_rows(
+        rows.iter().map(AsRef::as_ref),
+        draft,
+        sampler,
+        &context,
+        |x| {
+            out.push(x);
+            true
+        },
+    );
+    out
+}
