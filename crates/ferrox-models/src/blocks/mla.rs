@@ -10,38 +10,13 @@
 //! top of the RoPE attention factor.
 
 use super::dsa::{Indexer, IndexerScratch};
-use super::{AttentionBlock, PassState, Rope};
+use super::norm::rms_norm_rows;
+use super::rope::yarn_mscale;
+use super::{add_bias, AttentionBlock, PassState, Rope};
 use crate::config::{ModelConfig, RopeConfig, RopeScaling};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
 use std::sync::Mutex;
-
-pub(crate) fn yarn_mscale(scale: f32, m: f32) -> f32 {
-    if scale <= 1.0 {
-        1.0
-    } else {
-        0.1 * m * scale.ln() + 1.0
-    }
-}
-
-/// `x / rms(x) * w` in place.
-pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
-    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let r = 1.0 / (ms + eps).sqrt();
-    for (v, w) in x.iter_mut().zip(w) {
-        *v = *v * r * w;
-    }
-}
-
-pub(crate) fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in y.chunks_mut(b.len()) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v += b;
-            }
-        }
-    }
-}
 
 /// Checkpoint tensors of one MLA layer (HF names in comments).
 #[derive(Debug, Clone)]
@@ -149,7 +124,8 @@ impl Mla {
         } = cfg.rope.scaling
         {
             if mscale_all_dim != 0.0 {
-                let ms = yarn_mscale(factor, mscale_all_dim);
+                // In f32, as MLA's scale has always been computed.
+                let ms = yarn_mscale::<f32>(factor, mscale_all_dim);
                 scale *= ms * ms;
             }
         }
@@ -227,10 +203,8 @@ impl AttentionBlock for Mla {
             Some((qa, norm)) => {
                 let r = zeroed(q_resid, n * qa.rows());
                 qa.gemm(h, n, r);
-                add_bias(r, self.w.q_a_bias.as_ref());
-                for row in r.chunks_mut(qa.rows()) {
-                    rms_norm(row, norm, LATENT_EPS);
-                }
+                add_bias(r, self.w.q_a_bias.as_deref());
+                rms_norm_rows::<f32>(r, norm, LATENT_EPS);
                 self.w.q_b.gemm(r, n, q);
                 Some(r)
             }
@@ -243,10 +217,10 @@ impl AttentionBlock for Mla {
         // Compressed KV: normed latent + roped shared key, one cache row per position.
         let ckv = zeroed(ckv, n * (rkv + dr));
         self.w.kv_a.gemm(h, n, ckv);
-        add_bias(ckv, self.w.kv_a_bias.as_ref());
+        add_bias(ckv, self.w.kv_a_bias.as_deref());
         for (t, row) in ckv.chunks_mut(rkv + dr).enumerate() {
             let (c, kpe) = row.split_at_mut(rkv);
-            rms_norm(c, &self.w.kv_a_norm, LATENT_EPS);
+            rms_norm_rows::<f32>(c, &self.w.kv_a_norm, LATENT_EPS);
             self.rope.apply(kpe, 1, dr, pos + t);
         }
         if let Err(e) = cache.ensure_shape(1, rkv + dr, 0) {
@@ -355,7 +329,7 @@ impl AttentionBlock for Mla {
             }
         }
         self.w.o.gemm(attn, n, out);
-        add_bias(out, self.w.o_bias.as_ref());
+        add_bias(out, self.w.o_bias.as_deref());
     }
 }
 

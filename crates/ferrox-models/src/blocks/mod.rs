@@ -18,7 +18,56 @@ pub use rope::Rope;
 
 use ferrox_core::cache::KvCache;
 use std::cell::RefCell;
+use std::iter::Sum;
+use std::ops::{Add, Div, Mul};
 use std::thread::LocalKey;
+
+/// The float width a shared formula is evaluated in (f32 or f64): each caller keeps the width
+/// it has always used, so one implementation serves both without moving any output bit.
+pub trait Real:
+    Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> + Div<Output = Self> + Sum
+{
+    const ONE: Self;
+    const TENTH: Self;
+    fn from_f32(v: f32) -> Self;
+    fn from_usize(v: usize) -> Self;
+    fn to_f32(self) -> f32;
+    fn ln(self) -> Self;
+}
+
+macro_rules! real {
+    ($t:ty) => {
+        impl Real for $t {
+            const ONE: Self = 1.0;
+            const TENTH: Self = 0.1;
+            fn from_f32(v: f32) -> Self {
+                v as $t
+            }
+            fn from_usize(v: usize) -> Self {
+                v as $t
+            }
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+        }
+    };
+}
+real!(f32);
+real!(f64);
+
+/// Adds `bias` (when there is one) to each row of its width in `y`.
+pub(crate) fn add_bias(y: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(b.len()) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v += b;
+            }
+        }
+    }
+}
 
 /// Runs `f` on this thread's scratch `key`. Layers run one after another, so one scratch per
 /// block kind and thread serves every layer (per-layer buffers sized for the largest batch
