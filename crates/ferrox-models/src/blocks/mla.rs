@@ -12,7 +12,7 @@
 use super::dsa::{Indexer, IndexerScratch};
 use super::norm::rms_norm_rows;
 use super::rope::yarn_mscale;
-use super::{add_bias, AttentionBlock, PassState, Rope};
+use super::{add_bias, zeroed, AttentionBlock, PassState, Rope};
 use crate::config::{ModelConfig, RopeConfig, RopeScaling};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
@@ -90,13 +90,6 @@ struct MlaScratch {
     vh: Vec<f32>,
     ix_keys: Vec<f32>,
     ix: IndexerScratch,
-}
-
-/// `v` resized to `n` zeros.
-fn zeroed(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    v.clear();
-    v.resize(n, 0.0);
-    v
 }
 
 /// Latent-space eps of `q_a_layernorm` / `kv_a_layernorm` (built without `eps` in transformers).

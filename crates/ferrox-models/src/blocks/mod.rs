@@ -58,6 +58,13 @@ macro_rules! real {
 real!(f32);
 real!(f64);
 
+/// `v` resized to `n` zeros (a reused scratch buffer).
+pub(crate) fn zeroed(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.clear();
+    v.resize(n, 0.0);
+    v
+}
+
 /// Adds `bias` (when there is one) to each row of its width in `y`.
 pub(crate) fn add_bias(y: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias {
