@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 #[tokio::test]
 async fn chat_non_streaming() {
@@ -53,12 +53,7 @@ async fn chat_streaming_with_usage() {
         "{}",
         r.head
     );
-    let ev = r.events();
-    assert_eq!(ev.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = ev[..ev.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    let chunks = r.chunks();
     let id = chunks[0]["id"].clone();
     assert!(chunks
         .iter()
@@ -83,8 +78,7 @@ async fn chat_streaming_with_usage() {
     let r = post(&a, "/v1/chat/completions", json!({
         "model": "fake-model", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2, "stream": true
     })).await;
-    let ev = r.events();
-    let last: Value = serde_json::from_str(&ev[ev.len() - 2]).unwrap();
+    let last = r.chunks().pop().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "length");
     assert!(last.get("usage").is_none());
 }
@@ -108,12 +102,7 @@ async fn completions_both_ways() {
         json!({"model": "fake-model", "prompt": ["abc"], "max_tokens": 3, "stream": true}),
     )
     .await;
-    let ev = r.events();
-    assert_eq!(ev.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = ev[..ev.len() - 1]
-        .iter()
-        .map(|e| serde_json::from_str(e).unwrap())
-        .collect();
+    let chunks = r.chunks();
     let text: String = chunks
         .iter()
         .map(|c| c["choices"][0]["text"].as_str().unwrap())

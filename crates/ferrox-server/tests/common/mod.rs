@@ -164,6 +164,21 @@ impl Resp {
             })
             .collect()
     }
+
+    /// The JSON chunks of an SSE body that ends with `[DONE]`.
+    pub fn chunks(&self) -> Vec<Value> {
+        let ev = self.events();
+        assert_eq!(
+            ev.last().map(String::as_str),
+            Some("[DONE]"),
+            "{}",
+            self.body
+        );
+        ev[..ev.len() - 1]
+            .iter()
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect()
+    }
 }
 
 fn dechunk(raw: &str) -> String {
