@@ -6,7 +6,7 @@
 //! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
 //! so batched and single-token forwards agree bit for bit.
 
-use super::{add_bias, AttentionBlock, PassState, RmsNorm, Rope, Segment};
+use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_group, HeadKv};
 use ferrox_core::matmul::WeightMatrix;
@@ -190,24 +190,6 @@ thread_local! {
 }
 
 impl AttentionBlock for StandardAttention {
-    fn forward(
-        &self,
-        x: &[f32],
-        n: usize,
-        pos: usize,
-        cache: &mut KvCache,
-        state: &mut PassState,
-        out: &mut [f32],
-    ) {
-        let mut seg = [Segment {
-            n,
-            pos,
-            caches: std::slice::from_mut(cache),
-            state,
-        }];
-        self.forward_segments(x, 0, &mut seg, out);
-    }
-
     /// Projections run once over every segment's rows (one read of the weights for the whole
     /// step); RoPE, the cache append and attention run per segment on its own cache.
     fn forward_segments(&self, x: &[f32], layer: usize, segs: &mut [Segment<'_>], out: &mut [f32]) {

@@ -109,11 +109,13 @@ pub struct Segment<'a> {
     pub state: &'a mut PassState,
 }
 
-/// Attention sublayer over a batch of `n` consecutive positions starting at `pos`.
+/// Attention sublayer over a batch of `n` consecutive positions starting at `pos`. A block
+/// implements `forward` or `forward_segments` (or both): each defaults to the other.
 pub trait AttentionBlock: Send + Sync {
     /// `x`: normed input `[n, hidden]`; writes `out` `[n, hidden]` and appends the `n`
     /// positions to `cache` (whose length is `pos` on entry). Row `i` must be computed exactly
-    /// as it would be alone (batch invariance).
+    /// as it would be alone (batch invariance). The default is `forward_segments` on one
+    /// segment.
     fn forward(
         &self,
         x: &[f32],
@@ -122,7 +124,15 @@ pub trait AttentionBlock: Send + Sync {
         cache: &mut KvCache,
         state: &mut PassState,
         out: &mut [f32],
-    );
+    ) {
+        let mut seg = [Segment {
+            n,
+            pos,
+            caches: std::slice::from_mut(cache),
+            state,
+        }];
+        self.forward_segments(x, 0, &mut seg, out);
+    }
 
     /// Several sequences at once (continuous batching): `x` holds the segments' rows back to
     /// back, and layer `layer` of each segment's caches is used. Row results must equal
