@@ -168,13 +168,18 @@ impl Dequantize for BlockQ6K {
     }
 }
 
+/// 32 codebook values from 16 bytes of nibbles (low nibbles are elements 0..16), times `d`.
+#[inline]
+fn dequantize_lut(d: f32, lut: &[i8; 16], qs: &[u8], out: &mut [f32]) {
+    for (j, &q) in qs.iter().enumerate() {
+        out[j] = d * lut[(q & 0x0F) as usize] as f32;
+        out[j + 16] = d * lut[(q >> 4) as usize] as f32;
+    }
+}
+
 impl Dequantize for BlockIQ4NL {
     fn dequantize(&self, out: &mut [f32]) {
-        let d = f16_to_f32(self.d);
-        for (j, &q) in self.qs.iter().enumerate() {
-            out[j] = d * IQ4NL_VALUES[(q & 0x0F) as usize] as f32;
-            out[j + 16] = d * IQ4NL_VALUES[(q >> 4) as usize] as f32;
-        }
+        dequantize_lut(f16_to_f32(self.d), &IQ4NL_VALUES, &self.qs, out);
     }
 }
 
@@ -182,23 +187,15 @@ impl Dequantize for BlockIQ4XS {
     fn dequantize(&self, out: &mut [f32]) {
         let d = f16_to_f32(self.d);
         for (ib, ls) in iq4xs_scales(self).into_iter().enumerate() {
-            let dl = d * ls as f32;
             let qs = &self.qs[16 * ib..16 * ib + 16];
-            for (j, &q) in qs.iter().enumerate() {
-                out[32 * ib + j] = dl * IQ4NL_VALUES[(q & 0x0F) as usize] as f32;
-                out[32 * ib + j + 16] = dl * IQ4NL_VALUES[(q >> 4) as usize] as f32;
-            }
+            dequantize_lut(d * ls as f32, &IQ4NL_VALUES, qs, &mut out[32 * ib..]);
         }
     }
 }
 
 impl Dequantize for BlockMXFP4 {
     fn dequantize(&self, out: &mut [f32]) {
-        let d = e8m0_to_f32_half(self.e);
-        for (j, &q) in self.qs.iter().enumerate() {
-            out[j] = d * MXFP4_VALUES[(q & 0x0F) as usize] as f32;
-            out[j + 16] = d * MXFP4_VALUES[(q >> 4) as usize] as f32;
-        }
+        dequantize_lut(e8m0_to_f32_half(self.e), &MXFP4_VALUES, &self.qs, out);
     }
 }
 
