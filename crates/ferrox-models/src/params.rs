@@ -81,8 +81,8 @@ pub fn param_counts(c: &ModelConfig) -> ParamCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::glm_5_2;
     use crate::arch::load_hf_config;
+    use crate::config::glm_5_2;
     use std::path::Path;
 
     #[test]

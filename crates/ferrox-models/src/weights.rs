@@ -334,10 +334,7 @@ impl Bound {
                 one(spec, Some(l))?;
             }
         }
-        Ok(Bound {
-            map,
-            stored: names,
-        })
+        Ok(Bound { map, stored: names })
     }
 
     /// Drops the source files' pages from resident memory (see `Bytes::release_owner`). Loaders
