@@ -1,23 +1,27 @@
 //! `ferrox bench -o json` on a real model: a JSON array with llama-bench's field names, one
 //! entry per test, with plausible values.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn bench_json_has_llama_bench_fields() {
-    let model = ferrox_models::hub::ensure_model("gemma3:270m").expect("gemma3:270m");
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .args(["bench", "-m"])
-        .arg(&model)
-        .args(["-p", "8", "-n", "4", "-r", "2", "-t", "2", "-o", "json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is JSON");
+    let model = common::model("gemma3:270m");
+    let stdout = common::ferrox_ok([
+        "bench",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "-t",
+        "2",
+        "-o",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is JSON");
     let rows = v.as_array().expect("a JSON array");
     assert_eq!(rows.len(), 2, "one pp and one tg test");
     for (row, (p, g)) in rows.iter().zip([(8, 0), (0, 4)]) {

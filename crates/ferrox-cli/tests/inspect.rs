@@ -1,36 +1,13 @@
 //! `ferrox inspect` on the real models: the tensor table is complete and the file is not read
 //! into memory (peak RSS of the child stays far below the model size).
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::ffi::OsStr;
 
-/// A catalog model's file, pulled by the hub when missing (never skipped).
-fn model(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
-}
+mod common;
+use common::model;
 
-/// Peak RSS in KiB over all children waited for so far.
-fn children_max_rss_kib() -> i64 {
-    // SAFETY: getrusage only writes the zeroed struct we pass.
-    unsafe {
-        let mut u: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_CHILDREN, &mut u), 0);
-        u.ru_maxrss
-    }
-}
-
-fn inspect(model: impl AsRef<std::ffi::OsStr>) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .arg("inspect")
-        .arg(model)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+fn inspect(model: impl AsRef<OsStr>) -> String {
+    common::ferrox_ok([OsStr::new("inspect"), model.as_ref()])
 }
 
 fn tensor_rows(out: &str) -> usize {
@@ -60,9 +37,9 @@ fn inspect_real_models() {
     let size_kib = std::fs::metadata(&qwen_path).unwrap().len() / 1024;
     let qwen = inspect(&qwen_path);
     assert_eq!(tensor_rows(&qwen), 291);
-    let rss = children_max_rss_kib();
+    let rss = common::children_max_rss() / 1024;
     assert!(
-        rss < 64 * 1024 && (rss as u64) < size_kib / 4,
+        rss < 64 * 1024 && rss < size_kib / 4,
         "inspect peak RSS {rss} KiB for a {size_kib} KiB model"
     );
 }
@@ -71,11 +48,7 @@ fn inspect_real_models() {
 fn inspect_refuses_garbage() {
     let p = std::env::temp_dir().join(format!("ferrox-inspect-{}.gguf", std::process::id()));
     std::fs::write(&p, b"GGUF\x03\0\0\0\xff\xff\xff\xff\xff\xff\xff\xff").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .arg("inspect")
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = common::ferrox([OsStr::new("inspect"), p.as_os_str()]);
     std::fs::remove_file(&p).unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);

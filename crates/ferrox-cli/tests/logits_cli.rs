@@ -1,7 +1,8 @@
 //! `ferrox logits` end to end on a tiny checkpoint: the written .npy equals transformers'.
 
 use std::path::Path;
-use std::process::Command;
+
+mod common;
 
 fn read_npy(path: &Path) -> (String, Vec<f32>) {
     let b = std::fs::read(path).unwrap();
@@ -22,14 +23,10 @@ fn logits_all_matches_transformers_on_tiny_llama() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../ferrox-models/tests/fixtures/hf-tiny/llama");
     let ids = "328,384,353,219,207,297,389,171,312,166,505,106,86,86,133,180,256,432,78,401,490,209,394,411";
     let out = std::env::temp_dir().join(format!("ferrox-logits-{}.npy", std::process::id()));
-    let st = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .args(["logits", "-m"])
-        .arg(&dir)
-        .args(["--ids", ids, "--all", "-o"])
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let (dir_arg, out_arg) = (dir.to_str().unwrap(), out.to_str().unwrap());
+    common::ferrox_ok([
+        "logits", "-m", dir_arg, "--ids", ids, "--all", "-o", out_arg,
+    ]);
     let (header, all) = read_npy(&out);
     let (_, want) = read_npy(&dir.join("logits.npy"));
     std::fs::remove_file(&out).ok();
@@ -42,14 +39,7 @@ fn logits_all_matches_transformers_on_tiny_llama() {
     assert!(worst < 1e-4, "max abs diff {worst}");
 
     // Last position only by default.
-    let st = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .args(["logits", "-m"])
-        .arg(&dir)
-        .args(["--ids", ids, "-o"])
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    common::ferrox_ok(["logits", "-m", dir_arg, "--ids", ids, "-o", out_arg]);
     let (header, got) = read_npy(&out);
     std::fs::remove_file(&out).ok();
     assert!(header.contains("'shape': (1, 512)"), "{header}");

@@ -2,7 +2,7 @@
 //! file plus its KV cache plus 64 MiB, on the three real models. Repacked weights replace the
 //! file's pages rather than add to them; the tokenizer, scratch and logits share the 64 MiB.
 
-use std::process::{Command, Stdio};
+mod common;
 
 /// `(catalog name, layers, kv heads, head dim)`.
 const MODELS: [(&str, u64, u64, u64); 3] = [
@@ -11,40 +11,26 @@ const MODELS: [(&str, u64, u64, u64); 3] = [
     ("qwen2.5-coder:1.5b-instruct", 28, 2, 128),
 ];
 
-/// Largest resident set of any child this process has waited for, in bytes.
-fn children_max_rss() -> u64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) },
-        0
-    );
-    ru.ru_maxrss as u64 * 1024
-}
-
 #[test]
 fn peak_rss_is_the_model_plus_kv_plus_64_mib() {
-    let bin = env!("CARGO_BIN_EXE_ferrox");
     // Smallest model first: the children's maximum only grows, and so do the budgets.
     for (name, layers, kv_heads, head_dim) in MODELS {
-        let path = ferrox_models::hub::ensure_model(name).expect(name);
-        let file = std::fs::metadata(&path).unwrap().len();
-        let out = Command::new(bin)
-            .args(["run", "-m", name, "--temp", "0", "-n", "128"])
-            .arg("Write a long story about a robot who learns to paint.")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let file = std::fs::metadata(common::model(name)).unwrap().len();
+        common::ferrox_ok([
+            "run",
+            "-m",
+            name,
+            "--temp",
+            "0",
+            "-n",
+            "128",
+            "Write a long story about a robot who learns to paint.",
+        ]);
         // f32 keys and values; the cache grows 256 positions at a time, which covers the
         // prompt and the 128 new tokens.
         let kv = layers * kv_heads * head_dim * 2 * 4 * 256;
         let budget = file + kv + (64 << 20);
-        let peak = children_max_rss();
+        let peak = common::children_max_rss();
         eprintln!(
             "{name}: peak {:.1} MiB, budget {:.1} MiB (file {:.1} + KV {:.1} + 64)",
             peak as f64 / 1048576.0,

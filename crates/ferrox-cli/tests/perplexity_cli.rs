@@ -4,22 +4,22 @@
 //! and qwen2.5-coder:0.5b-instruct 8.8342 (ferrox: 8.8278). The last stdout line is exactly
 //! `PPL = <value>`.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn perplexity_of_four_chunks_is_within_one_percent_of_llama_cpp() {
     let text = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/ppl.txt");
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .args(["perplexity", "-m", "gemma3:270m", "-f", text, "-c", "512"])
-        .args(["--chunks", "4"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stdout = common::ferrox_ok([
+        "perplexity",
+        "-m",
+        "gemma3:270m",
+        "-f",
+        text,
+        "-c",
+        "512",
+        "--chunks",
+        "4",
+    ]);
     let last = stdout.lines().last().unwrap();
     let ppl: f64 = last
         .strip_prefix("PPL = ")

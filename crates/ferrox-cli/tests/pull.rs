@@ -6,21 +6,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
 const GEMMA_BYTES: u64 = 253_113_024;
 
+/// `ferrox` with its models in `home`.
 fn ferrox(home: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrox"));
+    let mut c = common::command();
     c.env("FERROX_HOME", home);
     c
 }
 
 fn pull(home: &Path) -> (PathBuf, Duration, String) {
     let t = Instant::now();
-    let out = ferrox(home).args(["pull", "gemma3:270m"]).output().unwrap();
+    let out = common::succeeded(ferrox(home).args(["pull", "gemma3:270m"]).output().unwrap());
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "pull failed: {err}");
-    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stdout = common::stdout(&out);
     // stdout is exactly the path, so `ferrox inspect $(ferrox pull ...)` works.
     assert_eq!(stdout.lines().count(), 1, "{stdout:?}");
     (PathBuf::from(stdout.trim_end()), t.elapsed(), err)
@@ -86,28 +88,21 @@ fn killed_pull_resumes_to_a_verified_file_and_second_pull_downloads_nothing() {
     assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
 
     // 4. The printed path is what inspect takes.
-    let out = ferrox(home.path())
-        .arg("inspect")
-        .arg(&again)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        ferrox(home.path())
+            .arg("inspect")
+            .arg(&again)
+            .output()
+            .unwrap(),
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("* Dumping 236 tensor(s)"));
+    assert!(common::stdout(&out).contains("* Dumping 236 tensor(s)"));
 }
 
 #[test]
 fn list_shows_the_catalog() {
     let home = tempfile::tempdir().unwrap();
-    let out = ferrox(home.path())
-        .args(["pull", "--list"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let s = String::from_utf8(out.stdout).unwrap();
+    let out = ferrox(home.path()).args(["pull", "--list"]).output();
+    let s = common::stdout(&common::succeeded(out.unwrap()));
     for name in [
         "qwen2.5-coder:0.5b-instruct",
         "gemma3:270m",

@@ -3,10 +3,17 @@
 //! turns share one conversation.
 
 use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
+mod common;
+use common::stdout;
+
+/// A successful `ferrox ARGS`, fed `stdin` when given.
 fn ferrox(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+    let Some(text) = stdin else {
+        return common::ferrox_checked(args);
+    };
+    let mut child = common::command()
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -14,21 +21,9 @@ fn ferrox(args: &[&str], stdin: Option<&str>) -> Output {
         .spawn()
         .unwrap();
     let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).unwrap();
-    }
+    input.write_all(text.as_bytes()).unwrap();
     drop(input);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "ferrox {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
+    common::succeeded(child.wait_with_output().unwrap())
 }
 
 #[test]

@@ -1,20 +1,8 @@
 //! `ferrox run` speculates by default: stdout is exactly the `--no-spec` text (greedy and
 //! seeded sampling), and `--verbose` reports the speculation statistics on stderr only.
 
-use std::process::{Command, Output};
-
-fn ferrox(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ferrox {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+mod common;
+use common::ferrox_checked as ferrox;
 
 #[test]
 fn speculative_run_prints_the_plain_text_and_reports_stats() {
@@ -23,8 +11,8 @@ fn speculative_run_prints_the_plain_text_and_reports_stats() {
         let mut args = vec!["run", "-m", "qwen2.5-coder:0.5b-instruct", "-n", "64"];
         args.extend_from_slice(sampling);
         args.push(prompt);
-        let plain = ferrox(&[&args[..], &["--no-spec"]].concat());
-        let spec = ferrox(&[&args[..], &["--verbose"]].concat());
+        let plain = ferrox([&args[..], &["--no-spec"]].concat());
+        let spec = ferrox([&args[..], &["--verbose"]].concat());
         assert_eq!(
             String::from_utf8_lossy(&spec.stdout),
             String::from_utf8_lossy(&plain.stdout),

@@ -5,7 +5,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use ferrox_models::hub::{ensure_model, DEFAULT_MODEL};
+mod common;
+use common::DEFAULT_MODEL;
 
 const PROMPT: &str = "Write a Python function that checks whether a number is prime.";
 const N: usize = 32;
@@ -20,7 +21,7 @@ impl Drop for Server {
 }
 
 fn start(model: &str) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrox"))
+    let mut child = common::command()
         .args([
             "serve",
             "-m",
@@ -56,28 +57,14 @@ fn start(model: &str) -> (Server, String) {
 
 /// What `ferrox run` prints for the prompt, greedy (its stdout ends with one newline).
 fn cli_greedy(model: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .args([
-            "run",
-            "-m",
-            model,
-            "--temp",
-            "0",
-            "-n",
-            &N.to_string(),
-            PROMPT,
-        ])
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
+    let n = N.to_string();
+    let text = common::ferrox_ok(["run", "-m", model, "--temp", "0", "-n", &n, PROMPT]);
     text.strip_suffix('\n').unwrap_or(&text).to_string()
 }
 
 #[test]
 fn openai_client_chat_and_completions_match_greedy_generation() {
-    let path = ensure_model(DEFAULT_MODEL).unwrap();
+    let path = common::model(DEFAULT_MODEL);
     let expected = cli_greedy(path.to_str().unwrap());
     assert!(!expected.trim().is_empty());
 

@@ -1,12 +1,11 @@
 //! `ferrox tokenize`: `--ids` prints exactly one JSON array equal to llama-tokenize's, for each
 //! flag variant; the default form prints `id -> 'piece'` lines.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::ffi::OsStr;
+use std::path::Path;
 
-fn model(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
-}
+mod common;
+use common::model;
 
 fn fixture(name: &str) -> serde_json::Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -16,21 +15,13 @@ fn fixture(name: &str) -> serde_json::Value {
 }
 
 fn tokenize(model: &Path, text_file: &Path, flags: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
-        .arg("tokenize")
-        .arg("-m")
-        .arg(model)
-        .arg("-f")
-        .arg(text_file)
-        .args(flags)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let head = ["tokenize".as_ref(), "-m".as_ref(), model.as_os_str()];
+    let file = ["-f".as_ref(), text_file.as_os_str()];
+    common::ferrox_ok(
+        head.into_iter()
+            .chain(file)
+            .chain(flags.iter().map(OsStr::new)),
+    )
 }
 
 #[test]

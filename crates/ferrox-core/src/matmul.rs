@@ -25,11 +25,7 @@ pub struct WeightMatrix {
 
 impl WeightMatrix {
     pub fn new(ty: GgmlType, rows: usize, cols: usize, data: Bytes) -> Result<Self, QuantError> {
-        let row_bytes = ty.row_bytes(cols).ok_or(QuantError::Misaligned {
-            ty,
-            cols,
-            block: ty.block_size(),
-        })?;
+        let row_bytes = ty.row_bytes_checked(cols)?;
         let expected = row_bytes.checked_mul(rows).ok_or(QuantError::Length {
             got: data.len(),
             expected: usize::MAX,

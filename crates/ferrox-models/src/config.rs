@@ -340,3 +340,19 @@ pub fn glm_5_2() -> ModelConfig {
     });
     cfg
 }
+
+/// [`glm_5_2`] shrunk for tests (the speculation tests' model): tiny width and MoE, GLM-5's
+/// MLA, DSA and layer kinds kept.
+pub fn glm_5_2_tiny() -> ModelConfig {
+    let mut c = glm_5_2();
+    c.hidden_dim = 16;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 4;
+    c.moe.hidden_dim = 16;
+    c.moe.n_experts = 6;
+    c.moe.n_experts_active = 2;
+    c.moe.n_shared_experts = 1;
+    c.moe.expert_ffn_dim = 8;
+    c
+}

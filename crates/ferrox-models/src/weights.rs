@@ -310,7 +310,11 @@ impl Bound {
                 names.entry(logical.clone()).or_insert(stored.clone());
             }
             // `-`: the tensor has no name in this naming scheme.
-            let found = if stored == "-" { None } else { src.tensor(&stored) };
+            let found = if stored == "-" {
+                None
+            } else {
+                src.tensor(&stored)
+            };
             let Some(t) = found else {
                 if spec.required {
                     return Err(LoadError::MissingTensor(stored));

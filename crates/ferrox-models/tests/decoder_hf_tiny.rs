@@ -2,19 +2,12 @@
 //! every position within 1e-4, greedy continuation exact, batch rows equal token-by-token rows.
 
 mod common;
-use common::tiny::{check_tiny_greedy, check_tiny_logits};
+use common::tiny::{
+    check_hf_greedy as check_greedy, check_hf_logits as check_logits, check_tiny_greedy,
+    check_tiny_logits,
+};
 use common::*;
 use ferrox_models::decoder::Decoder;
-
-fn check_logits(arch: &str) {
-    let dir = fixture(&format!("hf-tiny/{arch}"));
-    check_tiny_logits(&dir, &dir);
-}
-
-fn check_greedy(arch: &str) {
-    let dir = fixture(&format!("hf-tiny/{arch}"));
-    check_tiny_greedy(&dir, &dir);
-}
 
 #[test]
 fn llama_logits() {

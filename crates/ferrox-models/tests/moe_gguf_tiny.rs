@@ -48,24 +48,7 @@ fn check_config(arch: &str) {
     );
 }
 
-macro_rules! arch_tests {
-    ($($name:ident => $dir:literal),* $(,)?) => {
-        mod logits {
-            use super::*;
-            $(#[test] fn $name() { check_logits($dir); })*
-        }
-        mod greedy {
-            use super::*;
-            $(#[test] fn $name() { check_greedy($dir); })*
-        }
-        mod config {
-            use super::*;
-            $(#[test] fn $name() { check_config($dir); })*
-        }
-    };
-}
-
-arch_tests! {
+common::tiny::arch_tests!([logits: check_logits, greedy: check_greedy, config: check_config] {
     glm4 => "glm4",
     glm4_moe => "glm4_moe",
     glm4_moe_lite => "glm4_moe_lite",
@@ -75,7 +58,7 @@ arch_tests! {
     deepseek_v32 => "deepseek_v32",
     qwen3_moe => "qwen3_moe",
     mixtral => "mixtral",
-}
+});
 
 #[test]
 fn files_use_llama_cpp_arch_names_and_split_mla() {

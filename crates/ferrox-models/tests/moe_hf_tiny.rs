@@ -3,33 +3,9 @@
 //! token-by-token rows bit-identical to the batch.
 
 mod common;
-use common::tiny::{check_tiny_greedy, check_tiny_logits};
-use common::*;
+use common::tiny::{check_hf_greedy, check_hf_logits};
 
-fn check_logits(arch: &str) {
-    let dir = fixture(&format!("hf-tiny/{arch}"));
-    check_tiny_logits(&dir, &dir);
-}
-
-fn check_greedy(arch: &str) {
-    let dir = fixture(&format!("hf-tiny/{arch}"));
-    check_tiny_greedy(&dir, &dir);
-}
-
-macro_rules! arch_tests {
-    ($($name:ident => $dir:literal),* $(,)?) => {
-        mod logits {
-            use super::*;
-            $(#[test] fn $name() { check_logits($dir); })*
-        }
-        mod greedy {
-            use super::*;
-            $(#[test] fn $name() { check_greedy($dir); })*
-        }
-    };
-}
-
-arch_tests! {
+common::tiny::arch_tests!([logits: check_hf_logits, greedy: check_hf_greedy] {
     glm4 => "glm4",
     glm4_moe => "glm4_moe",
     glm4_moe_lite => "glm4_moe_lite",
@@ -42,4 +18,4 @@ arch_tests! {
     qwen2_moe => "qwen2_moe",
     olmoe => "olmoe",
     granitemoe => "granitemoe",
-}
+});

@@ -5,31 +5,20 @@
 //! Speculation equals plain decoding token for token: greedy (penalties included) and sampled
 //! with a fixed seed.
 
-use ferrox_models::config::glm_5_2;
+use ferrox_models::config::glm_5_2_tiny;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::{GenerateParams, Session};
 use ferrox_models::sampling::{draw, Candidate, Sampler, SamplerConfig};
 use ferrox_models::speculative::{
     verify, AdaptiveDraft, Drafter, LongestMatchDrafter, Speculation,
 };
-use ferrox_models::ModelConfig;
 use std::collections::HashMap;
 
 const VOCAB: usize = 6;
 const DEPTH: usize = 3;
 
 fn tiny() -> Decoder {
-    let mut c: ModelConfig = glm_5_2();
-    c.hidden_dim = 16;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 4;
-    c.moe.hidden_dim = 16;
-    c.moe.n_experts = 6;
-    c.moe.n_experts_active = 2;
-    c.moe.n_shared_experts = 1;
-    c.moe.expert_ffn_dim = 8;
-    Decoder::new_random_small(c, 2, VOCAB)
+    Decoder::new_random_small(glm_5_2_tiny(), 2, VOCAB)
 }
 
 /// Every stage of the chain active: penalties (so the accepted drafts must enter the history),

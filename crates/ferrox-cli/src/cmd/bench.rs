@@ -113,6 +113,13 @@ struct ModelSizes {
     read_per_token: u64,
 }
 
+impl ModelSizes {
+    /// Weight bandwidth of decoding at `tokens_per_s`.
+    fn gb_per_s(&self, tokens_per_s: f64) -> f64 {
+        tokens_per_s * self.read_per_token as f64 / 1e9
+    }
+}
+
 fn model_sizes(dec: &Decoder) -> ModelSizes {
     let (size, params) = match &dec.gguf {
         Some(g) => g
@@ -223,104 +230,127 @@ fn run_model(a: ModelArgs) -> anyhow::Result<()> {
     let eng = engine::load(a.model.as_deref(), a.output == Format::Md)?;
     let dec = &eng.decoder;
     let sizes = model_sizes(dec);
-    let mut toks = TokenStream(42);
-    let mut results = Vec::new();
-    pool.install(|| {
-        for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
-            results.push(TestResult {
-                n_prompt: p,
-                n_gen: 0,
-                samples_ns: time_prompt(dec, p, a.reps, &mut toks),
-            });
-        }
-        for &g in a.n_gen.iter().filter(|&&g| g > 0) {
-            results.push(TestResult {
-                n_prompt: 0,
-                n_gen: g,
-                samples_ns: time_gen(dec, g, a.reps, &mut toks),
-            });
-        }
-    });
-    let filename = eng.path.display().to_string();
-    let model_type = format!("{:?} {}", dec.config.arch, type_name(dec));
+    let results = pool.install(|| run_tests(dec, &a));
+    let model = Model {
+        filename: eng.path.display().to_string(),
+        model_type: format!("{:?} {}", dec.config.arch, type_name(dec)),
+        sizes,
+    };
     match a.output {
-        Format::Json => {
-            let rows: Vec<_> = results
-                .iter()
-                .map(|r| {
-                    let ts = r.samples_ts();
-                    let (avg_ts, stddev_ts) = mean_sd(&ts);
-                    let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
-                    let (avg_ns, stddev_ns) = mean_sd(&ns);
-                    let gbs = if r.n_gen > 0 {
-                        avg_ts * sizes.read_per_token as f64 / 1e9
-                    } else {
-                        0.0
-                    };
-                    json!({
-                        "build_commit": env!("CARGO_PKG_VERSION"),
-                        "backends": "CPU",
-                        "model_filename": filename,
-                        "model_type": model_type,
-                        "model_size": sizes.size,
-                        "model_n_params": sizes.params,
-                        "n_batch": r.n_prompt.max(1),
-                        "n_threads": a.threads,
-                        "n_prompt": r.n_prompt,
-                        "n_gen": r.n_gen,
-                        "n_depth": 0,
-                        "avg_ns": avg_ns as u64,
-                        "stddev_ns": stddev_ns as u64,
-                        "avg_ts": avg_ts,
-                        "stddev_ts": stddev_ts,
-                        "samples_ns": r.samples_ns,
-                        "samples_ts": ts,
-                        "weight_bytes_per_token": sizes.read_per_token,
-                        "gb_per_s": gbs,
-                        "roofline_fraction": gbs / a.bandwidth,
-                    })
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        }
+        Format::Json => print_json(&model, &results, &a),
         Format::Md => {
-            println!(
-                "| model | size | params | backend | threads | test | t/s | GB/s | roofline |"
-            );
-            println!("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
-            for r in &results {
-                let (m, sd) = mean_sd(&r.samples_ts());
-                let (gbs, roof) = if r.n_gen > 0 {
-                    let g = m * sizes.read_per_token as f64 / 1e9;
-                    (
-                        format!("{g:.1}"),
-                        format!("{:.0}%", 100.0 * g / a.bandwidth),
-                    )
-                } else {
-                    ("".into(), "".into())
-                };
-                println!(
-                    "| {} | {:.2} MiB | {:.2} M | CPU | {} | {} | {:.2} ± {:.2} | {} | {} |",
-                    model_type,
-                    sizes.size as f64 / (1u64 << 20) as f64,
-                    sizes.params as f64 / 1e6,
-                    a.threads,
-                    r.name(),
-                    m,
-                    sd,
-                    gbs,
-                    roof
-                );
-            }
-            println!(
-                "\nweights read per decoded token: {:.1} MB; roofline at {} GB/s: {:.1} tok/s",
-                sizes.read_per_token as f64 / 1e6,
-                a.bandwidth,
-                a.bandwidth * 1e9 / sizes.read_per_token.max(1) as f64
-            );
+            print_md(&model, &results, &a);
+            Ok(())
         }
     }
+}
+
+/// The `pp` tests, then the `tg` tests, one token stream through all of them.
+fn run_tests(dec: &Decoder, a: &ModelArgs) -> Vec<TestResult> {
+    let mut toks = TokenStream(42);
+    let mut results = Vec::new();
+    for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
+        results.push(TestResult {
+            n_prompt: p,
+            n_gen: 0,
+            samples_ns: time_prompt(dec, p, a.reps, &mut toks),
+        });
+    }
+    for &g in a.n_gen.iter().filter(|&&g| g > 0) {
+        results.push(TestResult {
+            n_prompt: 0,
+            n_gen: g,
+            samples_ns: time_gen(dec, g, a.reps, &mut toks),
+        });
+    }
+    results
+}
+
+/// What the report says about the model.
+struct Model {
+    filename: String,
+    model_type: String,
+    sizes: ModelSizes,
+}
+
+/// llama-bench's JSON rows, plus the decode bandwidth and roofline fraction.
+fn print_json(model: &Model, results: &[TestResult], a: &ModelArgs) -> anyhow::Result<()> {
+    let sizes = &model.sizes;
+    let rows: Vec<_> = results
+        .iter()
+        .map(|r| {
+            let ts = r.samples_ts();
+            let (avg_ts, stddev_ts) = mean_sd(&ts);
+            let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+            let (avg_ns, stddev_ns) = mean_sd(&ns);
+            let gbs = if r.n_gen > 0 {
+                sizes.gb_per_s(avg_ts)
+            } else {
+                0.0
+            };
+            json!({
+                "build_commit": env!("CARGO_PKG_VERSION"),
+                "backends": "CPU",
+                "model_filename": model.filename,
+                "model_type": model.model_type,
+                "model_size": sizes.size,
+                "model_n_params": sizes.params,
+                "n_batch": r.n_prompt.max(1),
+                "n_threads": a.threads,
+                "n_prompt": r.n_prompt,
+                "n_gen": r.n_gen,
+                "n_depth": 0,
+                "avg_ns": avg_ns as u64,
+                "stddev_ns": stddev_ns as u64,
+                "avg_ts": avg_ts,
+                "stddev_ts": stddev_ts,
+                "samples_ns": r.samples_ns,
+                "samples_ts": ts,
+                "weight_bytes_per_token": sizes.read_per_token,
+                "gb_per_s": gbs,
+                "roofline_fraction": gbs / a.bandwidth,
+            })
+        })
+        .collect();
+    println!("{}", serde_json::to_string_pretty(&rows)?);
     Ok(())
+}
+
+/// llama-bench's markdown table, plus the decode bandwidth and roofline columns.
+fn print_md(model: &Model, results: &[TestResult], a: &ModelArgs) {
+    let sizes = &model.sizes;
+    println!("| model | size | params | backend | threads | test | t/s | GB/s | roofline |");
+    println!("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in results {
+        let (m, sd) = mean_sd(&r.samples_ts());
+        let (gbs, roof) = if r.n_gen > 0 {
+            let g = sizes.gb_per_s(m);
+            (
+                format!("{g:.1}"),
+                format!("{:.0}%", 100.0 * g / a.bandwidth),
+            )
+        } else {
+            ("".into(), "".into())
+        };
+        println!(
+            "| {} | {:.2} MiB | {:.2} M | CPU | {} | {} | {:.2} ± {:.2} | {} | {} |",
+            model.model_type,
+            sizes.size as f64 / (1u64 << 20) as f64,
+            sizes.params as f64 / 1e6,
+            a.threads,
+            r.name(),
+            m,
+            sd,
+            gbs,
+            roof
+        );
+    }
+    println!(
+        "\nweights read per decoded token: {:.1} MB; roofline at {} GB/s: {:.1} tok/s",
+        sizes.read_per_token as f64 / 1e6,
+        a.bandwidth,
+        a.bandwidth * 1e9 / sizes.read_per_token.max(1) as f64
+    );
 }
 
 /// The weight type holding most bytes of the layer matrices (llama-bench prints the file type).

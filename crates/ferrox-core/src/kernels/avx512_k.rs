@@ -127,67 +127,120 @@ pub(super) unsafe fn dot_block(
     let cols = acts.cols();
     let nsb = cols / QK_K;
     let row_bytes = ty.row_bytes(cols).expect("validated by kernels::dot_block");
-    let rows = w.len() / row_bytes;
     let y = &acts.q8k;
     assert!(y.len() >= (t0 + nt) * nsb, "Q8_K activations present");
-    let kind = match ty {
-        GgmlType::Q4K => Q4K,
-        GgmlType::Q5K => Q5K,
-        _ => Q6K,
+    let job = Job {
+        w,
+        row_bytes,
+        rows: w.len() / row_bytes,
+        y,
+        nsb,
+        t0,
+        nt,
+        kind: match ty {
+            GgmlType::Q4K => Q4K,
+            GgmlType::Q5K => Q5K,
+            _ => Q6K,
+        },
     };
-    // For rows r0..r0 + rr, runs `$f(token count, &[activation row; TOK], &mut res)` on each
-    // group of up to TOK tokens and scatters the results.
-    macro_rules! tokens {
-        ($r0:expr, $rr:expr, $f:expr) => {{
-            let (r0, rr) = ($r0, $rr);
-            let mut t = 0;
-            while t < nt {
-                let n = (nt - t).min(TOK);
-                let ys: [*const BlockQ8K; TOK] =
-                    std::array::from_fn(|k| y[(t0 + t + k.min(n - 1)) * nsb..].as_ptr());
-                let mut res = [[0f32; TOK]; ROWS];
-                $f(n, &ys, &mut res);
-                for r in 0..rr {
-                    for k in 0..n {
-                        out[(r0 + r) * nt + t + k] = res[r][k];
-                    }
-                }
-                t += n;
-            }
-        }};
-    }
-    if nt <= DIRECT_MAX {
-        for r0 in (0..rows).step_by(ROWS) {
-            let rr = (rows - r0).min(ROWS);
-            // Missing rows repeat the last one (their results are dropped).
-            let wr: [*const u8; ROWS] =
-                std::array::from_fn(|r| w[(r0 + r.min(rr - 1)) * row_bytes..].as_ptr());
-            tokens!(r0, rr, |n, ys: &[*const BlockQ8K; TOK], res: &mut _| {
-                macro_rules! go {
-                    ($t:literal, $k:ident) => {
-                        // SAFETY: every row pointer starts a row of `nsb` blocks of `kind`;
-                        // every activation row covers `nsb` blocks.
-                        unsafe { direct::<$t, $k>(&wr, nsb, ys, res) }
-                    };
-                }
-                match (n, kind) {
-                    (4, Q4K) => go!(4, Q4K),
-                    (4, Q5K) => go!(4, Q5K),
-                    (4, _) => go!(4, Q6K),
-                    (3, Q4K) => go!(3, Q4K),
-                    (3, Q5K) => go!(3, Q5K),
-                    (3, _) => go!(3, Q6K),
-                    (2, Q4K) => go!(2, Q4K),
-                    (2, Q5K) => go!(2, Q5K),
-                    (2, _) => go!(2, Q6K),
-                    (_, Q4K) => go!(1, Q4K),
-                    (_, Q5K) => go!(1, Q5K),
-                    (_, _) => go!(1, Q6K),
-                }
-            });
+    // SAFETY: forwarded from the caller; the job's shapes are checked above.
+    unsafe {
+        if nt <= DIRECT_MAX {
+            dot_direct(&job, out)
+        } else {
+            dot_decoded(&job, out)
         }
-        return;
     }
+}
+
+/// The operands of one `dot_block` call.
+struct Job<'a> {
+    w: &'a [u8],
+    row_bytes: usize,
+    rows: usize,
+    /// Q8_K activations, `nsb` blocks per token.
+    y: &'a [BlockQ8K],
+    nsb: usize,
+    t0: usize,
+    nt: usize,
+    kind: u8,
+}
+
+impl Job<'_> {
+    /// For rows `r0..r0 + rr`, runs `f(token count, &[activation row; TOK], &mut res)` on each
+    /// group of up to TOK tokens and scatters the results into `out`.
+    #[inline(always)]
+    fn token_groups(
+        &self,
+        out: &mut [f32],
+        r0: usize,
+        rr: usize,
+        mut f: impl FnMut(usize, &[*const BlockQ8K; TOK], &mut [[f32; TOK]; ROWS]),
+    ) {
+        let (nt, nsb) = (self.nt, self.nsb);
+        let mut t = 0;
+        while t < nt {
+            let n = (nt - t).min(TOK);
+            let ys: [*const BlockQ8K; TOK] =
+                std::array::from_fn(|k| self.y[(self.t0 + t + k.min(n - 1)) * nsb..].as_ptr());
+            let mut res = [[0f32; TOK]; ROWS];
+            f(n, &ys, &mut res);
+            for r in 0..rr {
+                for k in 0..n {
+                    out[(r0 + r) * nt + t + k] = res[r][k];
+                }
+            }
+            t += n;
+        }
+    }
+}
+
+/// Up to `DIRECT_MAX` tokens: each super-block decoded straight into registers.
+///
+/// # Safety
+/// As [`dot_block`].
+#[inline(always)]
+unsafe fn dot_direct(job: &Job, out: &mut [f32]) {
+    let (rows, row_bytes, nsb, kind) = (job.rows, job.row_bytes, job.nsb, job.kind);
+    for r0 in (0..rows).step_by(ROWS) {
+        let rr = (rows - r0).min(ROWS);
+        // Missing rows repeat the last one (their results are dropped).
+        let wr: [*const u8; ROWS] =
+            std::array::from_fn(|r| job.w[(r0 + r.min(rr - 1)) * row_bytes..].as_ptr());
+        job.token_groups(out, r0, rr, |n, ys, res| {
+            macro_rules! go {
+                ($t:literal, $k:ident) => {
+                    // SAFETY: every row pointer starts a row of `nsb` blocks of `kind`;
+                    // every activation row covers `nsb` blocks.
+                    unsafe { direct::<$t, $k>(&wr, nsb, ys, res) }
+                };
+            }
+            match (n, kind) {
+                (4, Q4K) => go!(4, Q4K),
+                (4, Q5K) => go!(4, Q5K),
+                (4, _) => go!(4, Q6K),
+                (3, Q4K) => go!(3, Q4K),
+                (3, Q5K) => go!(3, Q5K),
+                (3, _) => go!(3, Q6K),
+                (2, Q4K) => go!(2, Q4K),
+                (2, Q5K) => go!(2, Q5K),
+                (2, _) => go!(2, Q6K),
+                (_, Q4K) => go!(1, Q4K),
+                (_, Q5K) => go!(1, Q5K),
+                (_, _) => go!(1, Q6K),
+            }
+        });
+    }
+}
+
+/// More than `DIRECT_MAX` tokens: four rows at a time decoded once into the scratch, which
+/// every token group reads back.
+///
+/// # Safety
+/// As [`dot_block`].
+#[inline(always)]
+unsafe fn dot_decoded(job: &Job, out: &mut [f32]) {
+    let (rows, row_bytes, nsb, kind) = (job.rows, job.row_bytes, job.nsb, job.kind);
     DECODED.with(|dec| {
         let mut dec = dec.borrow_mut();
         let dec = &mut *dec;
@@ -201,12 +254,12 @@ pub(super) unsafe fn dot_block(
         for r0 in (0..rows).step_by(ROWS) {
             let rr = (rows - r0).min(ROWS);
             let wr: [Option<&[u8]>; ROWS] = std::array::from_fn(|r| {
-                (r < rr).then(|| &w[(r0 + r) * row_bytes..(r0 + r + 1) * row_bytes])
+                (r < rr).then(|| &job.w[(r0 + r) * row_bytes..(r0 + r + 1) * row_bytes])
             });
             // SAFETY: features per the caller; rows are `nsb` blocks of `kind`; the scratch
             // holds `nsb` super-blocks.
             unsafe { decode_rows(kind, &wr, nsb, dec) };
-            tokens!(r0, rr, |n, ys: &[*const BlockQ8K; TOK], res: &mut _| {
+            job.token_groups(out, r0, rr, |n, ys, res| {
                 macro_rules! go {
                     ($t:literal) => {
                         // SAFETY: scratch and every activation row cover `nsb` super-blocks.

@@ -3,17 +3,23 @@
 
 use super::blocks::*;
 
+/// One Q8_0 block: d = amax / 127, q = round-half-away(x / d); returns d (stored as f16).
+#[inline]
+fn quantize_block_q8_0(xb: &[f32], qs: &mut [i8; 32]) -> f32 {
+    let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in qs.iter_mut().zip(xb) {
+        *q = (v * id).round() as i8;
+    }
+    d
+}
+
 /// Q8_0: d = amax / 127, q = round-half-away(x / d), d stored as f16.
 pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), out.len() * 32, "quantize_row_q8_0: length");
     for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        b.d = f32_to_f16(d);
-        for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
-        }
+        b.d = f32_to_f16(quantize_block_q8_0(xb, &mut b.qs));
     }
 }
 
@@ -21,15 +27,9 @@ pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
 pub fn quantize_row_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
     assert_eq!(x.len(), out.len() * 32, "quantize_row_q8_1: length");
     for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
-        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let d = quantize_block_q8_0(xb, &mut b.qs);
         b.d = f32_to_f16(d);
-        let mut sum = 0i32;
-        for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
-            sum += *q as i32;
-        }
+        let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
         b.s = f32_to_f16(sum as f32 * d);
     }
 }

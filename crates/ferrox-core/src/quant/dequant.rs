@@ -29,8 +29,9 @@ impl Dequantize for BlockQ4_1 {
     }
 }
 
+/// The 32 unsigned quants of a Q5_0 / Q5_1 block (subtract 16 for Q5_0's signed value).
 #[inline]
-fn q5_values(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
+pub(super) fn q5_values(qh: [u8; 4], qs: &[u8; 16]) -> [u8; 32] {
     let h = u32::from_le_bytes(qh);
     let mut q = [0u8; 32];
     for j in 0..16 {
@@ -58,21 +59,23 @@ impl Dequantize for BlockQ5_1 {
     }
 }
 
+/// Q8_0 and Q8_1 (whose sum term dequantization ignores): `q·d`.
+fn dequantize_q8(d: [u8; 2], qs: &[i8; 32], out: &mut [f32]) {
+    let d = f16_to_f32(d);
+    for (o, &q) in out.iter_mut().zip(qs) {
+        *o = q as f32 * d;
+    }
+}
+
 impl Dequantize for BlockQ8_0 {
     fn dequantize(&self, out: &mut [f32]) {
-        let d = f16_to_f32(self.d);
-        for (o, &q) in out.iter_mut().zip(&self.qs) {
-            *o = q as f32 * d;
-        }
+        dequantize_q8(self.d, &self.qs, out);
     }
 }
 
 impl Dequantize for BlockQ8_1 {
     fn dequantize(&self, out: &mut [f32]) {
-        let d = f16_to_f32(self.d);
-        for (o, &q) in out.iter_mut().zip(&self.qs) {
-            *o = q as f32 * d;
-        }
+        dequantize_q8(self.d, &self.qs, out);
     }
 }
 
@@ -104,34 +107,42 @@ impl Dequantize for BlockQ3K {
     }
 }
 
+/// The 256 unsigned quants of a Q4_K or Q5_K block: element `l` of 32-element sub-block
+/// `sub` is its nibble of `qs` plus `high(sub, l) << 4` (Q5_K's fifth bit; 0 for Q4_K).
+#[inline(always)]
+pub(super) fn k4_values(qs: &[u8; 128], high: impl Fn(usize, usize) -> u8) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for (e, v) in q.iter_mut().enumerate() {
+        let (sub, l) = (e / 32, e % 32);
+        *v = ((qs[32 * (sub / 2) + l] >> (4 * (sub % 2))) & 0x0F) | (high(sub, l) << 4);
+    }
+    q
+}
+
+/// Q4_K and Q5_K: sub-block `sub` of 32 has scale `d·sc` and min `dmin·m`.
+#[inline(always)]
+fn dequantize_k4([d, dmin]: [[u8; 2]; 2], scales: &[u8; 12], q: [u8; QK_K], out: &mut [f32]) {
+    let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
+    for sub in 0..8 {
+        let (sc, m) = scale_min_k4(sub, scales);
+        let (d1, m1) = (d * sc as f32, dmin * m as f32);
+        for (o, &q) in out[32 * sub..32 * sub + 32].iter_mut().zip(&q[32 * sub..]) {
+            *o = d1 * q as f32 - m1;
+        }
+    }
+}
+
 impl Dequantize for BlockQ4K {
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, dmin) = (f16_to_f32(self.d), f16_to_f32(self.dmin));
-        for sub in 0..8 {
-            let (sc, m) = scale_min_k4(sub, &self.scales);
-            let (d1, m1) = (d * sc as f32, dmin * m as f32);
-            let qs = &self.qs[32 * (sub / 2)..32 * (sub / 2) + 32];
-            let shift = 4 * (sub % 2);
-            for (l, o) in out[32 * sub..32 * sub + 32].iter_mut().enumerate() {
-                *o = d1 * ((qs[l] >> shift) & 0x0F) as f32 - m1;
-            }
-        }
+        let q = k4_values(&self.qs, |_, _| 0);
+        dequantize_k4([self.d, self.dmin], &self.scales, q, out);
     }
 }
 
 impl Dequantize for BlockQ5K {
     fn dequantize(&self, out: &mut [f32]) {
-        let (d, dmin) = (f16_to_f32(self.d), f16_to_f32(self.dmin));
-        for sub in 0..8 {
-            let (sc, m) = scale_min_k4(sub, &self.scales);
-            let (d1, m1) = (d * sc as f32, dmin * m as f32);
-            let qs = &self.qs[32 * (sub / 2)..32 * (sub / 2) + 32];
-            let shift = 4 * (sub % 2);
-            for (l, o) in out[32 * sub..32 * sub + 32].iter_mut().enumerate() {
-                let q = ((qs[l] >> shift) & 0x0F) | (((self.qh[l] >> sub) & 1) << 4);
-                *o = d1 * q as f32 - m1;
-            }
-        }
+        let q = k4_values(&self.qs, |sub, l| (self.qh[l] >> sub) & 1);
+        dequantize_k4([self.d, self.dmin], &self.scales, q, out);
     }
 }
 
@@ -157,13 +168,18 @@ impl Dequantize for BlockQ6K {
     }
 }
 
+/// 32 codebook values from 16 bytes of nibbles (low nibbles are elements 0..16), times `d`.
+#[inline]
+fn dequantize_lut(d: f32, lut: &[i8; 16], qs: &[u8], out: &mut [f32]) {
+    for (j, &q) in qs.iter().enumerate() {
+        out[j] = d * lut[(q & 0x0F) as usize] as f32;
+        out[j + 16] = d * lut[(q >> 4) as usize] as f32;
+    }
+}
+
 impl Dequantize for BlockIQ4NL {
     fn dequantize(&self, out: &mut [f32]) {
-        let d = f16_to_f32(self.d);
-        for (j, &q) in self.qs.iter().enumerate() {
-            out[j] = d * IQ4NL_VALUES[(q & 0x0F) as usize] as f32;
-            out[j + 16] = d * IQ4NL_VALUES[(q >> 4) as usize] as f32;
-        }
+        dequantize_lut(f16_to_f32(self.d), &IQ4NL_VALUES, &self.qs, out);
     }
 }
 
@@ -171,23 +187,15 @@ impl Dequantize for BlockIQ4XS {
     fn dequantize(&self, out: &mut [f32]) {
         let d = f16_to_f32(self.d);
         for (ib, ls) in iq4xs_scales(self).into_iter().enumerate() {
-            let dl = d * ls as f32;
             let qs = &self.qs[16 * ib..16 * ib + 16];
-            for (j, &q) in qs.iter().enumerate() {
-                out[32 * ib + j] = dl * IQ4NL_VALUES[(q & 0x0F) as usize] as f32;
-                out[32 * ib + j + 16] = dl * IQ4NL_VALUES[(q >> 4) as usize] as f32;
-            }
+            dequantize_lut(d * ls as f32, &IQ4NL_VALUES, qs, &mut out[32 * ib..]);
         }
     }
 }
 
 impl Dequantize for BlockMXFP4 {
     fn dequantize(&self, out: &mut [f32]) {
-        let d = e8m0_to_f32_half(self.e);
-        for (j, &q) in self.qs.iter().enumerate() {
-            out[j] = d * MXFP4_VALUES[(q & 0x0F) as usize] as f32;
-            out[j + 16] = d * MXFP4_VALUES[(q >> 4) as usize] as f32;
-        }
+        dequantize_lut(e8m0_to_f32_half(self.e), &MXFP4_VALUES, &self.qs, out);
     }
 }
 

@@ -198,21 +198,29 @@ impl GgmlType {
         }
         (cols / bs).checked_mul(ts)
     }
+
+    /// [`row_bytes`](Self::row_bytes) as a `Misaligned` error when there is none.
+    pub fn row_bytes_checked(self, cols: usize) -> Result<usize, QuantError> {
+        self.row_bytes(cols).ok_or(QuantError::Misaligned {
+            ty: self,
+            cols,
+            block: self.block_size(),
+        })
+    }
+}
+
+/// Checks that `got` bytes are one row of `cols` elements of `ty`.
+fn check_row(ty: GgmlType, cols: usize, got: usize) -> Result<(), QuantError> {
+    let expected = ty.row_bytes_checked(cols)?;
+    if got != expected {
+        return Err(QuantError::Length { got, expected });
+    }
+    Ok(())
 }
 
 /// Dequantizes one row (`out.len()` elements) from its raw bytes.
 pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
-    let expected = ty.row_bytes(out.len()).ok_or(QuantError::Misaligned {
-        ty,
-        cols: out.len(),
-        block: ty.block_size(),
-    })?;
-    if bytes.len() != expected {
-        return Err(QuantError::Length {
-            got: bytes.len(),
-            expected,
-        });
-    }
+    check_row(ty, out.len(), bytes.len())?;
     match ty {
         GgmlType::F32 => {
             for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
@@ -445,17 +453,7 @@ impl ActBuf {
 /// Scalar reference dot product of one weight row (raw bytes of type `ty`) with an activation
 /// row of the paired format.
 pub fn dot_row_ref(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> Result<f32, QuantError> {
-    let expected = ty.row_bytes(a.len()).ok_or(QuantError::Misaligned {
-        ty,
-        cols: a.len(),
-        block: ty.block_size(),
-    })?;
-    if w.len() != expected {
-        return Err(QuantError::Length {
-            got: w.len(),
-            expected,
-        });
-    }
+    check_row(ty, a.len(), w.len())?;
     fn b<B: Block>(w: &[u8]) -> &[B] {
         as_blocks(w).expect("length checked")
     }

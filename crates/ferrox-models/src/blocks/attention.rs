@@ -6,7 +6,7 @@
 //! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
 //! so batched and single-token forwards agree bit for bit.
 
-use super::{AttentionBlock, PassState, RmsNorm, Rope, Segment};
+use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_group, HeadKv};
 use ferrox_core::matmul::WeightMatrix;
@@ -88,14 +88,6 @@ impl StandardAttention {
     }
 }
 
-fn add_bias(y: &mut [f32], b: &Option<Vec<f32>>) {
-    if let Some(b) = b {
-        for row in y.chunks_exact_mut(b.len()) {
-            row.iter_mut().zip(b).for_each(|(v, &bb)| *v += bb);
-        }
-    }
-}
-
 impl StandardAttention {
     /// Projections, RoPE, cache append and attention for every segment, into `s`.
     #[allow(clippy::too_many_arguments)]
@@ -116,9 +108,9 @@ impl StandardAttention {
         self.wq.gemm(x, n, q);
         self.wk.gemm(x, n, k);
         self.wv.gemm(x, n, v);
-        add_bias(q, &self.bq);
-        add_bias(k, &self.bk);
-        add_bias(v, &self.bv);
+        add_bias(q, self.bq.as_deref());
+        add_bias(k, self.bk.as_deref());
+        add_bias(v, self.bv.as_deref());
         let att = grow(&mut s.att, n * qd);
         let mut r0 = 0;
         for seg in segs.iter_mut() {
@@ -198,24 +190,6 @@ thread_local! {
 }
 
 impl AttentionBlock for StandardAttention {
-    fn forward(
-        &self,
-        x: &[f32],
-        n: usize,
-        pos: usize,
-        cache: &mut KvCache,
-        state: &mut PassState,
-        out: &mut [f32],
-    ) {
-        let mut seg = [Segment {
-            n,
-            pos,
-            caches: std::slice::from_mut(cache),
-            state,
-        }];
-        self.forward_segments(x, 0, &mut seg, out);
-    }
-
     /// Projections run once over every segment's rows (one read of the weights for the whole
     /// step); RoPE, the cache append and attention run per segment on its own cache.
     fn forward_segments(&self, x: &[f32], layer: usize, segs: &mut [Segment<'_>], out: &mut [f32]) {

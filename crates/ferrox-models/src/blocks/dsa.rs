@@ -8,7 +8,7 @@
 //! in the layer's `KvCache` as its auxiliary row, so truncation keeps them aligned.
 
 use super::mla::dot;
-use super::{PassState, Rope};
+use super::{zeroed, PassState, Rope};
 use ferrox_core::matmul::WeightMatrix;
 
 /// Padding in `PassState::topk` rows that hold fewer than `topk` positions.
@@ -57,8 +57,7 @@ impl Indexer {
     /// [`Indexer::keys`] into a reused buffer.
     pub fn keys_into(&self, h: &[f32], n: usize, pos: usize, k: &mut Vec<f32>) {
         let di = self.head_dim();
-        k.clear();
-        k.resize(n * di, 0.0);
+        let k = zeroed(k, n * di);
         self.wk.gemm(h, n, k);
         for (t, row) in k.chunks_mut(di).enumerate() {
             layer_norm(row, &self.k_norm_w, &self.k_norm_b, KEY_NORM_EPS);
@@ -108,11 +107,9 @@ impl Indexer {
             }
             return;
         }
-        q.clear();
-        q.resize(n * hi * di, 0.0);
+        let q = zeroed(q, n * hi * di);
         self.wq_b.gemm(q_resid, n, q);
-        w.clear();
-        w.resize(n * hi, 0.0);
+        let w = zeroed(w, n * hi);
         self.weights_proj.gemm(h, n, w);
         let wscale = (hi as f32).powf(-0.5);
         let sscale = (di as f32).powf(-0.5);

@@ -10,38 +10,13 @@
 //! top of the RoPE attention factor.
 
 use super::dsa::{Indexer, IndexerScratch};
-use super::{AttentionBlock, PassState, Rope};
+use super::norm::rms_norm_rows;
+use super::rope::yarn_mscale;
+use super::{add_bias, zeroed, AttentionBlock, PassState, Rope};
 use crate::config::{ModelConfig, RopeConfig, RopeScaling};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
 use std::sync::Mutex;
-
-pub(crate) fn yarn_mscale(scale: f32, m: f32) -> f32 {
-    if scale <= 1.0 {
-        1.0
-    } else {
-        0.1 * m * scale.ln() + 1.0
-    }
-}
-
-/// `x / rms(x) * w` in place.
-pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
-    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
-    let r = 1.0 / (ms + eps).sqrt();
-    for (v, w) in x.iter_mut().zip(w) {
-        *v = *v * r * w;
-    }
-}
-
-pub(crate) fn add_bias(y: &mut [f32], bias: Option<&Vec<f32>>) {
-    if let Some(b) = bias {
-        for row in y.chunks_mut(b.len()) {
-            for (v, b) in row.iter_mut().zip(b) {
-                *v += b;
-            }
-        }
-    }
-}
 
 /// Checkpoint tensors of one MLA layer (HF names in comments).
 #[derive(Debug, Clone)]
@@ -117,13 +92,6 @@ struct MlaScratch {
     ix: IndexerScratch,
 }
 
-/// `v` resized to `n` zeros.
-fn zeroed(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    v.clear();
-    v.resize(n, 0.0);
-    v
-}
-
 /// Latent-space eps of `q_a_layernorm` / `kv_a_layernorm` (built without `eps` in transformers).
 const LATENT_EPS: f32 = 1e-6;
 
@@ -149,7 +117,8 @@ impl Mla {
         } = cfg.rope.scaling
         {
             if mscale_all_dim != 0.0 {
-                let ms = yarn_mscale(factor, mscale_all_dim);
+                // In f32, as MLA's scale has always been computed.
+                let ms = yarn_mscale::<f32>(factor, mscale_all_dim);
                 scale *= ms * ms;
             }
         }
@@ -200,56 +169,62 @@ impl AttentionBlock for Mla {
         state: &mut PassState,
         out: &mut [f32],
     ) {
-        let (nh, dn, dr, dv, rkv) = (self.n_heads, self.dn, self.dr, self.dv, self.rkv);
-        let dq = dn + dr;
-        let d_model = self.w.o.rows();
-        assert_eq!(h.len(), n * d_model, "Mla: input shape");
-
+        assert_eq!(h.len(), n * self.w.o.rows(), "Mla: input shape");
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let MlaScratch {
-            q,
-            q_resid,
-            ckv,
-            q_lat,
-            qn,
-            o_lat,
-            idx,
-            p,
-            attn,
-            vh,
-            ix_keys,
-            ix: ix_scratch,
-        } = &mut *guard;
+        let s = &mut *guard;
+        self.project_queries(h, n, s);
+        self.compress_kv(h, n, pos, s);
+        self.append_to_cache(h, n, pos, cache, state, s);
+        let width = if self.sparse { state.topk_width } else { 0 };
+        self.absorb_queries(n, pos, s);
+        self.attend_latent(cache.keys(), n, pos, &state.topk, width, s);
+        self.project_out(n, s, out);
+    }
+}
 
-        // Queries.
-        let q = zeroed(q, n * nh * dq);
-        let q_resid: Option<&[f32]> = match &self.w.q_a {
+impl Mla {
+    /// Queries `s.q` `[t][head][dn + dr]`, through the normed low-rank residual `s.q_resid`
+    /// when the layer has `q_a`.
+    fn project_queries(&self, h: &[f32], n: usize, s: &mut MlaScratch) {
+        let q = zeroed(&mut s.q, n * self.n_heads * (self.dn + self.dr));
+        match &self.w.q_a {
             Some((qa, norm)) => {
-                let r = zeroed(q_resid, n * qa.rows());
+                let r = zeroed(&mut s.q_resid, n * qa.rows());
                 qa.gemm(h, n, r);
-                add_bias(r, self.w.q_a_bias.as_ref());
-                for row in r.chunks_mut(qa.rows()) {
-                    rms_norm(row, norm, LATENT_EPS);
-                }
+                add_bias(r, self.w.q_a_bias.as_deref());
+                rms_norm_rows::<f32>(r, norm, LATENT_EPS);
                 self.w.q_b.gemm(r, n, q);
-                Some(r)
             }
-            None => {
-                self.w.q_b.gemm(h, n, q);
-                None
-            }
-        };
+            None => self.w.q_b.gemm(h, n, q),
+        }
+    }
 
-        // Compressed KV: normed latent + roped shared key, one cache row per position.
-        let ckv = zeroed(ckv, n * (rkv + dr));
+    /// Compressed KV `s.ckv`: normed latent + roped shared key, one cache row per position.
+    fn compress_kv(&self, h: &[f32], n: usize, pos: usize, s: &mut MlaScratch) {
+        let (dr, rkv) = (self.dr, self.rkv);
+        let ckv = zeroed(&mut s.ckv, n * (rkv + dr));
         self.w.kv_a.gemm(h, n, ckv);
-        add_bias(ckv, self.w.kv_a_bias.as_ref());
+        add_bias(ckv, self.w.kv_a_bias.as_deref());
         for (t, row) in ckv.chunks_mut(rkv + dr).enumerate() {
             let (c, kpe) = row.split_at_mut(rkv);
-            rms_norm(c, &self.w.kv_a_norm, LATENT_EPS);
+            rms_norm_rows::<f32>(c, &self.w.kv_a_norm, LATENT_EPS);
             self.rope.apply(kpe, 1, dr, pos + t);
         }
-        if let Err(e) = cache.ensure_shape(1, rkv + dr, 0) {
+    }
+
+    /// Appends the `s.ckv` rows at `pos` (with the indexer's keys, which then selects
+    /// `state.topk`, on a layer with its own indexer).
+    fn append_to_cache(
+        &self,
+        h: &[f32],
+        n: usize,
+        pos: usize,
+        cache: &mut KvCache,
+        state: &mut PassState,
+        s: &mut MlaScratch,
+    ) {
+        let kw = self.rkv + self.dr;
+        if let Err(e) = cache.ensure_shape(1, kw, 0) {
             panic!("MLA cache: {e}");
         }
         assert!(
@@ -258,41 +233,47 @@ impl AttentionBlock for Mla {
             cache.len()
         );
         cache.truncate(pos);
+        let ckv = &s.ckv;
         match &self.indexer {
             Some(ix) => {
-                ix.keys_into(h, n, pos, ix_keys);
-                let keys = &*ix_keys;
+                ix.keys_into(h, n, pos, &mut s.ix_keys);
+                let keys = &s.ix_keys;
                 cache
                     .ensure_aux_width(ix.head_dim())
                     .expect("MLA cache: indexer width changed on a non-empty cache");
                 for t in 0..n {
-                    let kw = ix.head_dim();
+                    let iw = ix.head_dim();
                     cache.append_with_aux(
-                        &ckv[t * (rkv + dr)..(t + 1) * (rkv + dr)],
+                        &ckv[t * kw..(t + 1) * kw],
                         &[],
-                        &keys[t * kw..(t + 1) * kw],
+                        &keys[t * iw..(t + 1) * iw],
                     );
                 }
-                let qr = q_resid.expect("DSA indexer needs q_lora_rank");
-                ix.select_with(h, qr, n, pos, cache.aux(), state, ix_scratch);
+                assert!(self.w.q_a.is_some(), "DSA indexer needs q_lora_rank");
+                ix.select_with(h, &s.q_resid, n, pos, cache.aux(), state, &mut s.ix);
             }
             None => {
-                for row in ckv.chunks(rkv + dr) {
+                for row in ckv.chunks(kw) {
                     cache.append(row, &[]);
                 }
             }
         }
-        let width = if self.sparse { state.topk_width } else { 0 };
+    }
 
-        // Rope the query's rope part; absorb W_uk into the nope part, head by head.
+    /// Ropes the queries' rope part and absorbs `W_uk` into their nope part, head by head,
+    /// into `s.q_lat` `[head][t][rkv]`.
+    fn absorb_queries(&self, n: usize, pos: usize, s: &mut MlaScratch) {
+        let (nh, dn, dr, rkv) = (self.n_heads, self.dn, self.dr, self.rkv);
+        let dq = dn + dr;
+        let q = &mut s.q;
         for t in 0..n {
             for hd in 0..nh {
                 let off = (t * nh + hd) * dq + dn;
                 self.rope.apply(&mut q[off..off + dr], 1, dr, pos + t);
             }
         }
-        let q_lat = zeroed(q_lat, nh * n * rkv); // [head][t][rkv]
-        let qn = zeroed(qn, n * dn);
+        let q_lat = zeroed(&mut s.q_lat, nh * n * rkv);
+        let qn = zeroed(&mut s.qn, n * dn);
         for hd in 0..nh {
             for t in 0..n {
                 let off = (t * nh + hd) * dq;
@@ -300,18 +281,38 @@ impl AttentionBlock for Mla {
             }
             self.w_uk_t[hd].gemm(qn, n, &mut q_lat[hd * n * rkv..(hd + 1) * n * rkv]);
         }
+    }
 
-        // Scores against the latent cache; attended latent per head.
-        let keys = cache.keys();
-        let kw = rkv + dr;
-        let o_lat = zeroed(o_lat, nh * n * rkv); // [head][t][rkv]
+    /// Scores against the latent cache `keys` (all positions up to the row's, or the row's
+    /// `topk` selection of `width` when non-zero); the attended latent per head into `s.o_lat`
+    /// `[head][t][rkv]`.
+    fn attend_latent(
+        &self,
+        keys: &[f32],
+        n: usize,
+        pos: usize,
+        topk: &[usize],
+        width: usize,
+        s: &mut MlaScratch,
+    ) {
+        let (nh, dn, dr, rkv) = (self.n_heads, self.dn, self.dr, self.rkv);
+        let (dq, kw) = (dn + dr, rkv + dr);
+        let MlaScratch {
+            q,
+            q_lat,
+            o_lat,
+            idx,
+            p,
+            ..
+        } = s;
+        let o_lat = zeroed(o_lat, nh * n * rkv);
         idx.clear();
         p.clear();
         for t in 0..n {
             let last = pos + t;
             idx.clear();
             if width > 0 {
-                let row = &state.topk[t * width..(t + 1) * width];
+                let row = &topk[t * width..(t + 1) * width];
                 idx.extend(row.iter().copied().filter(|&j| j <= last));
             } else {
                 idx.extend(0..=last);
@@ -324,9 +325,9 @@ impl AttentionBlock for Mla {
                 let mut max = f32::NEG_INFINITY;
                 for &j in idx.iter() {
                     let k = &keys[j * kw..(j + 1) * kw];
-                    let s = (dot(ql, &k[..rkv]) + dot(qpe, &k[rkv..])) * self.scale;
-                    max = max.max(s);
-                    p.push(s);
+                    let score = (dot(ql, &k[..rkv]) + dot(qpe, &k[rkv..])) * self.scale;
+                    max = max.max(score);
+                    p.push(score);
                 }
                 let mut sum = 0f32;
                 for v in p.iter_mut() {
@@ -343,19 +344,22 @@ impl AttentionBlock for Mla {
                 }
             }
         }
+    }
 
-        // Values per head, then the output projection.
-        let attn = zeroed(attn, n * nh * dv);
-        let vh = zeroed(vh, n * dv);
+    /// Values per head from the attended latents, then the output projection into `out`.
+    fn project_out(&self, n: usize, s: &mut MlaScratch, out: &mut [f32]) {
+        let (nh, dv, rkv) = (self.n_heads, self.dv, self.rkv);
+        let attn = zeroed(&mut s.attn, n * nh * dv);
+        let vh = zeroed(&mut s.vh, n * dv);
         for hd in 0..nh {
-            self.w_uv[hd].gemm(&o_lat[hd * n * rkv..(hd + 1) * n * rkv], n, vh);
+            self.w_uv[hd].gemm(&s.o_lat[hd * n * rkv..(hd + 1) * n * rkv], n, vh);
             for t in 0..n {
                 attn[(t * nh + hd) * dv..(t * nh + hd + 1) * dv]
                     .copy_from_slice(&vh[t * dv..(t + 1) * dv]);
             }
         }
         self.w.o.gemm(attn, n, out);
-        add_bias(out, self.w.o_bias.as_ref());
+        add_bias(out, self.w.o_bias.as_deref());
     }
 }
 

@@ -18,7 +18,63 @@ pub use rope::Rope;
 
 use ferrox_core::cache::KvCache;
 use std::cell::RefCell;
+use std::iter::Sum;
+use std::ops::{Add, Div, Mul};
 use std::thread::LocalKey;
+
+/// The float width a shared formula is evaluated in (f32 or f64): each caller keeps the width
+/// it has always used, so one implementation serves both without moving any output bit.
+pub trait Real:
+    Copy + PartialOrd + Add<Output = Self> + Mul<Output = Self> + Div<Output = Self> + Sum
+{
+    const ONE: Self;
+    const TENTH: Self;
+    fn from_f32(v: f32) -> Self;
+    fn from_usize(v: usize) -> Self;
+    fn to_f32(self) -> f32;
+    fn ln(self) -> Self;
+}
+
+macro_rules! real {
+    ($t:ty) => {
+        impl Real for $t {
+            const ONE: Self = 1.0;
+            const TENTH: Self = 0.1;
+            fn from_f32(v: f32) -> Self {
+                v as $t
+            }
+            fn from_usize(v: usize) -> Self {
+                v as $t
+            }
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            fn ln(self) -> Self {
+                <$t>::ln(self)
+            }
+        }
+    };
+}
+real!(f32);
+real!(f64);
+
+/// `v` resized to `n` zeros (a reused scratch buffer).
+pub(crate) fn zeroed(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.clear();
+    v.resize(n, 0.0);
+    v
+}
+
+/// Adds `bias` (when there is one) to each row of its width in `y`.
+pub(crate) fn add_bias(y: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(b.len()) {
+            for (v, b) in row.iter_mut().zip(b) {
+                *v += b;
+            }
+        }
+    }
+}
 
 /// Runs `f` on this thread's scratch `key`. Layers run one after another, so one scratch per
 /// block kind and thread serves every layer (per-layer buffers sized for the largest batch
@@ -53,11 +109,13 @@ pub struct Segment<'a> {
     pub state: &'a mut PassState,
 }
 
-/// Attention sublayer over a batch of `n` consecutive positions starting at `pos`.
+/// Attention sublayer over a batch of `n` consecutive positions starting at `pos`. A block
+/// implements `forward` or `forward_segments` (or both): each defaults to the other.
 pub trait AttentionBlock: Send + Sync {
     /// `x`: normed input `[n, hidden]`; writes `out` `[n, hidden]` and appends the `n`
     /// positions to `cache` (whose length is `pos` on entry). Row `i` must be computed exactly
-    /// as it would be alone (batch invariance).
+    /// as it would be alone (batch invariance). The default is `forward_segments` on one
+    /// segment.
     fn forward(
         &self,
         x: &[f32],
@@ -66,7 +124,15 @@ pub trait AttentionBlock: Send + Sync {
         cache: &mut KvCache,
         state: &mut PassState,
         out: &mut [f32],
-    );
+    ) {
+        let mut seg = [Segment {
+            n,
+            pos,
+            caches: std::slice::from_mut(cache),
+            state,
+        }];
+        self.forward_segments(x, 0, &mut seg, out);
+    }
 
     /// Several sequences at once (continuous batching): `x` holds the segments' rows back to
     /// back, and layer `layer` of each segment's caches is used. Row results must equal

@@ -8,7 +8,7 @@
 //! `gemm` per projection), and each token sums its experts in ascending expert order, so a
 //! token's output does not depend on what else is in the batch.
 
-use super::{FfnBlock, GatedMlp};
+use super::{zeroed, FfnBlock, GatedMlp};
 use crate::config::{MoeConfig, RouterScoring};
 use ferrox_core::matmul::WeightMatrix;
 use std::sync::Mutex;
@@ -149,8 +149,7 @@ impl MoeBlock {
         match &self.router {
             None => per_expert[0].extend((0..n).map(|t| (t, 1.0))),
             Some(router) => {
-                logits.clear();
-                logits.resize(n * n_exp, 0.0);
+                let logits = zeroed(logits, n * n_exp);
                 router.gemm(x, n, logits);
                 for t in 0..n {
                     route_into(
@@ -177,8 +176,7 @@ impl MoeBlock {
             for &(t, _) in toks {
                 xs.extend_from_slice(&x[t * d..(t + 1) * d]);
             }
-            ys.clear();
-            ys.resize(m * d, 0.0);
+            let ys = zeroed(ys, m * d);
             self.experts[e].forward(xs, m, ys);
             for (i, &(t, w)) in toks.iter().enumerate() {
                 let dst = &mut out[t * d..(t + 1) * d];
@@ -189,8 +187,7 @@ impl MoeBlock {
         }
 
         if let Some(shared) = &self.shared {
-            ys.clear();
-            ys.resize(n * d, 0.0);
+            let ys = zeroed(ys, n * d);
             shared.forward(x, n, ys);
             gate.clear();
             gate.resize(n, 1.0);

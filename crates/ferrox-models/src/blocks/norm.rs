@@ -1,6 +1,8 @@
 //! RMSNorm (Zhang & Sennrich 2019): `x / sqrt(mean(x²) + eps) * w`. Gemma's `(1 + w)` form is
 //! folded into the weight at load time.
 
+use super::Real;
+
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     pub weight: Vec<f32>,
@@ -24,29 +26,25 @@ impl RmsNorm {
 
     /// Normalizes each row of `x` (rows of `dim()`) into `out`.
     pub fn forward(&self, x: &[f32], out: &mut [f32]) {
-        let d = self.dim();
-        for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-            let s = inv_rms(xr, self.eps);
-            for ((o, &v), &w) in or.iter_mut().zip(xr).zip(&self.weight) {
-                *o = v * s * w;
-            }
-        }
+        out.copy_from_slice(x);
+        self.forward_inplace(out);
     }
 
     /// In place, each row of `dim()`.
     pub fn forward_inplace(&self, x: &mut [f32]) {
-        let d = self.dim();
-        for xr in x.chunks_exact_mut(d) {
-            let s = inv_rms(xr, self.eps);
-            for (v, &w) in xr.iter_mut().zip(&self.weight) {
-                *v = *v * s * w;
-            }
-        }
+        rms_norm_rows::<f64>(x, &self.weight, self.eps);
     }
 }
 
-fn inv_rms(x: &[f32], eps: f32) -> f32 {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let mean = (ss / x.len() as f64) as f32;
-    1.0 / (mean + eps).sqrt()
+/// Normalizes each row of `w.len()` of `x` in place, summing squares in `A`: f64 for
+/// [`RmsNorm`]; f32 for MLA's latent norms (so their outputs stay as they were).
+pub fn rms_norm_rows<A: Real>(x: &mut [f32], w: &[f32], eps: f32) {
+    for xr in x.chunks_exact_mut(w.len()) {
+        let ss: A = xr.iter().map(|&v| A::from_f32(v) * A::from_f32(v)).sum();
+        let mean = (ss / A::from_usize(xr.len())).to_f32();
+        let s = 1.0 / (mean + eps).sqrt();
+        for (v, &w) in xr.iter_mut().zip(w) {
+            *v = *v * s * w;
+        }
+    }
 }

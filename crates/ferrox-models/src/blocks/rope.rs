@@ -3,7 +3,18 @@
 //! Rotates the first `rotary_dim` dims of each head, either as two halves (NeoX,
 //! `rotate_half`) or as adjacent pairs (GPT-J / interleaved).
 
+use super::Real;
 use crate::config::{RopeConfig, RopeScaling};
+
+/// YaRN's magnitude correction for a context stretched `scale` times, `0.1·m·ln(scale) + 1`
+/// (transformers' `yarn_get_mscale`); 1 when not stretched.
+pub fn yarn_mscale<F: Real>(scale: F, m: F) -> F {
+    if scale <= F::ONE {
+        F::ONE
+    } else {
+        F::TENTH * m * scale.ln() + F::ONE
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct Rope {
@@ -64,19 +75,12 @@ impl Rope {
                 mscale,
                 mscale_all_dim,
             } => {
-                let get_mscale = |scale: f64, m: f64| {
-                    if scale <= 1.0 {
-                        1.0
-                    } else {
-                        0.1 * m * scale.ln() + 1.0
-                    }
-                };
                 let factor = factor as f64;
                 attn_factor = if mscale != 0.0 && mscale_all_dim != 0.0 {
-                    (get_mscale(factor, mscale as f64) / get_mscale(factor, mscale_all_dim as f64))
-                        as f32
+                    (yarn_mscale(factor, mscale as f64)
+                        / yarn_mscale(factor, mscale_all_dim as f64)) as f32
                 } else {
-                    get_mscale(factor, 1.0) as f32
+                    yarn_mscale(factor, 1.0) as f32
                 };
                 let theta = cfg.theta as f64;
                 let dim = d as f64;

@@ -1,22 +1,11 @@
 //! The module's own tests of the seed API: lookup, equality with plain greedy, call counts.
 
 use super::*;
-use crate::config::glm_5_2;
 use crate::ModelConfig;
 
 /// glm_5_2() shrunk the way the seed's tests shrink it: tiny width and MoE, GLM-5 MLA/DSA.
 fn shrunk() -> ModelConfig {
-    let mut c = glm_5_2();
-    c.hidden_dim = 16;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 4;
-    c.moe.hidden_dim = 16;
-    c.moe.n_experts = 6;
-    c.moe.n_experts_active = 2;
-    c.moe.n_shared_experts = 1;
-    c.moe.expert_ffn_dim = 8;
-    c
+    crate::config::glm_5_2_tiny()
 }
 
 fn seed_caches(d: &Decoder, n: usize) -> Vec<KvCache> {

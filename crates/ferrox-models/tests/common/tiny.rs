@@ -2,7 +2,7 @@
 //! `model` (a Hugging Face directory or a GGUF file) against transformers' outputs stored in
 //! `reference` (`input_ids.json`, `logits.npy`, `greedy.json`).
 
-use super::{argmax, ids, max_abs_diff, read_json, read_npy_f32};
+use super::{argmax, fixture, ids, max_abs_diff, read_json, read_npy_f32};
 use ferrox_models::decoder::Decoder;
 use std::path::Path;
 
@@ -48,3 +48,32 @@ pub fn check_tiny_greedy(model: &Path, reference: &Path) {
     }
     assert_eq!(got, want, "{name}: greedy continuation");
 }
+
+/// [`check_tiny_logits`] on the `hf-tiny/{arch}` checkpoint itself.
+pub fn check_hf_logits(arch: &str) {
+    let dir = fixture(&format!("hf-tiny/{arch}"));
+    check_tiny_logits(&dir, &dir);
+}
+
+/// [`check_tiny_greedy`] on the `hf-tiny/{arch}` checkpoint itself.
+pub fn check_hf_greedy(arch: &str) {
+    let dir = fixture(&format!("hf-tiny/{arch}"));
+    check_tiny_greedy(&dir, &dir);
+}
+
+/// One module per `module: check` pair, holding a `#[test]` per `name => "fixture"` that calls
+/// `check("fixture")`.
+#[allow(unused_macros)] // only some test files use it
+macro_rules! arch_tests {
+    ([$($module:ident: $check:ident),+ $(,)?] $list:tt) => {
+        $($crate::common::tiny::arch_tests!(@module $module $check $list);)+
+    };
+    (@module $module:ident $check:ident {$($name:ident => $dir:literal),* $(,)?}) => {
+        mod $module {
+            use super::*;
+            $(#[test] fn $name() { $check($dir); })*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use arch_tests;

@@ -1,0 +1,78 @@
+//! Running the `ferrox` binary from the CLI tests.
+// Each test file is its own crate and uses a part of these.
+#![allow(dead_code)]
+
+use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The catalog model used when none is named.
+pub const DEFAULT_MODEL: &str = ferrox_models::hub::DEFAULT_MODEL;
+
+/// A catalog model's file, pulled by the hub when missing (never skipped).
+pub fn model(name: &str) -> PathBuf {
+    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+}
+
+/// The binary under test, for runs that need an environment, a pipe or a spawned child.
+pub fn command() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ferrox"))
+}
+
+/// `ferrox ARGS` run to the end whatever its status, stdin closed, stdout and stderr captured.
+pub fn ferrox<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    command().args(args).output().expect("ferrox starts")
+}
+
+/// The output of a finished run of a hand-built [`command`], asserted successful.
+pub fn succeeded(out: Output) -> Output {
+    check(out, "ferrox")
+}
+
+/// `ferrox ARGS`, asserted successful (with the arguments and stderr in the message).
+pub fn ferrox_checked<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    check(ferrox(&args), &format!("ferrox {args:?}"))
+}
+
+/// The stdout of a successful `ferrox ARGS`.
+pub fn ferrox_ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    stdout(&ferrox_checked(args))
+}
+
+fn check(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// Largest resident set of any child this process has waited for, in bytes.
+pub fn children_max_rss() -> u64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) },
+        0
+    );
+    ru.ru_maxrss as u64 * 1024
+}

@@ -1,0 +1,109 @@
+//! OpenAI-format errors, and the checks every endpoint makes before its own: the API key and
+//! the JSON body.
+
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+
+use super::AppState;
+use crate::api::{ErrorBody, ErrorDetail};
+
+/// An OpenAI-format error response.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+    pub(super) retry_after: Option<u32>,
+}
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        let kind = match status.as_u16() {
+            401 => "authentication_error",
+            404 => "not_found_error",
+            429 | 503 => "server_overloaded",
+            500..=599 => "server_error",
+            _ => "invalid_request_error",
+        };
+        ApiError {
+            status,
+            body: ErrorBody {
+                error: ErrorDetail {
+                    message: message.into(),
+                    kind,
+                    param: None,
+                    code: None,
+                },
+            },
+            retry_after: None,
+        }
+    }
+    pub(super) fn bad(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+    pub(super) fn param(mut self, p: &'static str) -> ApiError {
+        self.body.error.param = Some(p);
+        self
+    }
+    pub(super) fn code(mut self, c: &'static str) -> ApiError {
+        self.body.error.code = Some(c);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, Json(self.body)).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        r
+    }
+}
+
+pub(super) fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &state.options.api_key else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.map(str::trim) == Some(key.as_str()) {
+        Ok(())
+    } else {
+        Err(
+            ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid API key")
+                .code("invalid_api_key"),
+        )
+    }
+}
+
+/// Parses a JSON body ourselves so malformed JSON and wrong types get OpenAI-format 400s.
+pub(super) fn parse_body<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<T, ApiError> {
+    if let Some(ct) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    {
+        if !ct.to_ascii_lowercase().starts_with("application/json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("expected Content-Type application/json, got {ct}"),
+            ));
+        }
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let what = if e.is_syntax() || e.is_eof() {
+            "malformed JSON"
+        } else {
+            "invalid request"
+        };
+        ApiError::bad(format!("{what}: {e}"))
+    })
+}

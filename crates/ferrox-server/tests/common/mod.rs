@@ -1,0 +1,290 @@
+//! The HTTP server tests' fake backend and raw HTTP client.
+// Each test file is its own crate and uses a part of these.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrox_server::api::ChatMessage;
+use ferrox_server::backend::{
+    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
+};
+use ferrox_server::Options;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A backend whose tokens are bytes and whose engine writes `w0 w1 ...`, one word a step
+/// (50 ms a step while a prompt containing "slow" runs).
+pub struct Fake;
+
+/// One running fake generation: emits `w0 `, `w1 `, ... one word per step.
+struct FakeGen {
+    id: u64,
+    i: usize,
+    slow: bool,
+    text: String,
+    params: GenParams,
+}
+
+struct FakeEngine {
+    slots: usize,
+    running: Vec<FakeGen>,
+}
+
+impl Engine for FakeEngine {
+    fn capacity(&self) -> usize {
+        self.slots
+    }
+    fn active(&self) -> usize {
+        self.running.len()
+    }
+    fn admit(&mut self, id: u64, prompt: &[u32], params: &GenParams) -> Result<(), String> {
+        assert!(self.running.len() < self.slots, "admitted past capacity");
+        let slow = String::from_utf8_lossy(&prompt.iter().map(|&t| t as u8).collect::<Vec<_>>())
+            .contains("slow");
+        self.running.push(FakeGen {
+            id,
+            i: 0,
+            slow,
+            text: String::new(),
+            params: params.clone(),
+        });
+        Ok(())
+    }
+    fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
+        if self.running.iter().any(|g| g.slow) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.running.retain_mut(|g| {
+            let done = |finish, completion_tokens| {
+                Event::Done(GenSummary {
+                    finish,
+                    completion_tokens,
+                    cancelled: false,
+                })
+            };
+            if g.i >= g.params.max_tokens {
+                events(g.id, done(FinishReason::Length, g.i));
+                return false;
+            }
+            let piece = format!("w{} ", g.i);
+            g.i += 1;
+            g.text.push_str(&piece);
+            if g.params.stop.iter().any(|s| g.text.contains(s.as_str())) {
+                events(g.id, done(FinishReason::Stop, g.i));
+                return false;
+            }
+            events(g.id, Event::Text(piece));
+            true
+        });
+    }
+    fn cancel(&mut self, id: u64) {
+        self.running.retain(|g| g.id != id);
+    }
+}
+
+impl Backend for Fake {
+    fn model_id(&self) -> &str {
+        "fake-model"
+    }
+    fn aliases(&self) -> Vec<String> {
+        vec!["fake:alias".into()]
+    }
+    fn ctx_size(&self) -> usize {
+        64
+    }
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError> {
+        let mut s = String::new();
+        for m in messages {
+            s.push_str(&m.content.text().unwrap());
+        }
+        Ok(self.text_prompt(&s))
+    }
+    fn text_prompt(&self, text: &str) -> Vec<u32> {
+        text.bytes().map(u32::from).collect()
+    }
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
+        let mut v = if add_special { vec![1000] } else { vec![] };
+        v.extend(text.bytes().map(u32::from));
+        v
+    }
+    fn detokenize(&self, ids: &[u32]) -> Result<String, BackendError> {
+        if let Some(bad) = ids.iter().find(|&&t| t > 255) {
+            return Err(BackendError::BadTokens(format!(
+                "token id {bad} is outside the vocabulary"
+            )));
+        }
+        Ok(ids.iter().map(|&t| t as u8 as char).collect())
+    }
+    fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
+        Box::new(FakeEngine {
+            slots,
+            running: Vec::new(),
+        })
+    }
+}
+
+/// A server on a free local port over [`Fake`]; its address.
+pub async fn server(parallel: usize, queue: usize, api_key: Option<&str>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let options = Options {
+        api_key: api_key.map(String::from),
+    };
+    tokio::spawn(ferrox_server::serve(
+        listener,
+        Arc::new(Fake),
+        parallel,
+        queue,
+        options,
+    ));
+    addr
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+    /// The `data:` payloads of an SSE body.
+    pub fn events(&self) -> Vec<String> {
+        self.body
+            .split("\n\n")
+            .filter(|e| !e.trim().is_empty())
+            .map(|e| {
+                e.strip_prefix("data: ")
+                    .unwrap_or_else(|| panic!("not SSE data: {e:?}"))
+                    .to_string()
+            })
+            .collect()
+    }
+
+    /// The JSON chunks of an SSE body that ends with `[DONE]`.
+    pub fn chunks(&self) -> Vec<Value> {
+        let ev = self.events();
+        assert_eq!(
+            ev.last().map(String::as_str),
+            Some("[DONE]"),
+            "{}",
+            self.body
+        );
+        ev[..ev.len() - 1]
+            .iter()
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect()
+    }
+}
+
+fn dechunk(raw: &str) -> String {
+    let mut out = String::new();
+    let mut rest = raw;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        if n == 0 {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    out
+}
+
+pub async fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Resp {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_string(&mut raw))
+        .await
+        .expect("response within 30 s")
+        .unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Resp {
+        status,
+        head: head.to_string(),
+        body,
+    }
+}
+
+/// A JSON `POST`.
+pub async fn post(addr: &str, path: &str, body: Value) -> Resp {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        &body.to_string(),
+    )
+    .await
+}
+
+/// A `GET` without headers.
+pub async fn get(addr: &str, path: &str) -> Resp {
+    request(addr, "GET", path, &[], "").await
+}
+
+/// The value of `ferrox_{name}` on `/metrics`.
+pub async fn metric(addr: &str, name: &str) -> f64 {
+    let r = get(addr, "/metrics").await;
+    r.body
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("ferrox_{name} ")))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Waits (up to 5 s) until metric `name` is `value`.
+pub async fn wait_for(addr: &str, name: &str, value: f64) {
+    let t = Instant::now();
+    while metric(addr, name).await != value {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{name} never reached {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A streaming "slow" completion of `max_tokens`, request sent, response not read.
+pub async fn open_stream(addr: &str, max_tokens: usize) -> TcpStream {
+    let body =
+        json!({"model": "fake-model", "prompt": "slow", "max_tokens": max_tokens, "stream": true})
+            .to_string();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    s
+}
