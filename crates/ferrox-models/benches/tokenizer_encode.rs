@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use ferrox_models::gguf::GgufFile;
+use ferrox_format::gguf::GgufFile;
 use ferrox_models::tokenizer::Tokenizer;
 
 fn corpus() -> String {

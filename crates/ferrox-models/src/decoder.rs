@@ -43,7 +43,7 @@ pub struct Decoder {
     pub lm_head: WeightMatrix,
     pub source: ModelSource,
     /// The GGUF file the weights live in (tokenizer and template metadata), if any.
-    pub gguf: Option<std::sync::Arc<crate::gguf::GgufFile>>,
+    pub gguf: Option<std::sync::Arc<ferrox_format::gguf::GgufFile>>,
     scratch: Mutex<Scratch>,
 }
 

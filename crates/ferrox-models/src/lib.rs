@@ -7,7 +7,6 @@ pub mod blocks;
 pub mod config;
 pub mod decoder;
 pub mod generate;
-pub mod gguf;
 pub mod hf_config;
 pub mod hub;
 pub mod params;

@@ -1,6 +1,6 @@
 //! Both small real models parse, their tensors are in range, and their views are zero-copy.
 
-use ferrox_models::gguf::{GgufFile, MetaArray};
+use ferrox_format::gguf::{GgufFile, MetaArray};
 use std::path::PathBuf;
 
 /// A catalog model's file, pulled by the hub when missing (never skipped).

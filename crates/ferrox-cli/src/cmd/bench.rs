@@ -330,7 +330,7 @@ fn type_name(dec: &Decoder) -> String {
     };
     let mut count: Vec<(ferrox_core::quant::GgmlType, u64)> = Vec::new();
     let layer =
-        |t: &&ferrox_models::gguf::TensorInfo| t.dims.len() >= 2 && t.name.starts_with("blk.");
+        |t: &&ferrox_format::gguf::TensorInfo| t.dims.len() >= 2 && t.name.starts_with("blk.");
     for t in g.tensors().iter().filter(layer) {
         match count.iter_mut().find(|(ty, _)| *ty == t.ty) {
             Some((_, n)) => *n += t.n_bytes,

@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use ferrox_models::gguf::GgufFile;
+use ferrox_format::gguf::GgufFile;
 use ferrox_models::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]

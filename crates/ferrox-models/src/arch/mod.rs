@@ -21,11 +21,11 @@ use crate::config::{
     RouterScoring,
 };
 use crate::decoder::{Decoder, Layer, ModelSource};
-use crate::gguf::GgufFile;
 use crate::weights::{
     opt, read_to_string, req, Bound, Dim, Dim::*, GgufSource, LoadError, SafetensorsDir,
     TensorSpec, WeightSource,
 };
+use ferrox_format::gguf::GgufFile;
 use std::path::Path;
 use std::sync::Arc;
 

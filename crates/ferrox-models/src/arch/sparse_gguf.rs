@@ -26,8 +26,8 @@ use crate::config::{
     Activation, Arch, AttnKind, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig,
     NormKind, RopeConfig, RopeScaling, RouterScoring,
 };
-use crate::gguf::MetaValue;
 use crate::weights::LoadError;
+use ferrox_format::gguf::MetaValue;
 
 /// llama.cpp's `LLAMA_EXPERT_GATING_FUNC_TYPE_*`.
 const GATING_SOFTMAX: usize = 1;

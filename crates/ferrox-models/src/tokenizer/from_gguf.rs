@@ -1,6 +1,6 @@
 //! `tokenizer.ggml.*` metadata (GGUF spec, "Tokenizer" section) → [`TokenizerSpec`].
 
-use crate::gguf::GgufFile;
+use ferrox_format::gguf::GgufFile;
 
 use super::{Tokenizer, TokenizerError, TokenizerSpec};
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use ferrox_models::gguf::GgufFile;
+use ferrox_format::gguf::GgufFile;
 use ferrox_models::tokenizer::Tokenizer;
 
 pub const QWEN: &str = "qwen2.5-coder:0.5b-instruct";

@@ -4,7 +4,7 @@
 mod gguf_writer;
 
 use ferrox_core::storage::Bytes;
-use ferrox_models::gguf::{GgufError, GgufFile, Problem, TensorProblem};
+use ferrox_format::gguf::{GgufError, GgufFile, Problem, TensorProblem};
 use gguf_writer::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

@@ -4,7 +4,7 @@
 mod gguf_writer;
 
 use ferrox_core::storage::Bytes;
-use ferrox_models::gguf::{GgufError, GgufFile, MetaArray, MetaType, MetaValue};
+use ferrox_format::gguf::{GgufError, GgufFile, MetaArray, MetaType, MetaValue};
 use gguf_writer::*;
 use std::path::PathBuf;
 

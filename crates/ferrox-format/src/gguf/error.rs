@@ -1,3 +1,6 @@
+//! Typed GGUF errors: each names the section, key or tensor and the byte offset (ggml
+//! `docs/gguf.md` for the sections).
+
 use ferrox_core::quant::QuantError;
 use std::path::PathBuf;
 use thiserror::Error;
