@@ -5,7 +5,7 @@ use std::process::Command;
 
 #[test]
 fn bench_json_has_llama_bench_fields() {
-    let model = ferrox_models::hub::ensure_model("gemma3:270m").expect("gemma3:270m");
+    let model = ferrox_hub::ensure_model("gemma3:270m").expect("gemma3:270m");
     let out = Command::new(env!("CARGO_BIN_EXE_ferrox"))
         .args(["bench", "-m"])
         .arg(&model)

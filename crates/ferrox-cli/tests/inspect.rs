@@ -6,7 +6,7 @@ use std::process::Command;
 
 /// A catalog model's file, pulled by the hub when missing (never skipped).
 fn model(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+    ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 /// Peak RSS in KiB over all children waited for so far.

@@ -27,7 +27,7 @@ fn peak_rss_is_the_model_plus_kv_plus_64_mib() {
     let bin = env!("CARGO_BIN_EXE_ferrox");
     // Smallest model first: the children's maximum only grows, and so do the budgets.
     for (name, layers, kv_heads, head_dim) in MODELS {
-        let path = ferrox_models::hub::ensure_model(name).expect(name);
+        let path = ferrox_hub::ensure_model(name).expect(name);
         let file = std::fs::metadata(&path).unwrap().len();
         let out = Command::new(bin)
             .args(["run", "-m", name, "--temp", "0", "-n", "128"])

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use ferrox_models::hub::{ensure_model, DEFAULT_MODEL};
+use ferrox_hub::{ensure_model, DEFAULT_MODEL};
 
 const PROMPT: &str = "Write a Python function that checks whether a number is prime.";
 const N: usize = 32;

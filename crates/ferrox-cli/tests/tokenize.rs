@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn model(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+    ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 fn fixture(name: &str) -> serde_json::Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../ferrox-models/tests/fixtures/tokenize")
+        .join("../ferrox-tokenizer/tests/fixtures/tokenize")
         .join(name);
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }

@@ -14,8 +14,8 @@ use crate::decoder::{Decoder, SeqBatch};
 use crate::generate::{GenerateParams, StopReason, StopRules};
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
-use crate::tokenizer::Tokenizer;
 use ferrox_core::cache::KvCache;
+use ferrox_tokenizer::Tokenizer;
 
 #[derive(Debug, Clone)]
 pub struct BatchParams {

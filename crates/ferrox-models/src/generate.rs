@@ -10,8 +10,8 @@
 use crate::decoder::Decoder;
 use crate::sampling::Sampler;
 use crate::speculative::{SpecStats, Speculation};
-use crate::tokenizer::{StreamDecoder, Tokenizer};
 use ferrox_core::cache::KvCache;
+use ferrox_tokenizer::{StreamDecoder, Tokenizer};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,13 +8,10 @@ pub mod config;
 pub mod decoder;
 pub mod generate;
 pub mod hf_config;
-pub mod hub;
 pub mod params;
 pub mod perplexity;
 pub mod sampling;
 pub mod speculative;
-pub mod template;
-pub mod tokenizer;
 pub mod weights;
 
 pub use config::ModelConfig;

@@ -6,11 +6,11 @@ use ferrox_models::batch::{AdmitError, BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 use std::collections::HashMap;
 
 fn model() -> (Decoder, Tokenizer) {
-    let path = ferrox_models::hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
+    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
     let dec = Decoder::load(&path).unwrap();
     let gguf = dec.gguf.clone().unwrap();
     let tok = Tokenizer::from_gguf(&gguf).unwrap();

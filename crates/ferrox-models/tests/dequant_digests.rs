@@ -4,7 +4,7 @@
 
 use ferrox_core::quant::dequantize_row;
 use ferrox_format::gguf::GgufFile;
-use ferrox_models::hub::ensure_model;
+use ferrox_hub::ensure_model;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;

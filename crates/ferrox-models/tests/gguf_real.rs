@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// A catalog model's file, pulled by the hub when missing (never skipped).
 fn model(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+    ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 fn check_common(f: &GgufFile) {

@@ -9,12 +9,12 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
-use ferrox_models::template::{render_prompt, Message};
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::Tokenizer;
 use std::time::Instant;
 
 fn load() -> (Decoder, Tokenizer) {
-    let path = ferrox_models::hub::ensure_model("qwen2.5-coder:0.5b-instruct")
+    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct")
         .unwrap_or_else(|e| panic!("model: {e}"));
     let dec = Decoder::load(&path).unwrap();
     let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();

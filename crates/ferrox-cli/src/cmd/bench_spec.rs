@@ -12,7 +12,7 @@ use anyhow::Context;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::Speculation;
-use ferrox_models::template::{render_prompt, Message};
+use ferrox_tokenizer::template::{render_prompt, Message};
 use std::path::PathBuf;
 use std::time::Instant;
 

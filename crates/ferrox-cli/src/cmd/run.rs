@@ -8,8 +8,8 @@ use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
     Drafter, LongestMatchDrafter, PromptLookupSpeculator, Speculation,
 };
-use ferrox_models::template::{render_prompt, Message};
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::Tokenizer;
 use std::io::Write;
 
 /// Sampling and generation flags shared by `run` and `chat`.

@@ -8,12 +8,12 @@ use ferrox_models::batch::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
-use ferrox_models::template::{render_prompt, Message};
-use ferrox_models::tokenizer::Tokenizer;
 use ferrox_server::api::ChatMessage;
 use ferrox_server::backend::{
     Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
 };
+use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::Tokenizer;
 
 use super::engine;
 
@@ -177,7 +177,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let name = args
         .model
         .clone()
-        .unwrap_or_else(|| ferrox_models::hub::DEFAULT_MODEL.to_string());
+        .unwrap_or_else(|| ferrox_hub::DEFAULT_MODEL.to_string());
     let file = eng
         .path
         .file_name()
@@ -188,7 +188,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let decoder: &'static Decoder = Box::leak(Box::new(eng.decoder));
     let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
     // Catalog models are served under their catalog name however -m named them.
-    let id = ferrox_models::hub::CATALOG
+    let id = ferrox_hub::CATALOG
         .iter()
         .find(|e| e.file == file)
         .map_or_else(|| name.clone(), |e| e.name.to_string());

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use ferrox_format::gguf::GgufFile;
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -98,12 +98,13 @@ fn resolve_model(model: &str) -> anyhow::Result<PathBuf> {
         return Ok(p.to_path_buf());
     }
     // A catalog name or hf: reference (pulled if missing), or a file in the models directory.
-    let in_dir = ferrox_models::hub::models_dir()?.join(model);
+    let hub = super::model::hub()?;
+    let in_dir = hub.models_dir().join(model);
     if in_dir.exists() {
         return Ok(in_dir);
     }
-    Ok(ferrox_models::hub::resolve(
-        model,
-        &ferrox_models::hub::NoProgress,
+    Ok(hub.resolve(
+        &ferrox_hub::ModelRef::parse(model)?,
+        &ferrox_hub::NoProgress,
     )?)
 }

@@ -328,7 +328,7 @@ fn write_json_str(s: &str, out: &mut String) {
 
 impl ChatTemplate {
     /// The template of a tokenizer's model, with its BOS/EOS strings; `None` without one.
-    pub fn for_tokenizer(tok: &crate::tokenizer::Tokenizer) -> Result<Option<Self>, TemplateError> {
+    pub fn for_tokenizer(tok: &crate::Tokenizer) -> Result<Option<Self>, TemplateError> {
         tok.chat_template()
             .map(|src| Self::new(src, tok.bos_text(), tok.eos_text()))
             .transpose()
@@ -338,7 +338,7 @@ impl ChatTemplate {
 /// The prompt text for a conversation: the model's chat template, or [`plain_prompt`] when the
 /// model has none.
 pub fn render_prompt(
-    tok: &crate::tokenizer::Tokenizer,
+    tok: &crate::Tokenizer,
     messages: &[Message],
     add_generation_prompt: bool,
 ) -> Result<String, TemplateError> {

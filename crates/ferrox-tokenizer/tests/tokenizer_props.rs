@@ -3,7 +3,7 @@
 
 mod tokenizer_common;
 
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 use proptest::prelude::*;
 use tokenizer_common::*;
 

@@ -7,8 +7,8 @@ use ahash::AHashMap;
 use tokenizers::models::bpe::BPE;
 use tokenizers::Model;
 
-use super::pretok::PreTokenizerImpl;
-use super::TokenizerError;
+use crate::pretok::PreTokenizerImpl;
+use crate::TokenizerError;
 
 /// GPT-2's byte → character table: printable Latin-1 bytes map to themselves, the rest to
 /// U+0100 upwards in byte order.
@@ -68,7 +68,7 @@ pub(crate) struct ByteLevelBpe {
 
 impl ByteLevelBpe {
     pub(crate) fn new(
-        token_to_id: &super::vocab::Vocab,
+        token_to_id: &crate::vocab::Vocab,
         merges: &[String],
         pre: PreTokenizerImpl,
         ignore_merges: bool,

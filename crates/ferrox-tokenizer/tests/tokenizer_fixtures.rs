@@ -2,7 +2,7 @@
 
 mod tokenizer_common;
 
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 use tokenizer_common::*;
 
 fn check(tok: &Tokenizer, fixture_file: &str) {

@@ -13,7 +13,7 @@ use tokenizers::{
     OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, SplitDelimiterBehavior,
 };
 
-use super::TokenizerError;
+use crate::TokenizerError;
 
 const LETTER: u8 = 1;
 const NUMBER: u8 = 2;

@@ -8,10 +8,8 @@ use std::path::Path;
 use serde_json::Value;
 use tokenizers::DecoderWrapper;
 
-use super::{
-    attr, bpe, parse_byte_token, Model, SpecialTokens, Tokenizer, TokenizerError, EOG_TEXTS,
-    EOT_TEXTS,
-};
+use crate::from_spec::{EOG_TEXTS, EOT_TEXTS};
+use crate::{attr, bpe, parse_byte_token, Model, SpecialTokens, Tokenizer, TokenizerError};
 
 pub(crate) struct HfModel {
     tok: tokenizers::Tokenizer,
@@ -114,7 +112,7 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
             };
         }
     }
-    let vocab = super::vocab::Vocab::new(texts.iter().map(String::as_str))?;
+    let vocab = crate::vocab::Vocab::new(texts.iter().map(String::as_str))?;
     drop(texts);
     let token_to_id = &vocab;
     let id_of = |v: Option<&Value>| token_string(v).and_then(|s| token_to_id.get(&s).copied());

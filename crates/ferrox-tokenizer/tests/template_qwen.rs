@@ -3,7 +3,7 @@
 
 mod tokenizer_common;
 
-use ferrox_models::template::{render_prompt, ChatTemplate, Message};
+use ferrox_tokenizer::template::{render_prompt, ChatTemplate, Message};
 use tokenizer_common::*;
 
 #[test]

@@ -2,7 +2,7 @@
 
 use ferrox_format::gguf::GgufFile;
 
-use super::{Tokenizer, TokenizerError, TokenizerSpec};
+use crate::{Tokenizer, TokenizerError, TokenizerSpec};
 
 const P: &str = "tokenizer.ggml.";
 

@@ -3,7 +3,7 @@
 //! sequences become U+FFFD exactly where `String::from_utf8_lossy` would put them, so the
 //! concatenated output equals the lossy decoding of all bytes at once.
 
-use super::Tokenizer;
+use crate::Tokenizer;
 
 pub struct StreamDecoder<'t> {
     tok: &'t Tokenizer,

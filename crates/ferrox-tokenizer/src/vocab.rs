@@ -20,9 +20,9 @@ pub(crate) struct Duplicate {
     pub second: u32,
 }
 
-impl From<Duplicate> for super::TokenizerError {
+impl From<Duplicate> for crate::TokenizerError {
     fn from(d: Duplicate) -> Self {
-        super::TokenizerError::DuplicateToken {
+        crate::TokenizerError::DuplicateToken {
             text: d.text,
             first: d.first,
             second: d.second,

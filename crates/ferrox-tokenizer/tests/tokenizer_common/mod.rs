@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use ferrox_format::gguf::GgufFile;
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 
 pub const QWEN: &str = "qwen2.5-coder:0.5b-instruct";
 pub const GEMMA: &str = "gemma3:270m";
@@ -23,7 +23,7 @@ pub fn read_json(path: &Path) -> serde_json::Value {
 
 /// Path of a catalog model, pulled if missing (never a silent skip).
 pub fn model_path(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+    ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 pub fn load(name: &str) -> Tokenizer {

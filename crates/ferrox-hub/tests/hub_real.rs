@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use ferrox_models::hub::{ensure_model, lookup, Hub, NoProgress, Status};
+use ferrox_hub::{ensure_model, lookup, Hub, NoProgress, Status};
 
 #[test]
 fn ensure_model_gives_verified_small_models() {

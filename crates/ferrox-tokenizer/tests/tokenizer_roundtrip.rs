@@ -5,7 +5,7 @@ mod tokenizer_common;
 
 use std::time::Instant;
 
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 use tokenizer_common::*;
 
 fn roundtrip(name: &str, tok: &Tokenizer, text: &str) {

@@ -2,14 +2,14 @@
 //! models, compared with HF `tokenizers` from Python built equivalently (`tokenizer_hf.py`,
 //! needs `pip install gguf tokenizers`; skipped with a note when Python lacks them).
 //!
-//! Run: `cargo bench -p ferrox-models --bench tokenizer_encode`.
+//! Run: `cargo bench -p ferrox-tokenizer --bench tokenizer_encode`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use ferrox_format::gguf::GgufFile;
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 
 fn corpus() -> String {
     let dir = std::env::var("FERROX_CORPUS_DIR")
@@ -39,7 +39,7 @@ fn main() {
     let corpus_path = tmp.join("corpus.txt");
     std::fs::write(&corpus_path, &text).unwrap();
     for name in ["qwen2.5-coder:0.5b-instruct", "gemma3:270m"] {
-        let path = ferrox_models::hub::ensure_model(name).expect("model");
+        let path = ferrox_hub::ensure_model(name).expect("model");
         let t0 = Instant::now();
         let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
         let load = t0.elapsed().as_secs_f64();
