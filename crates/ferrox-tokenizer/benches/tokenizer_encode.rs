@@ -11,13 +11,13 @@ use std::time::Instant;
 use ferrox_format::gguf::GgufFile;
 use ferrox_tokenizer::Tokenizer;
 
+/// A directory of `.py` files (edit to point elsewhere).
+const CORPUS_DIR: &str = "/root/.pyenv/versions/3.11.7/lib/python3.11";
+
 fn corpus() -> String {
-    let dir = std::env::var("FERROX_CORPUS_DIR")
-        .unwrap_or_else(|_| "/root/.pyenv/versions/3.11.7/lib/python3.11".to_string());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| {
-            panic!("{dir}: {e} (set FERROX_CORPUS_DIR to a directory of .py files)")
-        })
+    let dir = CORPUS_DIR;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e} (point CORPUS_DIR at a directory of .py files)"))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "py"))
         .collect();

@@ -41,17 +41,18 @@ pub fn gemma() -> &'static Tokenizer {
     T.get_or_init(|| load(GEMMA))
 }
 
+/// Where the corpus comes from: the first of these that holds `.py` files, then the next.
+pub const CORPUS_DIRS: &[&str] = &[
+    "/root/.pyenv/versions/3.11.7/lib/python3.11",
+    "/usr/lib/python3.11",
+    "/usr/lib/python3",
+];
+
 /// ~1 MB of real text: the Python standard library sources when present (as on the dev and CI
 /// machines), else this repository's Rust sources repeated.
 pub fn corpus() -> String {
-    let dirs = [
-        std::env::var("FERROX_CORPUS_DIR").unwrap_or_default(),
-        "/root/.pyenv/versions/3.11.7/lib/python3.11".to_string(),
-        "/usr/lib/python3.11".to_string(),
-        "/usr/lib/python3".to_string(),
-    ];
     let mut out = String::new();
-    for d in dirs.iter().filter(|d| !d.is_empty()) {
+    for d in CORPUS_DIRS {
         let Ok(rd) = std::fs::read_dir(d) else {
             continue;
         };
