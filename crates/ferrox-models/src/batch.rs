@@ -15,7 +15,7 @@ use crate::generate::{GenerateParams, StopReason, StopRules};
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
 use ferrox_core::cache::KvCache;
-use ferrox_tokenizer::Tokenizer;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 
 #[derive(Debug, Clone)]
 pub struct BatchParams {
@@ -138,7 +138,12 @@ impl<'m> BatchEngine<'m> {
 
     /// Starts generation `id` in the free slot whose cache shares the longest prefix with
     /// `prompt` (a chat's next turn lands where its previous turn left its keys and values).
-    pub fn admit(&mut self, id: u64, prompt: &[usize], p: &BatchParams) -> Result<(), AdmitError> {
+    pub fn admit(
+        &mut self,
+        id: u64,
+        prompt: &[TokenId],
+        p: &BatchParams,
+    ) -> Result<(), AdmitError> {
         if prompt.is_empty() {
             return Err(AdmitError::EmptyPrompt);
         }

@@ -11,7 +11,7 @@ use crate::decoder::Decoder;
 use crate::sampling::Sampler;
 use crate::speculative::{SpecStats, Speculation};
 use ferrox_core::cache::KvCache;
-use ferrox_tokenizer::{StreamDecoder, Tokenizer};
+use ferrox_tokenizer::{StreamDecoder, TokenId, Tokenizer};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl Default for GenerateParams {
 
 #[derive(Debug, Clone)]
 pub struct GenerateOutput {
-    pub tokens: Vec<usize>,
+    pub tokens: Vec<TokenId>,
     pub text: String,
     pub stop: StopReason,
     /// Prompt tokens actually evaluated (after prefix reuse) and the time it took.
@@ -93,7 +93,7 @@ impl<'m> Session<'m> {
     }
 
     /// Tokens currently held in the cache.
-    pub fn history(&self) -> &[usize] {
+    pub fn history(&self) -> &[TokenId] {
         &self.history
     }
 
@@ -107,7 +107,7 @@ impl<'m> Session<'m> {
     /// Makes the cache hold exactly `prompt`, evaluating only the part after the longest
     /// common prefix with what is cached; leaves the last position's logits in `self.logits`.
     /// Returns how many tokens were evaluated.
-    pub fn prefill(&mut self, prompt: &[usize]) -> usize {
+    pub fn prefill(&mut self, prompt: &[TokenId]) -> usize {
         assert!(!prompt.is_empty(), "empty prompt");
         let common = self
             .history
@@ -134,7 +134,7 @@ impl<'m> Session<'m> {
     /// text (stop strings are never emitted); `on_text` returns false to cancel.
     pub fn generate(
         &mut self,
-        prompt: &[usize],
+        prompt: &[TokenId],
         params: &GenerateParams,
         sampler: &mut Sampler,
         mut on_text: impl FnMut(&str) -> bool,
@@ -294,15 +294,15 @@ impl<'t> StopRules<'t> {
     /// One sampled token: the text it releases and the stop it causes. `MaxTokens` and `Eog`
     /// stop before the token (it is not counted); `StopString` after it, with the text up to
     /// the stop string.
-    pub(crate) fn push(&mut self, tok: usize) -> (String, Option<StopReason>) {
+    pub(crate) fn push(&mut self, tok: TokenId) -> (String, Option<StopReason>) {
         if self.tokens >= self.max_tokens {
             return (String::new(), Some(StopReason::MaxTokens));
         }
-        if !self.ignore_eog && self.tokenizer.is_eog(tok as u32) {
+        if !self.ignore_eog && self.tokenizer.is_eog(tok) {
             return (String::new(), Some(StopReason::Eog));
         }
         self.tokens += 1;
-        self.held.push_str(&self.stream.push(tok as u32));
+        self.held.push_str(&self.stream.push(tok));
         if let Some(i) = self
             .stop
             .iter()

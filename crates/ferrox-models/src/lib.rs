@@ -1,5 +1,6 @@
-//! ferrox-models: model files (GGUF, safetensors), tokenizers, chat templates, architectures,
-//! the decoder, sampling, speculative decoding and generation.
+//! ferrox-models: architectures over the files `ferrox-format` reads (weight sources, tensor
+//! tables, configurations), the decoder, sampling, speculative decoding and generation. Token
+//! ids ([`TokenId`]), tokenizers and chat templates come from `ferrox-tokenizer`.
 
 pub mod arch;
 pub mod batch;
@@ -15,3 +16,4 @@ pub mod speculative;
 pub mod weights;
 
 pub use config::ModelConfig;
+pub use ferrox_tokenizer::TokenId;

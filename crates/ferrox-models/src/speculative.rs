@@ -21,6 +21,7 @@ pub use longest::LongestMatchDrafter;
 use crate::decoder::Decoder;
 use crate::sampling::Sampler;
 use ferrox_core::cache::KvCache;
+use ferrox_tokenizer::TokenId;
 
 /// Drafts a continuation by n-gram lookup in the history (no draft model).
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +47,7 @@ impl PromptLookupSpeculator {
     /// The tokens that followed the most recent earlier occurrence of `history`'s last
     /// `ngram_size` tokens (at most `max_draft_len`), or nothing when there is no such
     /// occurrence. The suffix itself is not a match: an occurrence must start before it.
-    pub fn propose(&self, history: &[usize]) -> Vec<usize> {
+    pub fn propose(&self, history: &[TokenId]) -> Vec<TokenId> {
         let n = self.ngram_size;
         let Some(latest_start) = history.len().checked_sub(n + 1) else {
             return Vec::new();
@@ -67,7 +68,7 @@ impl PromptLookupSpeculator {
 /// Outcome of [`speculative_decode`] with the counters that show what speculation saved.
 #[derive(Debug, Clone)]
 pub struct SpeculativeDecodeResult {
-    pub generated_tokens: Vec<usize>,
+    pub generated_tokens: Vec<TokenId>,
     /// `forward_batch` calls: the prefill plus one per verify round.
     pub forward_calls: usize,
     /// Equals `generated_tokens.len()`.
@@ -91,7 +92,7 @@ impl SpeculativeDecodeResult {
 /// Panics on an empty prompt.
 pub fn speculative_decode(
     decoder: &Decoder,
-    prompt_tokens: &[usize],
+    prompt_tokens: &[TokenId],
     max_new_tokens: usize,
     kv_caches: &mut [KvCache],
     speculator: &PromptLookupSpeculator,
@@ -159,13 +160,13 @@ fn argmax(logits: &[f32]) -> usize {
 /// the draft as a point mass, which is what makes the rejection rule in [`verify`] exact.
 pub trait Drafter: Send {
     /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
-    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize>;
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId>;
     /// Short name for statistics and benchmarks.
     fn name(&self) -> &'static str;
 }
 
 impl Drafter for PromptLookupSpeculator {
-    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
         let mut d = PromptLookupSpeculator::propose(self, history);
         d.truncate(max);
         d
@@ -368,7 +369,7 @@ impl Speculation {
 
     /// The draft to verify after `history` (whose last token is the one being fed), at most
     /// `room` tokens (what the budget and the context still allow).
-    pub fn draft(&mut self, history: &[usize], room: usize) -> Vec<usize> {
+    pub fn draft(&mut self, history: &[TokenId], room: usize) -> Vec<TokenId> {
         let want = self.adaptive.next_len().min(room);
         if want == 0 {
             return Vec::new();
@@ -387,10 +388,10 @@ impl Speculation {
     pub fn verify<R: AsRef<[f32]>>(
         &mut self,
         rows: &[R],
-        draft: &[usize],
+        draft: &[TokenId],
         sampler: &mut Sampler,
-        history: &[usize],
-    ) -> Vec<usize> {
+        history: &[TokenId],
+    ) -> Vec<TokenId> {
         let committed = verify(rows, draft, sampler, history);
         let accepted = committed.len() - 1;
         self.stats.calls += 1;
@@ -425,10 +426,10 @@ impl Speculation {
 /// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
 pub fn verify<R: AsRef<[f32]>>(
     rows: &[R],
-    draft: &[usize],
+    draft: &[TokenId],
     sampler: &mut Sampler,
-    history: &[usize],
-) -> Vec<usize> {
+    history: &[TokenId],
+) -> Vec<TokenId> {
     assert!(
         rows.len() > draft.len(),
         "verify needs one logits row per draft token plus one"
@@ -453,12 +454,12 @@ pub fn verify<R: AsRef<[f32]>>(
 /// counters (`calls` excludes the prefill). `kv_caches` are filled from position 0.
 pub fn speculative_generate(
     decoder: &Decoder,
-    prompt: &[usize],
+    prompt: &[TokenId],
     max_new_tokens: usize,
     kv_caches: &mut [KvCache],
     spec: &mut Speculation,
     sampler: &mut Sampler,
-) -> Vec<usize> {
+) -> Vec<TokenId> {
     assert!(!prompt.is_empty(), "prompt must not be empty");
     let mut history = prompt.to_vec();
     let mut logits = Vec::new();

@@ -6,7 +6,7 @@ use ferrox_models::batch::{AdmitError, BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_tokenizer::Tokenizer;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::collections::HashMap;
 
 fn model() -> (Decoder, Tokenizer) {
@@ -17,11 +17,8 @@ fn model() -> (Decoder, Tokenizer) {
     (dec, tok)
 }
 
-fn ids(tok: &Tokenizer, text: &str) -> Vec<usize> {
+fn ids(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
     tok.encode(text, true, true)
-        .into_iter()
-        .map(|t| t as usize)
-        .collect()
 }
 
 const PROMPTS: [&str; 4] = [

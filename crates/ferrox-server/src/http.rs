@@ -13,6 +13,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use ferrox_tokenizer::TokenId;
 use futures_util::stream::{self, Stream, StreamExt};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
@@ -478,7 +479,7 @@ async fn start(
     s: &Shared,
     kind: Kind,
     c: &CommonParams,
-    prompt: Vec<u32>,
+    prompt: Vec<TokenId>,
     params: GenParams,
 ) -> Result<Response, ApiError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

@@ -8,7 +8,7 @@ use tokenizers::models::bpe::BPE;
 use tokenizers::Model;
 
 use crate::pretok::PreTokenizerImpl;
-use crate::TokenizerError;
+use crate::{TokenId, TokenizerError};
 
 /// GPT-2's byte → character table: printable Latin-1 bytes map to themselves, the rest to
 /// U+0100 upwards in byte order.
@@ -100,7 +100,7 @@ impl ByteLevelBpe {
     }
 
     /// Appends the tokens of `text` to `out`.
-    pub(crate) fn tokenize(&self, text: &str, out: &mut Vec<u32>) {
+    pub(crate) fn tokenize(&self, text: &str, out: &mut Vec<TokenId>) {
         let table = byte_to_char();
         let mut word = String::new();
         self.pre.for_each(text, |piece| {
@@ -111,7 +111,8 @@ impl ByteLevelBpe {
             // The model only fails on a character missing from the vocabulary with no unk token;
             // every byte stand-in is in a byte-level vocabulary.
             if let Ok(tokens) = self.model.tokenize(&word) {
-                out.extend(tokens.iter().map(|t| t.id));
+                // `tokenizers` keeps ids in 32 bits.
+                out.extend(tokens.iter().map(|t| t.id as TokenId));
             }
         });
     }

@@ -2,7 +2,7 @@
 
 use ferrox_format::gguf::GgufFile;
 
-use crate::{Tokenizer, TokenizerError, TokenizerSpec};
+use crate::{TokenId, Tokenizer, TokenizerError, TokenizerSpec};
 
 const P: &str = "tokenizer.ggml.";
 
@@ -23,13 +23,15 @@ impl TokenizerSpec {
                     .ok_or_else(|| wrong_type(k, "a string")),
             }
         };
-        let id = |k: &str| -> Result<Option<u32>, TokenizerError> {
+        // Token ids are 32-bit in GGUF (llama.cpp's `llama_token`); a larger value is no id.
+        let id = |k: &str| -> Result<Option<TokenId>, TokenizerError> {
             let k = key(k);
             match f.get(&k) {
                 None => Ok(None),
                 Some(v) => v
                     .as_u64()
-                    .and_then(|x| u32::try_from(x).ok())
+                    .filter(|&x| x <= u64::from(u32::MAX))
+                    .and_then(|x| TokenId::try_from(x).ok())
                     .map(Some)
                     .ok_or_else(|| wrong_type(&k, "a token id")),
             }

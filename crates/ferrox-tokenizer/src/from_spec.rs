@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 
 use crate::vocab::Vocab;
-use crate::{attr, bpe, pretok, Model, SpecialTokens, Tokenizer, TokenizerError, TokenizerSpec};
+use crate::{
+    attr, bpe, pretok, Model, SpecialTokens, TokenId, Tokenizer, TokenizerError, TokenizerSpec,
+};
 
 // Text lists llama.cpp uses to find end-of-turn / FIM / end-of-generation tokens.
 pub(crate) const EOT_TEXTS: &[&str] = &[
@@ -97,15 +99,15 @@ fn gguf_type_to_attr(t: i32) -> u8 {
 
 /// Special ids and flags once defaults and the spec's keys are applied.
 struct Ids {
-    bos: Option<u32>,
-    eos: Option<u32>,
-    unk: Option<u32>,
-    eot: Option<u32>,
-    eom: Option<u32>,
-    pad: Option<u32>,
-    fim_pad: Option<u32>,
-    fim_rep: Option<u32>,
-    fim_sep: Option<u32>,
+    bos: Option<TokenId>,
+    eos: Option<TokenId>,
+    unk: Option<TokenId>,
+    eot: Option<TokenId>,
+    eom: Option<TokenId>,
+    pad: Option<TokenId>,
+    fim_pad: Option<TokenId>,
+    fim_rep: Option<TokenId>,
+    fim_sep: Option<TokenId>,
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
@@ -135,11 +137,11 @@ impl Ids {
             }
             pre_cfg = Some(cfg);
         }
-        let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
+        let in_range = |id: Option<TokenId>| id.filter(|&i| i < n);
         bos = in_range(bos);
         eos = in_range(eos);
         unk = in_range(unk);
-        let pick = |given: Option<u32>, default: Option<u32>| in_range(given).or(default);
+        let pick = |given: Option<TokenId>, default: Option<TokenId>| in_range(given).or(default);
         if let Some(b) = spec.add_bos {
             add_bos = b;
         }
@@ -178,14 +180,14 @@ impl Ids {
     /// Text-based detection; a detected token becomes a control token. Where llama.cpp's
     /// hash-map order decides between several candidates we take the first in its list.
     /// Returns the end-of-generation ids.
-    fn detect(&mut self, token_to_id: &Vocab, attrs: &mut [u8]) -> BTreeSet<u32> {
-        let find_first = |list: &[&str]| list.iter().find_map(|t| token_to_id.get(t).copied());
-        let make_control = |id: u32, attrs: &mut [u8]| attrs[id as usize] |= attr::CONTROL;
+    fn detect(&mut self, token_to_id: &Vocab, attrs: &mut [u8]) -> BTreeSet<TokenId> {
+        let find_first = |list: &[&str]| list.iter().find_map(|t| token_to_id.get(t));
+        let make_control = |id: TokenId, attrs: &mut [u8]| attrs[id] |= attr::CONTROL;
         if self.eot.is_none() {
             self.eot = find_first(EOT_TEXTS);
         }
         if self.eom.is_none() {
-            self.eom = token_to_id.get("<|eom_id|>").copied();
+            self.eom = token_to_id.get("<|eom_id|>");
         }
         if self.fim_pad.is_none() {
             self.fim_pad = find_first(FIM_PAD_TEXTS);
@@ -202,7 +204,7 @@ impl Ids {
             make_control(id, attrs);
         }
         for t in FIM_OTHER_TEXTS {
-            if let Some(&id) = token_to_id.get(t) {
+            if let Some(id) = token_to_id.get(t) {
                 make_control(id, attrs);
             }
         }
@@ -211,34 +213,36 @@ impl Ids {
                 attrs[i] |= attr::UNUSED;
             }
         }
-        let mut eog: BTreeSet<u32> = fims.into_iter().flatten().collect();
+        let mut eog: BTreeSet<TokenId> = fims.into_iter().flatten().collect();
         for t in EOG_TEXTS {
-            if let Some(&id) = token_to_id.get(t) {
+            if let Some(id) = token_to_id.get(t) {
                 eog.insert(id);
                 make_control(id, attrs);
             }
         }
         for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-            if let Some(&id) = token_to_id.get(t) {
-                attrs[id as usize] = attr::USER_DEFINED;
+            if let Some(id) = token_to_id.get(t) {
+                attrs[id] = attr::USER_DEFINED;
             }
         }
         eog.extend([self.eos, eot, eom].into_iter().flatten());
         // gpt-oss / solar-open: "<|end|>" ends a message, not the generation.
-        let has =
-            |eog: &BTreeSet<u32>, t: &str| token_to_id.get(t).is_some_and(|id| eog.contains(id));
-        if ((has(&eog, "<|return|>") && has(&eog, "<|call|>"))
-            || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>")))
-            && has(&eog, "<|end|>")
+        let in_eog =
+            |eog: &BTreeSet<TokenId>, t: &str| token_to_id.get(t).filter(|id| eog.contains(id));
+        let has = |eog: &BTreeSet<TokenId>, t: &str| in_eog(eog, t).is_some();
+        if (has(&eog, "<|return|>") && has(&eog, "<|call|>"))
+            || (has(&eog, "<|calls|>") && has(&eog, "<|flush|>"))
         {
-            let id = token_to_id["<|end|>"];
-            eog.remove(&id);
-            attrs[id as usize] = attr::USER_DEFINED;
+            if let Some(id) = in_eog(&eog, "<|end|>") {
+                eog.remove(&id);
+                attrs[id] = attr::USER_DEFINED;
+            }
         }
-        if has(&eog, "<|tool_response>") && has(&eog, "</s>") {
-            let id = token_to_id["</s>"];
-            eog.remove(&id);
-            attrs[id as usize] = attr::NORMAL;
+        if has(&eog, "<|tool_response>") {
+            if let Some(id) = in_eog(&eog, "</s>") {
+                eog.remove(&id);
+                attrs[id] = attr::NORMAL;
+            }
         }
         eog
     }
@@ -248,15 +252,12 @@ impl Ids {
 fn spm_model(token_to_id: &Vocab, scores: Option<Vec<f32>>, n: usize) -> Model {
     let mut byte_tokens = Box::new([None; 256]);
     for (b, slot) in byte_tokens.iter_mut().enumerate() {
-        *slot = token_to_id
-            .get(&format!("<0x{b:02X}>"))
-            .or_else(|| {
-                let s = [b as u8];
-                std::str::from_utf8(&s)
-                    .ok()
-                    .and_then(|s| token_to_id.get(s))
-            })
-            .copied();
+        *slot = token_to_id.get(&format!("<0x{b:02X}>")).or_else(|| {
+            let s = [b as u8];
+            std::str::from_utf8(&s)
+                .ok()
+                .and_then(|s| token_to_id.get(s))
+        });
     }
     let scores = match scores {
         Some(mut s) => {

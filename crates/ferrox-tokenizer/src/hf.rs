@@ -9,7 +9,9 @@ use serde_json::Value;
 use tokenizers::DecoderWrapper;
 
 use crate::from_spec::{EOG_TEXTS, EOT_TEXTS};
-use crate::{attr, bpe, parse_byte_token, Model, SpecialTokens, Tokenizer, TokenizerError};
+use crate::{
+    attr, bpe, parse_byte_token, Model, SpecialTokens, TokenId, Tokenizer, TokenizerError,
+};
 
 pub(crate) struct HfModel {
     tok: tokenizers::Tokenizer,
@@ -19,18 +21,24 @@ pub(crate) struct HfModel {
 }
 
 impl HfModel {
-    pub(crate) fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+    pub(crate) fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Vec<TokenId> {
         let t = if parse_special {
             &self.tok
         } else {
             &self.tok_plain
         };
+        // `tokenizers` keeps ids in 32 bits.
         t.encode_fast(text, add_special)
-            .map(|e| e.get_ids().to_vec())
+            .map(|e| e.get_ids().iter().map(|&i| i as TokenId).collect())
             .unwrap_or_default()
     }
 
-    pub(crate) fn piece(&self, _id: u32, text: &str, a: u8) -> Vec<u8> {
+    pub(crate) fn piece(&self, _id: TokenId, text: &str, a: u8) -> Vec<u8> {
         if a & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0 {
             return text.as_bytes().to_vec();
         }
@@ -80,6 +88,12 @@ fn decoder_is_byte_level(d: Option<&DecoderWrapper>) -> bool {
     }
 }
 
+/// A token id from a JSON config, read as the 32-bit id `tokenizers` stores (an id beyond it
+/// wraps, as it always has).
+fn json_id(v: u64) -> TokenId {
+    v as u32 as TokenId
+}
+
 pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
     let path = dir.join("tokenizer.json");
     let tok = tokenizers::Tokenizer::from_file(&path)
@@ -115,20 +129,20 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
     let vocab = crate::vocab::Vocab::new(texts.iter().map(String::as_str))?;
     drop(texts);
     let token_to_id = &vocab;
-    let id_of = |v: Option<&Value>| token_string(v).and_then(|s| token_to_id.get(&s).copied());
+    let id_of = |v: Option<&Value>| token_string(v).and_then(|s| token_to_id.get(&s));
     let bos = id_of(config.get("bos_token"));
     let eos = id_of(config.get("eos_token"));
     let unk = id_of(config.get("unk_token"));
     let pad = id_of(config.get("pad_token"));
-    let eot = EOT_TEXTS.iter().find_map(|t| token_to_id.get(t).copied());
-    let mut eog: BTreeSet<u32> = EOG_TEXTS
+    let eot = EOT_TEXTS.iter().find_map(|t| token_to_id.get(t));
+    let mut eog: BTreeSet<TokenId> = EOG_TEXTS
         .iter()
-        .filter_map(|t| token_to_id.get(t).copied())
+        .filter_map(|t| token_to_id.get(t))
         .collect();
     eog.extend([eos, eot].into_iter().flatten());
     match gen_config.get("eos_token_id") {
-        Some(Value::Number(x)) => eog.extend(x.as_u64().map(|v| v as u32)),
-        Some(Value::Array(a)) => eog.extend(a.iter().filter_map(|x| x.as_u64()).map(|v| v as u32)),
+        Some(Value::Number(x)) => eog.extend(x.as_u64().map(json_id)),
+        Some(Value::Array(a)) => eog.extend(a.iter().filter_map(|x| x.as_u64()).map(json_id)),
         _ => {}
     }
     let chat_template = match config.get("chat_template") {

@@ -27,6 +27,10 @@ use vocab::Vocab;
 
 pub use stream::StreamDecoder;
 
+/// A token id: an index into the vocabulary, and the row of the model's embedding table. The
+/// one type for token ids from the tokenizer through the decoder to the server.
+pub type TokenId = usize;
+
 /// Errors building or using a tokenizer.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
@@ -39,8 +43,8 @@ pub enum TokenizerError {
     #[error("duplicate token {text:?} in vocabulary at ids {first} and {second}")]
     DuplicateToken {
         text: String,
-        first: u32,
-        second: u32,
+        first: TokenId,
+        second: TokenId,
     },
     #[error("invalid tokenizer metadata: {0}")]
     Invalid(String),
@@ -77,20 +81,20 @@ pub struct TokenizerSpec {
     /// GGUF token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
     pub token_types: Option<Vec<i32>>,
     pub merges: Option<Vec<String>>,
-    pub bos_id: Option<u32>,
-    pub eos_id: Option<u32>,
-    pub eot_id: Option<u32>,
-    pub eom_id: Option<u32>,
-    pub unk_id: Option<u32>,
-    pub sep_id: Option<u32>,
-    pub pad_id: Option<u32>,
-    pub mask_id: Option<u32>,
-    pub fim_pre_id: Option<u32>,
-    pub fim_suf_id: Option<u32>,
-    pub fim_mid_id: Option<u32>,
-    pub fim_pad_id: Option<u32>,
-    pub fim_rep_id: Option<u32>,
-    pub fim_sep_id: Option<u32>,
+    pub bos_id: Option<TokenId>,
+    pub eos_id: Option<TokenId>,
+    pub eot_id: Option<TokenId>,
+    pub eom_id: Option<TokenId>,
+    pub unk_id: Option<TokenId>,
+    pub sep_id: Option<TokenId>,
+    pub pad_id: Option<TokenId>,
+    pub mask_id: Option<TokenId>,
+    pub fim_pre_id: Option<TokenId>,
+    pub fim_suf_id: Option<TokenId>,
+    pub fim_mid_id: Option<TokenId>,
+    pub fim_pad_id: Option<TokenId>,
+    pub fim_rep_id: Option<TokenId>,
+    pub fim_sep_id: Option<TokenId>,
     pub add_bos: Option<bool>,
     pub add_eos: Option<bool>,
     pub add_space_prefix: Option<bool>,
@@ -101,18 +105,18 @@ pub struct TokenizerSpec {
 /// Special token ids of a vocabulary.
 #[derive(Debug, Clone, Default)]
 pub struct SpecialTokens {
-    pub bos: Option<u32>,
-    pub eos: Option<u32>,
-    pub eot: Option<u32>,
-    pub eom: Option<u32>,
-    pub unk: Option<u32>,
-    pub pad: Option<u32>,
+    pub bos: Option<TokenId>,
+    pub eos: Option<TokenId>,
+    pub eot: Option<TokenId>,
+    pub eom: Option<TokenId>,
+    pub unk: Option<TokenId>,
+    pub pad: Option<TokenId>,
 }
 
 enum Model {
     Spm {
         scores: Vec<f32>,
-        byte_tokens: Box<[Option<u32>; 256]>,
+        byte_tokens: Box<[Option<TokenId>; 256]>,
     },
     Bpe(Box<bpe::ByteLevelBpe>),
     Hf(Box<hf::HfModel>),
@@ -127,12 +131,12 @@ pub struct Tokenizer {
     pieces: Vec<u8>,
     piece_offsets: Vec<u32>,
     special: SpecialTokens,
-    eog: Vec<u32>,
+    eog: Vec<TokenId>,
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
     /// Special-token matcher: pattern i is `special_ids[i]` (longest first).
-    special_ids: Vec<u32>,
+    special_ids: Vec<TokenId>,
     special_matcher: Option<AhoCorasick>,
     chat_template: Option<String>,
 }
@@ -170,14 +174,12 @@ impl Tokenizer {
         self.pieces = pieces;
         self.piece_offsets = offsets;
 
-        let mut ids: Vec<u32> = (0..n as u32)
-            .filter(|&i| {
-                self.attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-            })
+        let mut ids: Vec<TokenId> = (0..n)
+            .filter(|&i| self.attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
             .collect();
-        ids.sort_by_key(|&i| std::cmp::Reverse(self.vocab.text(i as usize).len()));
+        ids.sort_by_key(|&i| std::cmp::Reverse(self.vocab.text(i).len()));
         if !ids.is_empty() {
-            let pats: Vec<&str> = ids.iter().map(|&i| self.vocab.text(i as usize)).collect();
+            let pats: Vec<&str> = ids.iter().map(|&i| self.vocab.text(i)).collect();
             let ac = AhoCorasick::new(&pats).map_err(|e| TokenizerError::Invalid(e.to_string()))?;
             self.special_matcher = Some(ac);
         }
@@ -185,11 +187,11 @@ impl Tokenizer {
         Ok(())
     }
 
-    fn compute_piece(&self, id: usize) -> Vec<u8> {
+    fn compute_piece(&self, id: TokenId) -> Vec<u8> {
         let text = self.vocab.text(id);
         let a = self.attrs[id];
         if let Model::Hf(h) = &self.model {
-            return h.piece(id as u32, text, a);
+            return h.piece(id, text, a);
         }
         if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
             return text.as_bytes().to_vec();
@@ -211,7 +213,7 @@ impl Tokenizer {
     /// Token ids of `text`. `add_special` adds BOS/EOS as the model's metadata asks;
     /// `parse_special` lets control tokens written in the text (e.g. `<|im_end|>`) become those
     /// tokens. User-defined tokens are always matched, as in llama.cpp.
-    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<u32> {
+    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if let Model::Hf(h) = &self.model {
             return h.encode(text, add_special, parse_special);
@@ -277,8 +279,7 @@ impl Tokenizer {
         };
         let skip = |rank: usize| {
             !parse_special
-                && self.attrs[self.special_ids[rank] as usize] & (attr::CONTROL | attr::UNKNOWN)
-                    != 0
+                && self.attrs[self.special_ids[rank]] & (attr::CONTROL | attr::UNKNOWN) != 0
         };
         let mut matches: Vec<(u32, u32, u32)> = ac
             .find_overlapping_iter(text)
@@ -291,7 +292,7 @@ impl Tokenizer {
         // Priority: pattern rank (longest first), then position.
         matches.sort_unstable();
         let mut claimed = vec![false; text.len()];
-        let mut spans: Vec<(u32, u32, u32)> = Vec::new();
+        let mut spans: Vec<(u32, u32, TokenId)> = Vec::new();
         for (rank, s, e) in matches {
             if claimed[s as usize..e as usize].iter().any(|&c| c) {
                 continue;
@@ -318,33 +319,32 @@ impl Tokenizer {
     /// Bytes of one token as llama.cpp's `token_to_piece(special = true)`: control tokens as
     /// their text, byte tokens as the byte, `▁` as space (SPM), byte-level characters decoded
     /// (BPE). Out-of-range ids give no bytes.
-    pub fn token_to_piece(&self, id: u32) -> &[u8] {
-        let i = id as usize;
-        if i + 1 >= self.piece_offsets.len() {
+    pub fn token_to_piece(&self, id: TokenId) -> &[u8] {
+        if id >= self.vocab.len() {
             return &[];
         }
-        &self.pieces[self.piece_offsets[i] as usize..self.piece_offsets[i + 1] as usize]
+        &self.pieces[self.piece_offsets[id] as usize..self.piece_offsets[id + 1] as usize]
     }
 
     /// Whether `id` is rendered only when special tokens are shown (control / unknown).
-    pub fn is_special(&self, id: u32) -> bool {
+    pub fn is_special(&self, id: TokenId) -> bool {
         self.attrs
-            .get(id as usize)
+            .get(id)
             .is_some_and(|a| a & (attr::CONTROL | attr::UNKNOWN) != 0)
     }
 
     /// Attribute bits of `id` (see [`attr`]).
-    pub fn token_attr(&self, id: u32) -> u8 {
-        self.attrs.get(id as usize).copied().unwrap_or(0)
+    pub fn token_attr(&self, id: TokenId) -> u8 {
+        self.attrs.get(id).copied().unwrap_or(0)
     }
 
     /// Vocabulary string of `id` (as stored, e.g. `▁the` or `Ġthe`).
-    pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.vocab.get_text(id as usize)
+    pub fn token_text(&self, id: TokenId) -> Option<&str> {
+        self.vocab.get_text(id)
     }
 
-    pub fn token_to_id(&self, text: &str) -> Option<u32> {
-        self.vocab.get(text).copied()
+    pub fn token_to_id(&self, text: &str) -> Option<TokenId> {
+        self.vocab.get(text)
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -355,15 +355,15 @@ impl Tokenizer {
         &self.special
     }
 
-    pub fn bos_id(&self) -> Option<u32> {
+    pub fn bos_id(&self) -> Option<TokenId> {
         self.special.bos
     }
 
-    pub fn eos_id(&self) -> Option<u32> {
+    pub fn eos_id(&self) -> Option<TokenId> {
         self.special.eos
     }
 
-    pub fn eot_id(&self) -> Option<u32> {
+    pub fn eot_id(&self) -> Option<TokenId> {
         self.special.eot
     }
 
@@ -374,11 +374,11 @@ impl Tokenizer {
 
     /// Token ids that end generation (EOS, EOT, `<|im_end|>`, `<end_of_turn>`, FIM stops, ...),
     /// sorted.
-    pub fn eog_ids(&self) -> &[u32] {
+    pub fn eog_ids(&self) -> &[TokenId] {
         &self.eog
     }
 
-    pub fn is_eog(&self, id: u32) -> bool {
+    pub fn is_eog(&self, id: TokenId) -> bool {
         self.eog.binary_search(&id).is_ok()
     }
 
@@ -405,17 +405,17 @@ impl Tokenizer {
     /// Text of `ids`, with special tokens written out and invalid UTF-8 replaced by U+FFFD. With
     /// SentencePiece's space prefix on, the first token's leading space is dropped (llama.cpp
     /// `detokenize`), so `decode(encode(s, false, ..)) == s`.
-    pub fn decode(&self, ids: &[u32]) -> String {
+    pub fn decode(&self, ids: &[TokenId]) -> String {
         String::from_utf8_lossy(&self.decode_bytes(ids, false)).into_owned()
     }
 
     /// Like [`decode`](Self::decode) but control/unknown tokens produce no text.
-    pub fn decode_skip_special(&self, ids: &[u32]) -> String {
+    pub fn decode_skip_special(&self, ids: &[TokenId]) -> String {
         String::from_utf8_lossy(&self.decode_bytes(ids, true)).into_owned()
     }
 
     /// Raw bytes of `ids` (pieces concatenated, leading-space rule applied).
-    pub fn decode_bytes(&self, ids: &[u32], skip_special: bool) -> Vec<u8> {
+    pub fn decode_bytes(&self, ids: &[TokenId], skip_special: bool) -> Vec<u8> {
         let mut out = Vec::with_capacity(ids.len() * 4);
         let mut strip = self.add_space_prefix;
         for &id in ids {
@@ -442,7 +442,7 @@ impl Tokenizer {
 
 enum Fragment<'t> {
     Text(&'t str),
-    Token(u32),
+    Token(TokenId),
 }
 
 fn parse_byte_token(text: &str) -> Option<u8> {

@@ -10,6 +10,8 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use crate::TokenId;
+
 #[derive(Clone, Copy)]
 struct Symbol {
     start: u32,
@@ -49,13 +51,13 @@ pub(crate) struct Spm<'v> {
     pub token_to_id: &'v crate::vocab::Vocab,
     pub scores: &'v [f32],
     /// Token for each byte value (`<0xXX>`, else the one-byte string), if any.
-    pub byte_tokens: &'v [Option<u32>; 256],
-    pub unk: Option<u32>,
+    pub byte_tokens: &'v [Option<TokenId>; 256],
+    pub unk: Option<TokenId>,
 }
 
 impl Spm<'_> {
     /// Appends the tokens of `text` (spaces already escaped to `▁`) to `out`.
-    pub fn tokenize(&self, text: &str, out: &mut Vec<u32>) {
+    pub fn tokenize(&self, text: &str, out: &mut Vec<TokenId>) {
         if text.is_empty() {
             return;
         }
@@ -98,7 +100,7 @@ impl Spm<'_> {
             let s = symbols[i as usize];
             let piece = &text[s.start as usize..(s.start + s.len) as usize];
             match self.token_to_id.get(piece) {
-                Some(&id) => out.push(id),
+                Some(id) => out.push(id),
                 None => {
                     for &b in piece.as_bytes() {
                         if let Some(id) = self.byte_tokens[b as usize].or(self.unk) {
@@ -124,9 +126,9 @@ impl Spm<'_> {
         }
         let (l, r) = (symbols[left as usize], symbols[right as usize]);
         let merged = &text[l.start as usize..(r.start + r.len) as usize];
-        if let Some(&id) = self.token_to_id.get(merged) {
+        if let Some(id) = self.token_to_id.get(merged) {
             queue.push(Bigram {
-                score: self.scores[id as usize],
+                score: self.scores[id],
                 left,
                 right,
                 size: l.len + r.len,

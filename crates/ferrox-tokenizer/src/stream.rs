@@ -3,7 +3,7 @@
 //! sequences become U+FFFD exactly where `String::from_utf8_lossy` would put them, so the
 //! concatenated output equals the lossy decoding of all bytes at once.
 
-use crate::Tokenizer;
+use crate::{TokenId, Tokenizer};
 
 pub struct StreamDecoder<'t> {
     tok: &'t Tokenizer,
@@ -34,7 +34,7 @@ impl<'t> StreamDecoder<'t> {
     }
 
     /// Adds one token; returns the text that is now complete (possibly empty).
-    pub fn push(&mut self, id: u32) -> String {
+    pub fn push(&mut self, id: TokenId) -> String {
         if self.skip_special && self.tok.is_special(id) {
             // llama.cpp: a suppressed first token still ends the leading-space rule.
             self.strip_space = false;

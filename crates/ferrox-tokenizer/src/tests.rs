@@ -47,7 +47,7 @@ fn tiny_spm(add_space_prefix: bool) -> Tokenizer {
     .unwrap()
 }
 
-fn id(t: &Tokenizer, s: &str) -> u32 {
+fn id(t: &Tokenizer, s: &str) -> TokenId {
     t.token_to_id(s).unwrap()
 }
 

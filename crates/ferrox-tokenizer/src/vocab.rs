@@ -5,10 +5,13 @@
 use ahash::RandomState;
 use hashbrown::HashTable;
 
+use crate::TokenId;
+
 pub(crate) struct Vocab {
     arena: String,
     /// End of token `i`'s text in `arena` (its start is the previous end).
     ends: Vec<u32>,
+    /// Ids stored in 32 bits (half the table); [`Vocab::get`] widens them to [`TokenId`].
     index: HashTable<u32>,
     hasher: RandomState,
 }
@@ -16,8 +19,8 @@ pub(crate) struct Vocab {
 /// Two ids with the same text (`first` < `second`).
 pub(crate) struct Duplicate {
     pub text: String,
-    pub first: u32,
-    pub second: u32,
+    pub first: TokenId,
+    pub second: TokenId,
 }
 
 impl From<Duplicate> for crate::TokenizerError {
@@ -62,8 +65,8 @@ impl Vocab {
             if let Some(&first) = v.index.find(hash, |&i| text_of(i) == text) {
                 return Err(Duplicate {
                     text: text.to_string(),
-                    first,
-                    second: id,
+                    first: first as TokenId,
+                    second: id as TokenId,
                 });
             }
             v.index
@@ -77,7 +80,7 @@ impl Vocab {
     }
 
     /// Text of token `id` (panics out of range, like indexing).
-    pub fn text(&self, id: usize) -> &str {
+    pub fn text(&self, id: TokenId) -> &str {
         let start = if id == 0 {
             0
         } else {
@@ -86,26 +89,21 @@ impl Vocab {
         &self.arena[start..self.ends[id] as usize]
     }
 
-    pub fn get_text(&self, id: usize) -> Option<&str> {
+    pub fn get_text(&self, id: TokenId) -> Option<&str> {
         (id < self.len()).then(|| self.text(id))
     }
 
     /// The id of `text`.
-    pub fn get(&self, text: &str) -> Option<&u32> {
+    pub fn get(&self, text: &str) -> Option<TokenId> {
         let hash = self.hasher.hash_one(text);
-        self.index.find(hash, |&i| self.text(i as usize) == text)
+        self.index
+            .find(hash, |&i| self.text(i as usize) == text)
+            .map(|&i| i as TokenId)
     }
 
     /// Every text in id order.
     pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
         (0..self.len()).map(|i| self.text(i))
-    }
-}
-
-impl std::ops::Index<&str> for Vocab {
-    type Output = u32;
-    fn index(&self, text: &str) -> &u32 {
-        self.get(text).expect("token in the vocabulary")
     }
 }
 
@@ -120,11 +118,11 @@ mod tests {
         assert_eq!(v.len(), 5);
         for (i, t) in texts.iter().enumerate() {
             assert_eq!(v.text(i), *t);
-            assert_eq!(v.get(t), Some(&(i as u32)));
+            assert_eq!(v.get(t), Some(i));
         }
         assert_eq!(v.get("b"), None);
         assert_eq!(v.get_text(5), None);
-        assert_eq!(v["bc"], 2);
+        assert_eq!(v.get("bc"), Some(2));
         let d = Vocab::new(["x", "y", "x"].into_iter()).err().unwrap();
         assert_eq!((d.text.as_str(), d.first, d.second), ("x", 0, 2));
     }

@@ -2,7 +2,7 @@
 
 mod tokenizer_common;
 
-use ferrox_tokenizer::Tokenizer;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use tokenizer_common::*;
 
 fn check(tok: &Tokenizer, fixture_file: &str) {
@@ -18,12 +18,7 @@ fn check(tok: &Tokenizer, fixture_file: &str) {
             ("no_parse_special", true, false),
             ("no_bos_no_parse_special", false, false),
         ] {
-            let want: Vec<u32> = s[variant]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect();
+            let want: Vec<TokenId> = serde_json::from_value(s[variant].clone()).unwrap();
             let got = tok.encode(text, add_special, parse_special);
             assert_eq!(got, want, "{fixture_file} {variant} {text:?}");
             n += 1;

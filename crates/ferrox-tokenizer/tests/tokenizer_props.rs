@@ -3,7 +3,7 @@
 
 mod tokenizer_common;
 
-use ferrox_tokenizer::Tokenizer;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use proptest::prelude::*;
 use tokenizer_common::*;
 
@@ -43,7 +43,7 @@ fn check_text(tok: &Tokenizer, s: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn check_stream(tok: &Tokenizer, ids: &[u32]) -> Result<(), TestCaseError> {
+fn check_stream(tok: &Tokenizer, ids: &[TokenId]) -> Result<(), TestCaseError> {
     for skip in [false, true] {
         let mut d = tok.stream_decoder().skip_special(skip);
         let mut s = String::new();
@@ -63,9 +63,9 @@ fn check_stream(tok: &Tokenizer, ids: &[u32]) -> Result<(), TestCaseError> {
 }
 
 /// Ids biased towards byte tokens and multi-byte pieces (where UTF-8 splits happen), plus any id.
-fn ids(tok: &'static Tokenizer) -> impl Strategy<Value = Vec<u32>> {
-    let n = tok.vocab_size() as u32;
-    let bytes: Vec<u32> = (0..=255u8)
+fn ids(tok: &'static Tokenizer) -> impl Strategy<Value = Vec<TokenId>> {
+    let n = tok.vocab_size();
+    let bytes: Vec<TokenId> = (0..=255u8)
         .filter_map(|b| tok.token_to_id(&format!("<0x{b:02X}>")))
         .collect();
     let id = if bytes.is_empty() {

@@ -11,6 +11,7 @@ use super::engine;
 use anyhow::Context;
 use ferrox_models::blocks::moe_bench;
 use ferrox_models::decoder::Decoder;
+use ferrox_tokenizer::TokenId;
 use serde_json::json;
 use std::time::Instant;
 
@@ -172,12 +173,12 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
 struct TokenStream(u64);
 
 impl TokenStream {
-    fn next(&mut self, vocab: usize) -> usize {
+    fn next(&mut self, vocab: usize) -> TokenId {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % vocab as u64) as usize
+        ((self.0 >> 33) % vocab as u64) as TokenId
     }
 }
 
@@ -187,7 +188,7 @@ fn time_prompt(dec: &Decoder, n: usize, reps: usize, toks: &mut TokenStream) -> 
     let mut logits = Vec::new();
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
-        let tokens: Vec<usize> = (0..n).map(|_| toks.next(vocab)).collect();
+        let tokens: Vec<TokenId> = (0..n).map(|_| toks.next(vocab)).collect();
         let t = Instant::now();
         dec.forward_into(&tokens, 0, &mut caches, n - 1, &mut logits);
         let ns = t.elapsed().as_nanos() as u64;

@@ -13,7 +13,7 @@ use ferrox_server::backend::{
     Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
 };
 use ferrox_tokenizer::template::{render_prompt, Message};
-use ferrox_tokenizer::Tokenizer;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 
 use super::engine;
 
@@ -62,7 +62,7 @@ struct ModelEngine {
 
 /// Rendered template text to ids: special tokens parsed; BOS added when the model wants one
 /// and the template did not already write it.
-fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<u32> {
+fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
     let mut ids = tok.encode(text, false, true);
     if tok.adds_bos() {
         if let Some(bos) = tok.bos_id() {
@@ -84,7 +84,7 @@ impl Backend for ModelBackend {
     fn ctx_size(&self) -> usize {
         self.ctx
     }
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError> {
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError> {
         let msgs: Vec<Message> = messages
             .iter()
             .map(|m| Message::new(m.role.clone(), m.content.text().unwrap_or_default()))
@@ -93,15 +93,15 @@ impl Backend for ModelBackend {
             .map_err(|e| BackendError::Template(e.to_string()))?;
         Ok(tokenize_prompt(self.tokenizer, &text))
     }
-    fn text_prompt(&self, text: &str) -> Vec<u32> {
+    fn text_prompt(&self, text: &str) -> Vec<TokenId> {
         self.tokenizer.encode(text, true, true)
     }
-    fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
         self.tokenizer.encode(text, add_special, true)
     }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, BackendError> {
+    fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError> {
         let n = self.tokenizer.vocab_size();
-        if let Some(bad) = ids.iter().find(|&&t| t as usize >= n) {
+        if let Some(bad) = ids.iter().find(|&&t| t >= n) {
             return Err(BackendError::BadTokens(format!(
                 "token id {bad} is outside the vocabulary (size {n})"
             )));
@@ -124,8 +124,7 @@ impl Engine for ModelEngine {
     fn active(&self) -> usize {
         self.engine.active()
     }
-    fn admit(&mut self, id: u64, prompt: &[u32], p: &GenParams) -> Result<(), String> {
-        let prompt: Vec<usize> = prompt.iter().map(|&t| t as usize).collect();
+    fn admit(&mut self, id: u64, prompt: &[TokenId], p: &GenParams) -> Result<(), String> {
         let params = BatchParams {
             sampler: SamplerConfig {
                 temperature: p.temperature,

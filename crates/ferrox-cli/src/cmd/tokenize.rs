@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use ferrox_format::gguf::GgufFile;
-use ferrox_tokenizer::Tokenizer;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,9 +65,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-fn print(out: &mut impl Write, tok: &Tokenizer, ids: &[u32], args: &Args) -> io::Result<()> {
+fn print(out: &mut impl Write, tok: &Tokenizer, ids: &[TokenId], args: &Args) -> io::Result<()> {
     if args.ids {
-        let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+        let list: Vec<String> = ids.iter().map(TokenId::to_string).collect();
         writeln!(out, "[{}]", list.join(", "))?;
     } else {
         for &id in ids {

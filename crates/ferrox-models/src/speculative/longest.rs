@@ -6,6 +6,7 @@
 
 use super::Drafter;
 use ahash::AHashMap;
+use ferrox_tokenizer::TokenId;
 
 const NONE: u32 = u32::MAX;
 
@@ -69,7 +70,7 @@ impl LongestMatchDrafter {
 
     /// Appends one token (amortised O(1) states; the end-position walk is as long as the
     /// number of distinct repeat classes ending here).
-    pub fn push(&mut self, tok: usize) {
+    pub fn push(&mut self, tok: TokenId) {
         let i = self.tokens.len() as u32;
         self.tokens.push(tok);
         let st = &mut self.states;
@@ -136,7 +137,7 @@ impl LongestMatchDrafter {
 }
 
 impl Drafter for LongestMatchDrafter {
-    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
         self.sync(history);
         match self.longest_match() {
             Some((len, end)) if len >= self.min_match && max > 0 => {
