@@ -28,7 +28,7 @@ fn text() -> impl Strategy<Value = String> {
 fn check_text(tok: &Tokenizer, s: &str) -> Result<(), TestCaseError> {
     for (add, parse) in [(true, true), (false, true), (true, false), (false, false)] {
         let ids = tok.encode(s, add, parse);
-        prop_assert!(ids.iter().all(|&i| (i as usize) < tok.vocab_size()));
+        prop_assert!(ids.iter().all(|&i| i < tok.vocab_size()));
         if !add {
             // SentencePiece vocabularies write spaces as U+2581, so a literal U+2581 in the text
             // comes back as a space (as in llama.cpp); everything else round-trips exactly.

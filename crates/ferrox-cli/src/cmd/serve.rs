@@ -140,7 +140,7 @@ impl Engine for ModelEngine {
             stop: p.stop.clone(),
         };
         self.engine
-            .admit(id, &prompt, &params)
+            .admit(id, prompt, &params)
             .map_err(|e| e.to_string())
     }
     fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
