@@ -2,13 +2,8 @@
 //! every accessor and tensor view works without panicking.
 #![no_main]
 
-// The parser's own source, compiled here without the rest of ferrox-models.
-#[allow(dead_code, unused_imports)]
-#[path = "../../crates/ferrox-models/src/gguf/mod.rs"]
-mod gguf;
-
 use ferrox_core::storage::Bytes;
-use gguf::GgufFile;
+use ferrox_format::gguf::GgufFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -54,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         .after_help(help)
         .get_matches();
     let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    configure_kernels()?;
     match cli.command {
         Command::Pull(a) => cmd::pull::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
@@ -65,4 +66,18 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Bench(a) => cmd::bench::run(a),
     }
+}
+
+/// Kernel options from the environment, before any kernel runs: `FERROX_ISA=scalar` (or `avx2`)
+/// forces a lesser instruction set than the detected one, `FERROX_X16=0` keeps the GGUF layout
+/// and the row kernels.
+fn configure_kernels() -> anyhow::Result<()> {
+    use ferrox_core::kernels::{configure, Isa, KernelOptions};
+    let isa = match std::env::var("FERROX_ISA").as_deref() {
+        Ok("scalar") => Some(Isa::Scalar),
+        Ok("avx2") => Some(Isa::Avx2),
+        _ => None,
+    };
+    let x16 = !std::env::var("FERROX_X16").is_ok_and(|v| v == "0");
+    Ok(configure(KernelOptions { isa, x16 })?)
 }

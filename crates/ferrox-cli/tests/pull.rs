@@ -65,16 +65,13 @@ fn killed_pull_resumes_to_a_verified_file_and_second_pull_downloads_nothing() {
     // 2. Pull again: ends with the verified file, no leftovers.
     let (path, _, _) = pull(home.path());
     assert_eq!(path, final_path);
-    let hub = ferrox_models::hub::Hub::new(&models);
-    let entry = ferrox_models::hub::lookup("gemma3:270m").unwrap();
+    let hub = ferrox_hub::Hub::new(&models);
+    let entry = ferrox_hub::lookup("gemma3:270m").unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), GEMMA_BYTES);
+    assert_eq!(ferrox_hub::sha256_file(&path).unwrap(), entry.sha256);
     assert_eq!(
-        ferrox_models::hub::sha256_file(&path).unwrap(),
-        entry.sha256
-    );
-    assert_eq!(
-        hub.status(entry, &ferrox_models::hub::NoProgress).unwrap(),
-        ferrox_models::hub::Status::Verified
+        hub.status(entry, &ferrox_hub::NoProgress).unwrap(),
+        ferrox_hub::Status::Verified
     );
     assert!(!partial.exists());
     assert!(!models.join(format!(".{GEMMA}.download")).exists());

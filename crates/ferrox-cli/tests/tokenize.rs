@@ -9,7 +9,7 @@ use common::model;
 
 fn fixture(name: &str) -> serde_json::Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../ferrox-models/tests/fixtures/tokenize")
+        .join("../ferrox-tokenizer/tests/fixtures/tokenize")
         .join(name);
     serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
 }

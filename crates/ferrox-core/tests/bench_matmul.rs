@@ -1,6 +1,7 @@
 //! Throughput of `WeightMatrix::gemv` / `gemm` on the real models' shapes. Ignored by default:
 //! `cargo test --release -p ferrox-core --test bench_matmul -- --ignored --nocapture`.
-//! Each case cycles through enough copies of the matrix (≥ 256 MB) that weights come from DRAM.
+//! Each case cycles through enough copies of the matrix (≥ [`KNOBS`]`.total_mb`) that weights
+//! come from DRAM. What runs is set by [`KNOBS`] (edit it to narrow a run).
 
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::quant::GgmlType;
@@ -12,6 +13,28 @@ use std::time::Instant;
 mod common;
 use common::random_row;
 
+/// What a run measures.
+struct Knobs {
+    /// Megabytes of matrix copies cycled through per case.
+    total_mb: usize,
+    /// Best single call instead of the mean (filters out preemption; cache-resident use).
+    min: bool,
+    /// Types to run (`["Q5_0"]`); empty runs every case.
+    only: &'static [&'static str],
+    /// Batch sizes; `None`: 1, 2, 4, 8 (1 for the vocabulary-sized matrix).
+    batches: Option<&'static [usize]>,
+    /// `Some("plain")` or `Some("x16")` (interleaved); `None` runs both, alternating.
+    layout: Option<&'static str>,
+}
+
+const KNOBS: Knobs = Knobs {
+    total_mb: 256,
+    min: false,
+    only: &[],
+    batches: None,
+    layout: None,
+};
+
 fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize], x16: bool) {
     let mut rng = StdRng::seed_from_u64(1);
     let proto: Vec<u8> = (0..rows.min(64))
@@ -19,10 +42,7 @@ fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize], x16: bool) {
         .collect();
     let row_bytes = ty.row_bytes(cols).unwrap();
     let bytes = row_bytes * rows;
-    let total_mb: usize = std::env::var("BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
+    let total_mb = KNOBS.total_mb;
     let copies = (total_mb << 20).div_ceil(bytes).max(1);
     let mats: Vec<WeightMatrix> = (0..copies)
         .map(|_| {
@@ -61,7 +81,7 @@ fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize], x16: bool) {
             }
         }
         let mut per = t.elapsed().as_secs_f64() / (reps * copies) as f64;
-        if std::env::var("BENCH_MIN").is_ok() {
+        if KNOBS.min {
             // Best single call: filters out preemption by other processes (cache-resident use).
             per = f64::MAX;
             for _ in 0..reps {
@@ -109,7 +129,6 @@ fn bench_gemv_gemm() {
         rayon::current_num_threads(),
         ferrox_core::kernels::isa()
     );
-    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let cases = [
         (GgmlType::Q4K, 896, 4864),
         (GgmlType::Q6K, 896, 4864),
@@ -119,22 +138,23 @@ fn bench_gemv_gemm() {
         (GgmlType::Q8_0, 151936, 896),
     ];
     for (ty, r, c) in cases {
-        if !only.is_empty() && !only.split(',').any(|o| o == ty.name()) {
+        if !KNOBS.only.is_empty() && !KNOBS.only.contains(&ty.name()) {
             continue;
         }
-        let batches: Vec<usize> = match std::env::var("BENCH_N") {
-            Ok(v) => v
-                .split(',')
-                .map(|n| n.parse().unwrap())
+        let batches: Vec<usize> = match KNOBS.batches {
+            Some(v) => v
+                .iter()
+                .copied()
                 .filter(|&n| r < 100_000 || n <= 8)
                 .collect(),
-            Err(_) if r > 100_000 => vec![1],
-            Err(_) => vec![1, 2, 4, 8],
+            None if r > 100_000 => vec![1],
+            None => vec![1, 2, 4, 8],
         };
-        // BENCH_LAYOUT: `plain`, `x16` (interleaved) or both (the default), alternating.
-        let layout = std::env::var("BENCH_LAYOUT").unwrap_or_default();
         for x16 in [false, true] {
-            if layout.is_empty() || layout == if x16 { "x16" } else { "plain" } {
+            if KNOBS
+                .layout
+                .is_none_or(|l| l == if x16 { "x16" } else { "plain" })
+            {
                 bench(ty, r, c, &batches, x16);
             }
         }

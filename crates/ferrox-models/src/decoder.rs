@@ -11,6 +11,7 @@ use crate::config::ModelConfig;
 use crate::weights::LoadError;
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
+use ferrox_tokenizer::TokenId;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -43,7 +44,7 @@ pub struct Decoder {
     pub lm_head: WeightMatrix,
     pub source: ModelSource,
     /// The GGUF file the weights live in (tokenizer and template metadata), if any.
-    pub gguf: Option<std::sync::Arc<crate::gguf::GgufFile>>,
+    pub gguf: Option<std::sync::Arc<ferrox_format::gguf::GgufFile>>,
     scratch: Mutex<Scratch>,
 }
 
@@ -60,7 +61,7 @@ struct Scratch {
 /// (one per layer; positions at or after `pos` are dropped first), logits wanted for rows
 /// `first_logit_row..`.
 pub struct SeqBatch<'a> {
-    pub tokens: &'a [usize],
+    pub tokens: &'a [TokenId],
     pub pos: usize,
     pub caches: &'a mut [KvCache],
     pub first_logit_row: usize,
@@ -150,7 +151,7 @@ impl Decoder {
     }
 
     /// Logits for one token at position `pos`.
-    pub fn forward_token(&self, token: usize, pos: usize, caches: &mut [KvCache]) -> Vec<f32> {
+    pub fn forward_token(&self, token: TokenId, pos: usize, caches: &mut [KvCache]) -> Vec<f32> {
         let mut out = Vec::new();
         self.forward_into(&[token], pos, caches, 0, &mut out);
         out
@@ -159,7 +160,7 @@ impl Decoder {
     /// Logits for every position of `tokens` (placed at `pos..pos + len`).
     pub fn forward_batch(
         &self,
-        tokens: &[usize],
+        tokens: &[TokenId],
         pos: usize,
         caches: &mut [KvCache],
     ) -> Vec<Vec<f32>> {
@@ -170,7 +171,7 @@ impl Decoder {
     /// 150k-word vocabulary is wasted on rows nobody samples from). Returns those rows.
     pub fn forward_from(
         &self,
-        tokens: &[usize],
+        tokens: &[TokenId],
         pos: usize,
         caches: &mut [KvCache],
         first_logit_row: usize,
@@ -186,7 +187,7 @@ impl Decoder {
     /// (`[rows, vocab]`, resized; no allocation once warm).
     pub fn forward_into(
         &self,
-        tokens: &[usize],
+        tokens: &[TokenId],
         pos: usize,
         caches: &mut [KvCache],
         first_logit_row: usize,

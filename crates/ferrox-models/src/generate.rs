@@ -14,13 +14,13 @@ use crate::decoder::Decoder;
 use crate::engine::{BatchEngine, JobEnd, Sink};
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::speculative::{SpecStats, Speculation};
-use crate::tokenizer::Tokenizer;
 use ferrox_core::cache::KvCache;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct GenerateOutput {
-    pub tokens: Vec<usize>,
+    pub tokens: Vec<TokenId>,
     pub text: String,
     pub stop: StopReason,
     /// Prompt tokens actually evaluated (after prefix reuse) and the time it took.
@@ -75,7 +75,7 @@ impl<'m> Session<'m> {
     }
 
     /// Tokens currently held in the cache.
-    pub fn history(&self) -> &[usize] {
+    pub fn history(&self) -> &[TokenId] {
         self.engine.history(SLOT)
     }
 
@@ -105,7 +105,7 @@ impl<'m> Session<'m> {
     /// carries its state (random stream) over to the next call. Panics on an empty prompt.
     pub fn generate(
         &mut self,
-        prompt: &[usize],
+        prompt: &[TokenId],
         params: &GenerateParams,
         sampler: &mut Sampler,
         mut on_text: impl FnMut(&str) -> bool,

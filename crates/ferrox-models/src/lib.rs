@@ -1,5 +1,6 @@
-//! ferrox-models: model files (GGUF, safetensors), tokenizers, chat templates, architectures,
-//! the decoder, sampling, speculative decoding and generation.
+//! ferrox-models: architectures over the files `ferrox-format` reads (weight sources, tensor
+//! tables, configurations), the decoder, sampling, speculative decoding and generation. Token
+//! ids ([`TokenId`]), tokenizers and chat templates come from `ferrox-tokenizer`.
 
 pub mod arch;
 pub mod blocks;
@@ -8,14 +9,11 @@ pub mod config;
 pub mod decoder;
 pub mod engine;
 pub mod generate;
-pub mod gguf;
-pub mod hub;
 pub mod params;
 pub mod perplexity;
 pub mod sampling;
 pub mod speculative;
-pub mod template;
-pub mod tokenizer;
 pub mod weights;
 
 pub use config::ModelConfig;
+pub use ferrox_tokenizer::TokenId;

@@ -4,6 +4,7 @@
 //! each chunk is scored on predicting its next token.
 
 use crate::decoder::Decoder;
+use ferrox_tokenizer::TokenId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PplError {
@@ -23,9 +24,9 @@ pub struct Ppl {
 /// Scores `tokens` in chunks of `n_ctx`; `progress` receives each chunk's running estimate.
 pub fn perplexity(
     dec: &Decoder,
-    tokens: &[usize],
+    tokens: &[TokenId],
     n_ctx: usize,
-    bos: Option<usize>,
+    bos: Option<TokenId>,
     max_chunks: Option<usize>,
     mut progress: impl FnMut(usize, f64),
 ) -> Result<Ppl, PplError> {

@@ -6,6 +6,8 @@
 //! `Sampler::distribution` exposes the final distribution the draw uses, so speculative
 //! verification can accept or reject against exactly what plain sampling would do.
 
+use ferrox_tokenizer::TokenId;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {
     /// 0 = greedy.
@@ -76,13 +78,13 @@ impl Rng {
 }
 
 /// A candidate token and its (transformed) logit or probability.
-pub type Candidate = (usize, f32);
+pub type Candidate = (TokenId, f32);
 
 pub struct Sampler {
     pub config: SamplerConfig,
     rng: Rng,
     cands: Vec<Candidate>,
-    counts: std::collections::HashMap<usize, u32>,
+    counts: std::collections::HashMap<TokenId, u32>,
 }
 
 impl Sampler {
@@ -101,7 +103,7 @@ impl Sampler {
     }
 
     /// Picks the next token from `logits` given the `history` of tokens so far.
-    pub fn sample(&mut self, logits: &[f32], history: &[usize]) -> usize {
+    pub fn sample(&mut self, logits: &[f32], history: &[TokenId]) -> TokenId {
         if self.config.is_greedy() {
             if !self.penalizes() {
                 return argmax(logits);
@@ -123,7 +125,7 @@ impl Sampler {
 
     /// The final distribution of the chain: `(token, probability)` pairs, sorted by
     /// probability descending, summing to 1. Greedy is the one-hot distribution.
-    pub fn distribution(&mut self, logits: &[f32], history: &[usize]) -> Vec<Candidate> {
+    pub fn distribution(&mut self, logits: &[f32], history: &[TokenId]) -> Vec<Candidate> {
         let mut out = Vec::new();
         if self.config.is_greedy() {
             out.extend(logits.iter().copied().enumerate());
@@ -135,7 +137,7 @@ impl Sampler {
         out
     }
 
-    fn distribution_into(&mut self, logits: &[f32], history: &[usize], c: &mut Vec<Candidate>) {
+    fn distribution_into(&mut self, logits: &[f32], history: &[TokenId], c: &mut Vec<Candidate>) {
         c.clear();
         c.extend(logits.iter().copied().enumerate());
         self.penalize(c, history);
@@ -156,7 +158,7 @@ impl Sampler {
     }
 
     /// Penalties over the last `penalty_last_n` tokens of `history` (in logit space).
-    fn penalize(&mut self, c: &mut [Candidate], history: &[usize]) {
+    fn penalize(&mut self, c: &mut [Candidate], history: &[TokenId]) {
         if !self.penalizes() {
             return;
         }
@@ -181,7 +183,7 @@ impl Sampler {
 }
 
 /// The first index of the largest logit (as `argmax_cands` over the unpenalized logits).
-fn argmax(logits: &[f32]) -> usize {
+fn argmax(logits: &[f32]) -> TokenId {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {
@@ -191,7 +193,7 @@ fn argmax(logits: &[f32]) -> usize {
     best
 }
 
-fn argmax_cands(c: &[Candidate]) -> usize {
+fn argmax_cands(c: &[Candidate]) -> TokenId {
     let mut best = 0;
     for (i, &(_, l)) in c.iter().enumerate() {
         if l > c[best].1 {
@@ -267,7 +269,7 @@ fn renormalize(c: &mut [Candidate]) {
 }
 
 /// Draws from a normalized distribution.
-pub fn draw(c: &[Candidate], rng: &mut Rng) -> usize {
+pub fn draw(c: &[Candidate], rng: &mut Rng) -> TokenId {
     let u = rng.next_f64();
     let mut cum = 0f64;
     for &(t, p) in c {

@@ -10,6 +10,7 @@
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::quant::{self, GgmlType};
 use ferrox_core::storage::Bytes;
+use ferrox_format::safetensors::{self, SafetensorsError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -109,7 +110,8 @@ pub trait WeightSource: Send + Sync {
     fn names(&self) -> Vec<String>;
 }
 
-/// Safetensors files of a Hugging Face model directory, memory-mapped.
+/// Safetensors files of a Hugging Face model directory, memory-mapped (read by
+/// `ferrox_format::safetensors`).
 pub struct SafetensorsDir {
     pub dir: PathBuf,
     tensors: HashMap<String, TensorRef>,
@@ -117,88 +119,26 @@ pub struct SafetensorsDir {
 
 impl SafetensorsDir {
     pub fn open(dir: &Path) -> Result<Self, LoadError> {
-        let index = dir.join("model.safetensors.index.json");
-        let files: Vec<PathBuf> = if index.exists() {
-            let text = read_to_string(&index)?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| LoadError::Format {
-                    path: index.clone(),
-                    msg: e.to_string(),
-                })?;
-            let map = v
-                .get("weight_map")
-                .and_then(|m| m.as_object())
-                .ok_or_else(|| LoadError::Format {
-                    path: index.clone(),
-                    msg: "no weight_map".into(),
-                })?;
-            let mut fs: Vec<String> = map
-                .values()
-                .filter_map(|f| f.as_str().map(String::from))
-                .collect();
-            fs.sort();
-            fs.dedup();
-            fs.into_iter().map(|f| dir.join(f)).collect()
-        } else {
-            let single = dir.join("model.safetensors");
-            if !single.exists() {
-                return Err(LoadError::Format {
-                    path: dir.to_path_buf(),
-                    msg: "no model.safetensors or model.safetensors.index.json".into(),
-                });
-            }
-            vec![single]
-        };
-        let mut tensors = HashMap::new();
-        for f in files {
-            Self::map_file(&f, &mut tensors)?;
-        }
+        let tensors = safetensors::read_dir(dir)
+            .map_err(|e| match e {
+                SafetensorsError::Io { path, source } => LoadError::Io { path, source },
+                SafetensorsError::Format { path, msg } => LoadError::Format { path, msg },
+            })?
+            .into_iter()
+            .map(|(name, t)| {
+                let r = TensorRef {
+                    name: name.clone(),
+                    ty: t.ty,
+                    shape: t.shape,
+                    data: t.data,
+                };
+                (name, r)
+            })
+            .collect();
         Ok(SafetensorsDir {
             dir: dir.to_path_buf(),
             tensors,
         })
-    }
-
-    fn map_file(path: &Path, out: &mut HashMap<String, TensorRef>) -> Result<(), LoadError> {
-        let file = std::fs::File::open(path).map_err(|e| LoadError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
-        // SAFETY: the file is opened read-only and model files are not modified while mapped.
-        let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| LoadError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
-        let fmt_err = |msg: String| LoadError::Format {
-            path: path.to_path_buf(),
-            msg,
-        };
-        let (header_len, meta) =
-            safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| fmt_err(e.to_string()))?;
-        let base = 8 + header_len;
-        let bytes = Bytes::new(Arc::new(mmap));
-        for (name, info) in meta.tensors() {
-            let ty = match info.dtype {
-                safetensors::Dtype::F32 => GgmlType::F32,
-                safetensors::Dtype::F16 => GgmlType::F16,
-                safetensors::Dtype::BF16 => GgmlType::BF16,
-                other => return Err(fmt_err(format!("tensor `{name}`: dtype {other:?}"))),
-            };
-            let (s, e) = info.data_offsets;
-            let data = bytes
-                .slice(base + s, e - s)
-                .ok_or_else(|| fmt_err(format!("tensor `{name}` out of bounds")))?;
-            out.insert(
-                name.clone(),
-                TensorRef {
-                    name: name.clone(),
-                    ty,
-                    shape: info.shape.clone(),
-                    data,
-                },
-            );
-        }
-        Ok(())
     }
 }
 
@@ -407,7 +347,7 @@ impl Bound {
 
 /// A GGUF file (llama.cpp tensor names; dims reversed to row-major order).
 pub struct GgufSource {
-    pub file: Arc<crate::gguf::GgufFile>,
+    pub file: Arc<ferrox_format::gguf::GgufFile>,
     /// Hand out every quantized tensor dequantized to F32 (the exact-arithmetic reference:
     /// what transformers computes on the GGUF's weights, with no activation quantization).
     pub dequantize: bool,

@@ -6,22 +6,19 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{AdmitError, BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::collections::HashMap;
 
 fn model() -> (Decoder, Tokenizer) {
-    let path = ferrox_models::hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
+    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
     let dec = Decoder::load(&path).unwrap();
     let gguf = dec.gguf.clone().unwrap();
     let tok = Tokenizer::from_gguf(&gguf).unwrap();
     (dec, tok)
 }
 
-fn ids(tok: &Tokenizer, text: &str) -> Vec<usize> {
+fn ids(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
     tok.encode(text, true, true)
-        .into_iter()
-        .map(|t| t as usize)
-        .collect()
 }
 
 const PROMPTS: [&str; 4] = [

@@ -16,7 +16,7 @@ const MODELS: &[(&str, &str, &str)] = &[
 ];
 
 fn model_path(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+    ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //! fixtures/dequant_digests.json (written by scripts/gguf_dequant_digests.py).
 
 use ferrox_core::quant::dequantize_row;
-use ferrox_models::gguf::GgufFile;
-use ferrox_models::hub::ensure_model;
+use ferrox_format::gguf::GgufFile;
+use ferrox_hub::ensure_model;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;

@@ -88,6 +88,6 @@ fn multi_sequence_rows_equal_single_sequence_rows_on_tiny_checkpoints() {
 
 #[test]
 fn multi_sequence_rows_equal_single_sequence_rows_on_qwen() {
-    let path = ferrox_models::hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
+    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
     check(&Decoder::load(path).unwrap(), "qwen2.5-coder:0.5b-instruct");
 }

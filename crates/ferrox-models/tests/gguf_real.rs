@@ -1,11 +1,11 @@
 //! Both small real models parse, their tensors are in range, and their views are zero-copy.
 
-use ferrox_models::gguf::{GgufFile, MetaArray};
+use ferrox_format::gguf::{GgufFile, MetaArray};
 use std::path::PathBuf;
 
 /// A catalog model's file, pulled by the hub when missing (never skipped).
 fn model(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+    ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 fn check_common(f: &GgufFile) {

@@ -9,8 +9,8 @@
 mod common;
 use common::tiny::{check_tiny_greedy, check_tiny_logits};
 use common::*;
+use ferrox_format::gguf::GgufFile;
 use ferrox_models::decoder::Decoder;
-use ferrox_models::gguf::GgufFile;
 use std::path::PathBuf;
 
 fn gguf(arch: &str) -> PathBuf {

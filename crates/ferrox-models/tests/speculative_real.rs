@@ -9,24 +9,21 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
-use ferrox_models::template::{render_prompt, Message};
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::time::Instant;
 
 fn load() -> (Decoder, Tokenizer) {
-    let path = ferrox_models::hub::ensure_model("qwen2.5-coder:0.5b-instruct")
+    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct")
         .unwrap_or_else(|e| panic!("model: {e}"));
     let dec = Decoder::load(&path).unwrap();
     let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();
     (dec, tok)
 }
 
-fn chat_ids(tok: &Tokenizer, messages: &[Message]) -> Vec<usize> {
+fn chat_ids(tok: &Tokenizer, messages: &[Message]) -> Vec<TokenId> {
     let text = render_prompt(tok, messages, true).unwrap();
     tok.encode(&text, false, true)
-        .into_iter()
-        .map(|t| t as usize)
-        .collect()
 }
 
 fn spec() -> Option<Speculation> {
@@ -220,7 +217,6 @@ fn sampled_speculation_equals_plain_sampling_for_a_seed() {
     assert_eq!(a.tokens, b.tokens);
     assert!(a.spec.accepted > 0, "{:?}", a.spec);
     assert!(!a.tokens.is_empty() && a.tokens.len() <= 60);
-    let ids32: Vec<u32> = a.tokens.iter().map(|&t| t as u32).collect();
-    assert_eq!(a.text, tok.decode_skip_special(&ids32));
+    assert_eq!(a.text, tok.decode_skip_special(&a.tokens));
     eprintln!("{:?} {:?}", a.spec, a.text);
 }

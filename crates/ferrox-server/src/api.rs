@@ -1,6 +1,7 @@
 //! OpenAI request and response bodies (the subset ferrox serves), following the OpenAI API
 //! reference for `/v1/chat/completions`, `/v1/completions` and `/v1/models`.
 
+use ferrox_tokenizer::TokenId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -159,7 +160,7 @@ pub struct TokenizeRequest {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct DetokenizeRequest {
-    pub tokens: Vec<u32>,
+    pub tokens: Vec<TokenId>,
 }
 
 /// A JSON value helper for building response bodies.

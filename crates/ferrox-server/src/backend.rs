@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::api::ChatMessage;
+use ferrox_tokenizer::TokenId;
 
 /// Sampling and length settings of one request, already validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,7 +55,7 @@ pub trait Engine: Send {
     fn capacity(&self) -> usize;
     fn active(&self) -> usize;
     /// Starts generation `id` in a free slot (the scheduler only calls it when one is free).
-    fn admit(&mut self, id: u64, prompt: &[u32], params: &GenParams) -> Result<(), String>;
+    fn admit(&mut self, id: u64, prompt: &[TokenId], params: &GenParams) -> Result<(), String>;
     /// One batched step of every running generation; reports their text and completions
     /// (`Event::Done` ends a generation and frees its slot).
     fn step(&mut self, events: &mut dyn FnMut(u64, Event));
@@ -84,11 +85,11 @@ pub trait Backend: Send + Sync + 'static {
     }
     fn ctx_size(&self) -> usize;
     /// Prompt tokens of a chat (rendered through the model's chat template).
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError>;
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError>;
     /// Prompt tokens of a plain completion.
-    fn text_prompt(&self, text: &str) -> Vec<u32>;
-    fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32>;
-    fn detokenize(&self, ids: &[u32]) -> Result<String, BackendError>;
+    fn text_prompt(&self, text: &str) -> Vec<TokenId>;
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId>;
+    fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError>;
     /// A fresh engine with `slots` slots.
     fn new_engine(&self, slots: usize) -> Box<dyn Engine>;
 }
@@ -101,7 +102,7 @@ pub enum Event {
 }
 
 pub struct Job {
-    pub prompt: Vec<u32>,
+    pub prompt: Vec<TokenId>,
     pub params: GenParams,
     pub events: tokio::sync::mpsc::UnboundedSender<Event>,
 }

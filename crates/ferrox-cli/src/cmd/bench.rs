@@ -11,6 +11,7 @@ use super::engine;
 use anyhow::Context;
 use ferrox_models::blocks::moe_bench;
 use ferrox_models::decoder::Decoder;
+use ferrox_tokenizer::TokenId;
 use serde_json::json;
 use std::time::Instant;
 
@@ -179,12 +180,12 @@ fn mean_sd(v: &[f64]) -> (f64, f64) {
 struct TokenStream(u64);
 
 impl TokenStream {
-    fn next(&mut self, vocab: usize) -> usize {
+    fn next(&mut self, vocab: usize) -> TokenId {
         self.0 = self
             .0
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % vocab as u64) as usize
+        ((self.0 >> 33) % vocab as u64) as TokenId
     }
 }
 
@@ -194,7 +195,7 @@ fn time_prompt(dec: &Decoder, n: usize, reps: usize, toks: &mut TokenStream) -> 
     let mut logits = Vec::new();
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
-        let tokens: Vec<usize> = (0..n).map(|_| toks.next(vocab)).collect();
+        let tokens: Vec<TokenId> = (0..n).map(|_| toks.next(vocab)).collect();
         let t = Instant::now();
         dec.forward_into(&tokens, 0, &mut caches, n - 1, &mut logits);
         let ns = t.elapsed().as_nanos() as u64;
@@ -360,7 +361,7 @@ fn type_name(dec: &Decoder) -> String {
     };
     let mut count: Vec<(ferrox_core::quant::GgmlType, u64)> = Vec::new();
     let layer =
-        |t: &&ferrox_models::gguf::TensorInfo| t.dims.len() >= 2 && t.name.starts_with("blk.");
+        |t: &&ferrox_format::gguf::TensorInfo| t.dims.len() >= 2 && t.name.starts_with("blk.");
     for t in g.tensors().iter().filter(layer) {
         match count.iter_mut().find(|(ty, _)| *ty == t.ty) {
             Some((_, n)) => *n += t.n_bytes,

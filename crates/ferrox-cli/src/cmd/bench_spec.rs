@@ -12,7 +12,8 @@ use anyhow::Context;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::Speculation;
-use ferrox_models::template::{render_prompt, Message};
+use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::TokenId;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -72,7 +73,7 @@ const CONTROL: &[&str] = &[
 struct Prompt {
     set: &'static str,
     name: String,
-    ids: Vec<usize>,
+    ids: Vec<TokenId>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -118,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
     let eng = engine::load(args.model.as_deref(), true)?;
     let tok = eng.tokenizer()?;
-    let chat = |text: String| -> anyhow::Result<Vec<usize>> {
+    let chat = |text: String| -> anyhow::Result<Vec<TokenId>> {
         let rendered = render_prompt(tok, &[Message::user(text)], true)?;
         Ok(tokenize_prompt(tok, &rendered))
     };
@@ -158,9 +159,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
         let ids = if args.raw {
             tok.encode(&text, true, true)
-                .into_iter()
-                .map(|t| t as usize)
-                .collect()
         } else {
             chat(text)?
         };
@@ -313,7 +311,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Median time of one forward of k tokens (k = 1, 2, 4, 8, 16) after `prompt`, relative to one.
-fn batch_cost(decoder: &ferrox_models::decoder::Decoder, prompt: &[usize]) {
+fn batch_cost(decoder: &ferrox_models::decoder::Decoder, prompt: &[TokenId]) {
     let mut caches = decoder.new_caches();
     let mut logits = Vec::new();
     decoder.forward_into(prompt, 0, &mut caches, prompt.len() - 1, &mut logits);
@@ -321,7 +319,7 @@ fn batch_cost(decoder: &ferrox_models::decoder::Decoder, prompt: &[usize]) {
     let mut one = 0.0;
     eprintln!("forward cost of k tokens at position {pos} (median of 7, all k rows of logits):");
     for k in [1usize, 2, 4, 8, 16] {
-        let toks: Vec<usize> = prompt[..k.min(prompt.len())].to_vec();
+        let toks: Vec<TokenId> = prompt[..k.min(prompt.len())].to_vec();
         let mut times: Vec<f64> = (0..7)
             .map(|_| {
                 let t = Instant::now();

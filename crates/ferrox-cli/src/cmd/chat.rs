@@ -5,7 +5,7 @@
 use super::engine;
 use super::run::{report, tokenize_prompt, GenFlags};
 use ferrox_models::generate::Session;
-use ferrox_models::template::{render_prompt, Message};
+use ferrox_tokenizer::template::{render_prompt, Message};
 use std::io::{BufRead, Write};
 
 #[derive(clap::Args)]

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 use ferrox_models::decoder::Decoder;
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::Tokenizer;
 use std::path::PathBuf;
 use std::time::Instant;
 

@@ -2,7 +2,7 @@
 //! `gguf-dump` (long arrays and strings abbreviated).
 
 use anyhow::Context;
-use ferrox_models::gguf::{GgufFile, MetaArray, MetaValue};
+use ferrox_format::gguf::{GgufFile, MetaArray, MetaValue};
 use std::io::{self, Write};
 
 #[derive(clap::Args)]

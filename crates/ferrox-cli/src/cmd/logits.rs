@@ -3,6 +3,7 @@
 
 use super::engine;
 use anyhow::Context;
+use ferrox_tokenizer::TokenId;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -13,7 +14,7 @@ pub struct Args {
     pub model: Option<String>,
     /// Token ids, comma-separated (instead of text).
     #[arg(long, value_delimiter = ',', conflicts_with = "text")]
-    pub ids: Option<Vec<usize>>,
+    pub ids: Option<Vec<TokenId>>,
     /// Text, tokenized with BOS as the model says.
     pub text: Option<String>,
     /// Every position instead of the last.
@@ -30,14 +31,9 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
     let eng = engine::load(args.model.as_deref(), false)?;
-    let ids: Vec<usize> = match (&args.ids, &args.text) {
+    let ids: Vec<TokenId> = match (&args.ids, &args.text) {
         (Some(ids), _) => ids.clone(),
-        (None, Some(text)) => eng
-            .tokenizer()?
-            .encode(text, true, true)
-            .into_iter()
-            .map(|t| t as usize)
-            .collect(),
+        (None, Some(text)) => eng.tokenizer()?.encode(text, true, true),
         (None, None) => anyhow::bail!("give --ids or a text"),
     };
     anyhow::ensure!(!ids.is_empty(), "no tokens to evaluate");

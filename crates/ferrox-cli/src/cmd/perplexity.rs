@@ -33,21 +33,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
     let t0 = Instant::now();
-    let tokens: Vec<usize> = tok
-        .encode(&text, true, false)
-        .into_iter()
-        .map(|t| t as usize)
-        .collect();
+    let tokens = tok.encode(&text, true, false);
     eprintln!(
         "tokenized {} tokens in {:.2} s",
         tokens.len(),
         t0.elapsed().as_secs_f64()
     );
-    let bos = if tok.adds_bos() {
-        tok.bos_id().map(|b| b as usize)
-    } else {
-        None
-    };
+    let bos = if tok.adds_bos() { tok.bos_id() } else { None };
     let t1 = Instant::now();
     let out = std::io::stdout();
     let r = ferrox_models::perplexity::perplexity(

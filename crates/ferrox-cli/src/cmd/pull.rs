@@ -1,8 +1,8 @@
 //! `ferrox pull NAME`: fetch a catalog model (or hf: file) and print its path on stdout.
 
-use ferrox_models::hub::{self, Hub, CATALOG};
+use ferrox_hub::{CATALOG, DEFAULT_MODEL};
 
-use super::model::BarProgress;
+use super::model::{hub, BarProgress};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -14,7 +14,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let hub = Hub::from_env()?;
+    let hub = hub()?;
     if args.list {
         println!("{:<30} {:>10}  {:<8} FILE", "NAME", "SIZE", "STATE");
         for e in CATALOG {
@@ -24,7 +24,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Ok(_) => "damaged",
                 Err(_) => "missing",
             };
-            let default = if e.name == hub::DEFAULT_MODEL {
+            let default = if e.name == DEFAULT_MODEL {
                 " (default)"
             } else {
                 ""
@@ -39,7 +39,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let name = args.name.as_deref().unwrap_or(hub::DEFAULT_MODEL);
+    let name = args.name.as_deref().unwrap_or(DEFAULT_MODEL);
     let bar = BarProgress::new();
     let r = hub.pull(name, &bar);
     bar.finish();

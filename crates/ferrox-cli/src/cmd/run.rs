@@ -8,8 +8,8 @@ use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
     Drafter, LongestMatchDrafter, PromptLookupSpeculator, Speculation,
 };
-use ferrox_models::template::{render_prompt, Message};
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::io::Write;
 
 /// Sampling and generation flags shared by `run` and `chat`.
@@ -130,16 +130,12 @@ pub struct Args {
 
 /// Tokenizes rendered template text: special tokens parsed, BOS added only when the model
 /// wants one and the text does not already start with it.
-pub fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<usize> {
-    let mut ids: Vec<usize> = tok
-        .encode(text, false, true)
-        .into_iter()
-        .map(|t| t as usize)
-        .collect();
+pub fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
+    let mut ids = tok.encode(text, false, true);
     if tok.adds_bos() {
         if let Some(bos) = tok.bos_id() {
-            if ids.first() != Some(&(bos as usize)) {
-                ids.insert(0, bos as usize);
+            if ids.first() != Some(&bos) {
+                ids.insert(0, bos);
             }
         }
     }
@@ -182,9 +178,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let tok = eng.tokenizer()?;
     let ids = if args.raw {
         tok.encode(&args.prompt, true, true)
-            .into_iter()
-            .map(|t| t as usize)
-            .collect()
     } else {
         let text = render_prompt(tok, &[Message::user(args.prompt.clone())], true)?;
         if args.gen.verbose {

@@ -8,12 +8,12 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
-use ferrox_models::template::{render_prompt, Message};
-use ferrox_models::tokenizer::Tokenizer;
 use ferrox_server::api::ChatMessage;
 use ferrox_server::backend::{
     Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
 };
+use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::{TokenId, Tokenizer};
 
 use super::engine;
 
@@ -62,7 +62,7 @@ struct ModelEngine {
 
 /// Rendered template text to ids: special tokens parsed; BOS added when the model wants one
 /// and the template did not already write it.
-fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<u32> {
+fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
     let mut ids = tok.encode(text, false, true);
     if tok.adds_bos() {
         if let Some(bos) = tok.bos_id() {
@@ -84,7 +84,7 @@ impl Backend for ModelBackend {
     fn ctx_size(&self) -> usize {
         self.ctx
     }
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError> {
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError> {
         let msgs: Vec<Message> = messages
             .iter()
             .map(|m| Message::new(m.role.clone(), m.content.text().unwrap_or_default()))
@@ -93,15 +93,15 @@ impl Backend for ModelBackend {
             .map_err(|e| BackendError::Template(e.to_string()))?;
         Ok(tokenize_prompt(self.tokenizer, &text))
     }
-    fn text_prompt(&self, text: &str) -> Vec<u32> {
+    fn text_prompt(&self, text: &str) -> Vec<TokenId> {
         self.tokenizer.encode(text, true, true)
     }
-    fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
         self.tokenizer.encode(text, add_special, true)
     }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, BackendError> {
+    fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError> {
         let n = self.tokenizer.vocab_size();
-        if let Some(bad) = ids.iter().find(|&&t| t as usize >= n) {
+        if let Some(bad) = ids.iter().find(|&&t| t >= n) {
             return Err(BackendError::BadTokens(format!(
                 "token id {bad} is outside the vocabulary (size {n})"
             )));
@@ -124,8 +124,7 @@ impl Engine for ModelEngine {
     fn active(&self) -> usize {
         self.engine.active()
     }
-    fn admit(&mut self, id: u64, prompt: &[u32], p: &GenParams) -> Result<(), String> {
-        let prompt: Vec<usize> = prompt.iter().map(|&t| t as usize).collect();
+    fn admit(&mut self, id: u64, prompt: &[TokenId], p: &GenParams) -> Result<(), String> {
         let params = BatchParams {
             sampler: SamplerConfig {
                 temperature: p.temperature,
@@ -141,7 +140,7 @@ impl Engine for ModelEngine {
             stop: p.stop.clone(),
         };
         self.engine
-            .admit(id, &prompt, &params)
+            .admit(id, prompt, &params)
             .map_err(|e| e.to_string())
     }
     fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
@@ -177,7 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let name = args
         .model
         .clone()
-        .unwrap_or_else(|| ferrox_models::hub::DEFAULT_MODEL.to_string());
+        .unwrap_or_else(|| ferrox_hub::DEFAULT_MODEL.to_string());
     let file = eng
         .path
         .file_name()
@@ -188,7 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let decoder: &'static Decoder = Box::leak(Box::new(eng.decoder));
     let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
     // Catalog models are served under their catalog name however -m named them.
-    let id = ferrox_models::hub::CATALOG
+    let id = ferrox_hub::CATALOG
         .iter()
         .find(|e| e.file == file)
         .map_or_else(|| name.clone(), |e| e.name.to_string());

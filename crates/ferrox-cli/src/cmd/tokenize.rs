@@ -5,8 +5,8 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use ferrox_models::gguf::GgufFile;
-use ferrox_models::tokenizer::Tokenizer;
+use ferrox_format::gguf::GgufFile;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,9 +65,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-fn print(out: &mut impl Write, tok: &Tokenizer, ids: &[u32], args: &Args) -> io::Result<()> {
+fn print(out: &mut impl Write, tok: &Tokenizer, ids: &[TokenId], args: &Args) -> io::Result<()> {
     if args.ids {
-        let list: Vec<String> = ids.iter().map(u32::to_string).collect();
+        let list: Vec<String> = ids.iter().map(TokenId::to_string).collect();
         writeln!(out, "[{}]", list.join(", "))?;
     } else {
         for &id in ids {
@@ -98,12 +98,13 @@ fn resolve_model(model: &str) -> anyhow::Result<PathBuf> {
         return Ok(p.to_path_buf());
     }
     // A catalog name or hf: reference (pulled if missing), or a file in the models directory.
-    let in_dir = ferrox_models::hub::models_dir()?.join(model);
+    let hub = super::model::hub()?;
+    let in_dir = hub.models_dir().join(model);
     if in_dir.exists() {
         return Ok(in_dir);
     }
-    Ok(ferrox_models::hub::resolve(
-        model,
-        &ferrox_models::hub::NoProgress,
+    Ok(hub.resolve(
+        &ferrox_hub::ModelRef::parse(model)?,
+        &ferrox_hub::NoProgress,
     )?)
 }

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 /// The catalog model used when none is named.
-pub const DEFAULT_MODEL: &str = ferrox_models::hub::DEFAULT_MODEL;
+pub const DEFAULT_MODEL: &str = ferrox_hub::DEFAULT_MODEL;
 
 /// A catalog model's file, pulled by the hub when missing (never skipped).
 pub fn model(name: &str) -> PathBuf {
-    ferrox_models::hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+    ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
 }
 
 /// The binary under test, for runs that need an environment, a pipe or a spawned child.

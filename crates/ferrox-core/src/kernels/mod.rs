@@ -124,15 +124,70 @@ pub enum Kernel {
     Avx512K,
 }
 
-/// The process-wide instruction set, detected once. `FERROX_ISA=scalar` (or `avx2`) forces a
-/// lesser path (debugging, benchmarks).
+/// Kernel choices an application makes once, before the first product (the `ferrox` CLI
+/// reads them from `FERROX_ISA` and `FERROX_X16`). Never configured, the kernels use
+/// [`KernelOptions::default`]: the detected instruction set and the interleaved layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelOptions {
+    /// A lesser instruction set to run instead of the detected one (debugging, benchmarks);
+    /// one this CPU lacks falls back to detection.
+    pub isa: Option<Isa>,
+    /// Repack weights into the interleaved layout where a kernel has one; `false` keeps every
+    /// matrix in ggml layout and the row kernels (A/B benchmarks).
+    pub x16: bool,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions {
+            isa: None,
+            x16: true,
+        }
+    }
+}
+
+/// [`configure`] came after the kernels were configured differently or first used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("kernel options are fixed once kernels run: configure them before loading a model")]
+pub struct AlreadyConfigured;
+
+/// Options once resolved against this CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Config {
+    isa: Isa,
+    x16: bool,
+}
+
+impl Config {
+    fn resolve(o: KernelOptions) -> Config {
+        let isa = match o.isa {
+            Some(isa) if isa.supported() => isa,
+            _ => Isa::detect(),
+        };
+        Config { isa, x16: o.x16 }
+    }
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+fn config() -> &'static Config {
+    CONFIG.get_or_init(|| Config::resolve(KernelOptions::default()))
+}
+
+/// Sets the process-wide kernel options. Call it before anything runs a kernel; once they are
+/// fixed (configured, or defaulted by a first use) only the same options are accepted again.
+pub fn configure(options: KernelOptions) -> Result<(), AlreadyConfigured> {
+    let want = Config::resolve(options);
+    if *CONFIG.get_or_init(|| want) == want {
+        Ok(())
+    } else {
+        Err(AlreadyConfigured)
+    }
+}
+
+/// The process-wide instruction set: detected once, or the lesser one [`configure`] asked for.
 pub fn isa() -> Isa {
-    static ISA: OnceLock<Isa> = OnceLock::new();
-    *ISA.get_or_init(|| match std::env::var("FERROX_ISA").as_deref() {
-        Ok("scalar") => Isa::Scalar,
-        Ok("avx2") if Isa::Avx2.supported() => Isa::Avx2,
-        _ => Isa::detect(),
-    })
+    config().isa
 }
 
 /// `out[k] = dot(w, acts row t0 + k)` for every `k < out.len()`: one weight row.
@@ -186,11 +241,9 @@ pub fn dot_block(
 
 /// Whether weights of type `ty` are repacked into the interleaved layout (`quant::repack`)
 /// for this instruction set: only where an interleaved kernel exists.
-/// `FERROX_X16=0` keeps every matrix in ggml layout (A/B benchmarks).
+/// [`KernelOptions::x16`] `false` keeps every matrix in ggml layout (A/B benchmarks).
 pub fn interleaves(isa: Isa, ty: GgmlType) -> bool {
-    static OFF: OnceLock<bool> = OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var("FERROX_X16").is_ok_and(|v| v == "0"));
-    !off && isa == Isa::Avx512 && isa.supported() && crate::quant::repack::has_layout(ty)
+    config().x16 && isa == Isa::Avx512 && isa.supported() && crate::quant::repack::has_layout(ty)
 }
 
 /// Tokens one `gemm_x16` call takes at most.

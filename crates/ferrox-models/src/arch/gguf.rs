@@ -16,8 +16,8 @@ use crate::config::{
     Dims, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig, RopeConfig, RopeScaling,
     RouterScoring,
 };
-use crate::gguf::{GgufFile, MetaValue};
 use crate::weights::LoadError;
+use ferrox_format::gguf::{GgufFile, MetaValue};
 use std::sync::Arc;
 
 /// llama.cpp's `LLAMA_EXPERT_GATING_FUNC_TYPE_*`.

@@ -34,8 +34,8 @@ pub use hf::HfConfig;
 
 use crate::config::ModelConfig;
 use crate::decoder::{Decoder, ModelSource};
-use crate::gguf::GgufFile;
 use crate::weights::{read_to_string, GgufSource, LoadError, SafetensorsDir, TensorSpec};
+use ferrox_format::gguf::GgufFile;
 use std::path::Path;
 use std::sync::Arc;
 use tables::ExpertNames;

@@ -21,8 +21,9 @@ pub use stop::{GenerateParams, StopReason};
 use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
-use crate::tokenizer::Tokenizer;
+use crate::TokenId;
 use ferrox_core::cache::KvCache;
+use ferrox_tokenizer::Tokenizer;
 use slot::{Job, Slot};
 use std::time::Instant;
 use stop::StopRules;
@@ -173,7 +174,12 @@ impl<'m> BatchEngine<'m> {
 
     /// Starts generation `id` in the free slot whose cache shares the longest prefix with
     /// `prompt` (a chat's next turn lands where its previous turn left its keys and values).
-    pub fn admit(&mut self, id: u64, prompt: &[usize], p: &BatchParams) -> Result<(), AdmitError> {
+    pub fn admit(
+        &mut self,
+        id: u64,
+        prompt: &[TokenId],
+        p: &BatchParams,
+    ) -> Result<(), AdmitError> {
         let slot = self.pick_slot(prompt)?;
         let limits = GenerateParams {
             max_tokens: p.max_tokens,
@@ -185,7 +191,7 @@ impl<'m> BatchEngine<'m> {
     }
 
     /// The free slot `prompt` should run in.
-    pub(crate) fn pick_slot(&self, prompt: &[usize]) -> Result<usize, AdmitError> {
+    pub(crate) fn pick_slot(&self, prompt: &[TokenId]) -> Result<usize, AdmitError> {
         if prompt.is_empty() {
             return Err(AdmitError::EmptyPrompt);
         }
@@ -207,7 +213,7 @@ impl<'m> BatchEngine<'m> {
         &mut self,
         slot: usize,
         id: u64,
-        prompt: &[usize],
+        prompt: &[TokenId],
         sampler: Sampler,
         limits: &GenerateParams,
     ) {

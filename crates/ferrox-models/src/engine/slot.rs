@@ -7,6 +7,7 @@ use super::{JobEnd, Sink};
 use crate::decoder::SeqBatch;
 use crate::sampling::Sampler;
 use crate::speculative::{verify_rows, Speculation};
+use crate::TokenId;
 use ferrox_core::cache::KvCache;
 
 pub(super) struct Job<'t> {
@@ -30,7 +31,7 @@ pub(super) struct Job<'t> {
 pub(super) struct Slot<'t> {
     pub caches: Vec<KvCache>,
     /// Tokens in `caches`, in order.
-    pub history: Vec<usize>,
+    pub history: Vec<TokenId>,
     pub job: Option<Job<'t>>,
     /// Drafter and draft-length controller; kept across requests (costs are the model's).
     pub spec: Option<Speculation>,
@@ -53,7 +54,7 @@ impl<'t> Slot<'t> {
     }
 
     /// Tokens of the cached history that `prompt` starts with.
-    pub fn common_prefix(&self, prompt: &[usize]) -> usize {
+    pub fn common_prefix(&self, prompt: &[TokenId]) -> usize {
         self.history
             .iter()
             .zip(prompt)

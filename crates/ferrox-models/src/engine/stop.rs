@@ -2,7 +2,7 @@
 //! applies them: before a token, the token budget and end-of-generation tokens; after it, stop
 //! strings (text that may begin one is held back, a stop string is never emitted).
 
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use ferrox_tokenizer::{StreamDecoder, Tokenizer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
@@ -71,11 +71,11 @@ impl<'t> StopRules<'t> {
             self.tokens += 1;
             return (String::new(), None);
         };
-        if !self.ignore_eog && tokenizer.is_eog(tok as u32) {
+        if !self.ignore_eog && tokenizer.is_eog(tok) {
             return (String::new(), Some(StopReason::Eog));
         }
         self.tokens += 1;
-        self.held.push_str(&stream.push(tok as u32));
+        self.held.push_str(&stream.push(tok));
         if let Some(i) = self
             .stop
             .iter()

@@ -6,6 +6,7 @@
 
 use super::Drafter;
 use ahash::AHashMap;
+use ferrox_tokenizer::TokenId;
 
 const NONE: u32 = u32::MAX;
 
@@ -39,7 +40,7 @@ pub struct LongestMatchDrafter {
     /// Shortest match (in tokens) worth drafting from.
     pub min_match: usize,
     /// The tokens indexed so far (the automaton is rebuilt when a history does not extend them).
-    tokens: Vec<usize>,
+    tokens: Vec<TokenId>,
     states: Vec<State>,
     last: u32,
 }
@@ -69,7 +70,7 @@ impl LongestMatchDrafter {
 
     /// Appends one token (amortised O(1) states; the end-position walk is as long as the
     /// number of distinct repeat classes ending here).
-    pub fn push(&mut self, tok: usize) {
+    pub fn push(&mut self, tok: TokenId) {
         let i = self.tokens.len() as u32;
         self.tokens.push(tok);
         let st = &mut self.states;
@@ -113,7 +114,7 @@ impl LongestMatchDrafter {
     }
 
     /// Brings the index up to `history`, rebuilding when it is not an extension of it.
-    fn sync(&mut self, history: &[usize]) {
+    fn sync(&mut self, history: &[TokenId]) {
         let n = self.tokens.len();
         if n > history.len() || history[..n] != self.tokens[..] {
             self.reset();
@@ -136,12 +137,12 @@ impl LongestMatchDrafter {
 }
 
 impl Drafter for LongestMatchDrafter {
-    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
         let mut out = Vec::new();
         self.propose_into(history, max, &mut out);
         out
     }
-    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
         self.sync(history);
         match self.longest_match() {
             Some((len, end)) if len >= self.min_match && max > 0 => {
@@ -162,7 +163,7 @@ mod tests {
     use super::*;
 
     /// Brute force: the longest suffix occurring earlier, its latest earlier end, continuation.
-    fn brute(h: &[usize], min: usize, max: usize) -> Vec<usize> {
+    fn brute(h: &[usize], min: usize, max: usize) -> Vec<TokenId> {
         let n = h.len();
         for len in (min..n).rev() {
             let suf = &h[n - len..];

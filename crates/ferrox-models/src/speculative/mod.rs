@@ -25,6 +25,7 @@ pub use verify::{verify, verify_rows, Verdict};
 use crate::decoder::Decoder;
 use crate::generate::{GenerateParams, Session};
 use crate::sampling::{Sampler, SamplerConfig};
+use crate::TokenId;
 use ferrox_core::cache::KvCache;
 
 /// Drafts a continuation by n-gram lookup in the history (no draft model).
@@ -51,7 +52,7 @@ impl PromptLookupSpeculator {
     /// The tokens that followed the most recent earlier occurrence of `history`'s last
     /// `ngram_size` tokens (at most `max_draft_len`), or nothing when there is no such
     /// occurrence. The suffix itself is not a match: an occurrence must start before it.
-    pub fn propose(&self, history: &[usize]) -> Vec<usize> {
+    pub fn propose(&self, history: &[TokenId]) -> Vec<TokenId> {
         self.continuation(history).to_vec()
     }
 
@@ -72,12 +73,12 @@ impl PromptLookupSpeculator {
 }
 
 impl Drafter for PromptLookupSpeculator {
-    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
         let mut out = Vec::new();
         self.propose_into(history, max, &mut out);
         out
     }
-    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
         let c = self.continuation(history);
         out.extend_from_slice(&c[..c.len().min(max)]);
     }
@@ -92,12 +93,12 @@ impl Drafter for PromptLookupSpeculator {
 struct SeedLookup(PromptLookupSpeculator);
 
 impl Drafter for SeedLookup {
-    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize> {
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
         let mut out = Vec::new();
         self.propose_into(history, max, &mut out);
         out
     }
-    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
         let before_anchor = history.split_last().map_or(&[][..], |(_, h)| h);
         let c = self.0.continuation(before_anchor);
         out.extend_from_slice(&c[..c.len().min(max)]);
@@ -110,7 +111,7 @@ impl Drafter for SeedLookup {
 /// Outcome of [`speculative_decode`] with the counters that show what speculation saved.
 #[derive(Debug, Clone)]
 pub struct SpeculativeDecodeResult {
-    pub generated_tokens: Vec<usize>,
+    pub generated_tokens: Vec<TokenId>,
     /// Forward calls: the prefill plus one per verify round.
     pub forward_calls: usize,
     /// Equals `generated_tokens.len()`.
@@ -137,7 +138,7 @@ impl SpeculativeDecodeResult {
 /// (the sampler's greedy rule, shared by every decode path), where the seed took the last.
 pub fn speculative_decode(
     decoder: &Decoder,
-    prompt_tokens: &[usize],
+    prompt_tokens: &[TokenId],
     max_new_tokens: usize,
     kv_caches: &mut [KvCache],
     speculator: &PromptLookupSpeculator,

@@ -3,16 +3,17 @@
 //! counters. The engine runs the forward and verifies; this drafts and keeps the books.
 
 use super::AdaptiveDraft;
+use crate::TokenId;
 
 /// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
 /// the draft as a point mass, which is what makes the rejection rule in
 /// [`verify_rows`](super::verify_rows) exact.
 pub trait Drafter: Send {
     /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
-    fn propose(&mut self, history: &[usize], max: usize) -> Vec<usize>;
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<usize>;
     /// [`propose`](Drafter::propose) appended to `out`; drafters override it to spare the
     /// decode loop an allocation per step.
-    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
         out.extend(self.propose(history, max));
     }
     /// Short name for statistics and benchmarks.
@@ -70,7 +71,7 @@ impl Speculation {
 
     /// Appends the draft to verify after `history` (whose last token is the one being fed) to
     /// `out`: at most `room` tokens (what the budget and the context still allow).
-    pub fn draft_into(&mut self, history: &[usize], room: usize, out: &mut Vec<usize>) {
+    pub fn draft_into(&mut self, history: &[TokenId], room: usize, out: &mut Vec<TokenId>) {
         let want = self.adaptive.next_len().min(room);
         if want == 0 {
             return;

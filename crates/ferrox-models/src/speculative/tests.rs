@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ModelConfig;
+use crate::TokenId;
 
 /// glm_5_2() shrunk the way the seed's tests shrink it: tiny width and MoE, GLM-5 MLA/DSA.
 fn shrunk() -> ModelConfig {
@@ -14,7 +15,7 @@ fn seed_caches(d: &Decoder, n: usize) -> Vec<KvCache> {
         .collect()
 }
 
-fn plain_greedy(d: &Decoder, prompt: &[usize], n: usize) -> Vec<usize> {
+fn plain_greedy(d: &Decoder, prompt: &[TokenId], n: usize) -> Vec<TokenId> {
     let mut caches = seed_caches(d, d.layers.len());
     let mut logits = d.forward_batch(prompt, 0, &mut caches).pop().unwrap();
     let mut out = Vec::new();

@@ -3,6 +3,7 @@
 //! it exact and reproducible.
 
 use crate::sampling::Sampler;
+use crate::TokenId;
 
 /// How a verification ended: `accepted` draft tokens were kept, and either `next` (the token
 /// drawn at the first row whose draft token was rejected, or the bonus row after a fully
@@ -28,7 +29,7 @@ pub struct Verdict {
 /// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
 pub fn verify_rows<'r>(
     rows: impl IntoIterator<Item = &'r [f32]>,
-    draft: &[usize],
+    draft: &[TokenId],
     sampler: &mut Sampler,
     context: &[usize],
     mut commit: impl FnMut(usize) -> bool,
@@ -62,10 +63,10 @@ pub fn verify_rows<'r>(
 /// See [`verify_rows`] for the rule.
 pub fn verify<R: AsRef<[f32]>>(
     rows: &[R],
-    draft: &[usize],
+    draft: &[TokenId],
     sampler: &mut Sampler,
-    history: &[usize],
-) -> Vec<usize> {
+    history: &[TokenId],
+) -> Vec<TokenId> {
     assert!(
         rows.len() > draft.len(),
         "verify needs one logits row per draft token plus one"

@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use ferrox_tokenizer::TokenId;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -97,7 +98,7 @@ async fn start(
     s: &Shared,
     kind: Kind,
     c: &CommonParams,
-    prompt: Vec<u32>,
+    prompt: Vec<TokenId>,
     params: GenParams,
 ) -> Result<Response, ApiError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

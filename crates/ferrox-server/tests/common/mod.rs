@@ -10,6 +10,7 @@ use ferrox_server::backend::{
     Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
 };
 use ferrox_server::Options;
+use ferrox_tokenizer::TokenId;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -39,7 +40,7 @@ impl Engine for FakeEngine {
     fn active(&self) -> usize {
         self.running.len()
     }
-    fn admit(&mut self, id: u64, prompt: &[u32], params: &GenParams) -> Result<(), String> {
+    fn admit(&mut self, id: u64, prompt: &[TokenId], params: &GenParams) -> Result<(), String> {
         assert!(self.running.len() < self.slots, "admitted past capacity");
         let slow = String::from_utf8_lossy(&prompt.iter().map(|&t| t as u8).collect::<Vec<_>>())
             .contains("slow");
@@ -94,22 +95,22 @@ impl Backend for Fake {
     fn ctx_size(&self) -> usize {
         64
     }
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, BackendError> {
+    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError> {
         let mut s = String::new();
         for m in messages {
             s.push_str(&m.content.text().unwrap());
         }
         Ok(self.text_prompt(&s))
     }
-    fn text_prompt(&self, text: &str) -> Vec<u32> {
-        text.bytes().map(u32::from).collect()
+    fn text_prompt(&self, text: &str) -> Vec<TokenId> {
+        text.bytes().map(TokenId::from).collect()
     }
-    fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
         let mut v = if add_special { vec![1000] } else { vec![] };
-        v.extend(text.bytes().map(u32::from));
+        v.extend(text.bytes().map(TokenId::from));
         v
     }
-    fn detokenize(&self, ids: &[u32]) -> Result<String, BackendError> {
+    fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError> {
         if let Some(bad) = ids.iter().find(|&&t| t > 255) {
             return Err(BackendError::BadTokens(format!(
                 "token id {bad} is outside the vocabulary"

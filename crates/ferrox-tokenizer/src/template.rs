@@ -1,0 +1,425 @@
+//! Chat templates: a model's `tokenizer.chat_template` (Jinja) rendered with minijinja the way
+//! Hugging Face transformers renders it (`transformers/utils/chat_template_utils.py`: sandboxed
+//! jinja2 with `trim_blocks`, `lstrip_blocks`, `raise_exception`, a `tojson` that is
+//! `json.dumps(..., ensure_ascii=False)`, `strftime_now`), with Python string methods from
+//! `minijinja-contrib`'s pycompat.
+//!
+//! Models without a template (base models such as Gemma 3 270M) use [`plain_prompt`].
+
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+/// One chat message. `content` is plain text; `tool_calls` / `tool_call_id` / `name` are passed
+/// to the template as given (OpenAI-style JSON).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Message {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+            ..Default::default()
+        }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+    pub fn tool(content: impl Into<String>) -> Self {
+        Self::new("tool", content)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("chat template: {0}")]
+    Jinja(#[from] minijinja::Error),
+}
+
+/// A compiled chat template plus the special-token strings it may reference.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").finish_non_exhaustive()
+    }
+}
+
+const NAME: &str = "chat";
+
+impl ChatTemplate {
+    /// Compiles `source`; a syntax error is reported here, not at render time.
+    pub fn new(
+        source: &str,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self, TemplateError> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(false);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(NAME, source.to_string())?;
+        Ok(Self {
+            env,
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+        })
+    }
+
+    /// Renders the conversation; with `add_generation_prompt` the text ends where the
+    /// assistant's reply begins.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// Like [`render`](Self::render), with OpenAI-style tool definitions.
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let tmpl = self.env.get_template(NAME)?;
+        let tools = tools.map(Value::from_serialize);
+        let ctx = context! {
+            messages => Value::from_serialize(messages),
+            tools => tools,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        };
+        Ok(tmpl.render(ctx)?)
+    }
+}
+
+/// The prompt for a model without a chat template (documented fallback):
+///
+/// - a conversation that is only user turns (optionally after one system message) is the
+///   system text, a blank line, then the user texts separated by blank lines — so a base model
+///   simply continues the text it is given;
+/// - anything else becomes a transcript, one `Role: content` paragraph per message
+///   (`System:`, `User:`, `Assistant:`, `Tool:`), and with `add_generation_prompt` a final
+///   `Assistant:` for the model to continue.
+pub fn plain_prompt(messages: &[Message], add_generation_prompt: bool) -> String {
+    let body: Vec<&Message> = match messages.first() {
+        Some(m) if m.role == "system" => messages[1..].iter().collect(),
+        _ => messages.iter().collect(),
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    if body.iter().all(|m| m.role == "user") {
+        if let Some(m) = messages.first().filter(|m| m.role == "system") {
+            parts.push(&m.content);
+        }
+        parts.extend(body.iter().map(|m| m.content.as_str()));
+        return parts.join("\n\n");
+    }
+    let mut out = String::new();
+    for m in messages {
+        let mut role = m.role.clone();
+        if let Some(c) = role.get_mut(0..1) {
+            c.make_ascii_uppercase();
+        }
+        out.push_str(&role);
+        out.push_str(": ");
+        out.push_str(&m.content);
+        out.push_str("\n\n");
+    }
+    if add_generation_prompt {
+        out.push_str("Assistant:");
+    } else {
+        out.truncate(out.trim_end_matches('\n').len());
+    }
+    out
+}
+
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+fn strftime_now(format: String) -> Result<Value, Error> {
+    // Days since 1970-01-01 → civil date (Howard Hinnant's algorithm); UTC.
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    let month = MONTHS[(m - 1) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('B') => out.push_str(month),
+            Some('b') => out.push_str(&month[..3]),
+            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", rem % 3600 / 60)),
+            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    Ok(Value::from(out))
+}
+
+/// `json.dumps(value, ensure_ascii=False, indent=indent)`: Python's separators and escaping.
+fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(&value, indent, 0, &mut out)?;
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_json(
+    v: &Value,
+    indent: Option<usize>,
+    depth: usize,
+    out: &mut String,
+) -> Result<(), Error> {
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => {
+            if let Some(i) = v.as_i64() {
+                out.push_str(&i.to_string());
+            } else {
+                let f = f64::try_from(v.clone())?;
+                if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 {
+                    out.push_str(&format!("{f:.1}"));
+                } else if f.is_nan() {
+                    out.push_str("NaN");
+                } else if f.is_infinite() {
+                    out.push_str(if f > 0.0 { "Infinity" } else { "-Infinity" });
+                } else {
+                    out.push_str(&f.to_string());
+                }
+            }
+        }
+        ValueKind::String => write_json_str(v.as_str().unwrap_or(""), out),
+        ValueKind::Map => {
+            let keys: Vec<Value> = v.try_iter()?.collect();
+            if keys.is_empty() {
+                out.push_str("{}");
+                return Ok(());
+            }
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                match k.as_str() {
+                    Some(s) => write_json_str(s, out),
+                    None => write_json_str(&k.to_string(), out),
+                }
+                out.push_str(": ");
+                write_json(&v.get_item(k)?, indent, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            if items.is_empty() {
+                out.push_str("[]");
+                return Ok(());
+            }
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, depth + 1);
+                write_json(item, indent, depth + 1, out)?;
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        _ => write_json_str(&v.to_string(), out),
+    }
+    Ok(())
+}
+
+fn write_json_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+impl ChatTemplate {
+    /// The template of a tokenizer's model, with its BOS/EOS strings; `None` without one.
+    pub fn for_tokenizer(tok: &crate::Tokenizer) -> Result<Option<Self>, TemplateError> {
+        tok.chat_template()
+            .map(|src| Self::new(src, tok.bos_text(), tok.eos_text()))
+            .transpose()
+    }
+}
+
+/// The prompt text for a conversation: the model's chat template, or [`plain_prompt`] when the
+/// model has none.
+pub fn render_prompt(
+    tok: &crate::Tokenizer,
+    messages: &[Message],
+    add_generation_prompt: bool,
+) -> Result<String, TemplateError> {
+    match ChatTemplate::for_tokenizer(tok)? {
+        Some(t) => t.render(messages, add_generation_prompt),
+        None => Ok(plain_prompt(messages, add_generation_prompt)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tojson_is_python_json_dumps() {
+        let t = ChatTemplate::new("{{ x | tojson }}|{{ x | tojson(indent=2) }}", "", "").unwrap();
+        let env = &t.env;
+        let tmpl = env.get_template(NAME).unwrap();
+        let x = serde_json::json!({"name": "f", "args": [1, 2.5, true, null, "é<\"\n"]});
+        let s = tmpl
+            .render(context! { x => Value::from_serialize(&x) })
+            .unwrap();
+        let (a, b) = s.split_once('|').unwrap();
+        // serde_json without preserve_order sorts keys; both are valid json.dumps outputs here.
+        assert_eq!(
+            a,
+            r#"{"args": [1, 2.5, true, null, "é<\"\n"], "name": "f"}"#
+        );
+        assert_eq!(
+            b,
+            "{\n  \"args\": [\n    1,\n    2.5,\n    true,\n    null,\n    \"é<\\\"\\n\"\n  ],\n  \"name\": \"f\"\n}"
+        );
+    }
+
+    #[test]
+    fn raise_exception_fails_render() {
+        let t = ChatTemplate::new("{{ raise_exception('no system role') }}", "", "").unwrap();
+        let e = t
+            .render(&[Message::user("x")], false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no system role"), "{e}");
+    }
+
+    #[test]
+    fn pycompat_methods_and_specials() {
+        let src = "{{ bos_token }}{% for m in messages %}{{ m.content.strip().upper() }}{% endfor %}{{ eos_token }}";
+        let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        assert_eq!(
+            t.render(&[Message::user("  hi ")], true).unwrap(),
+            "<s>HI</s>"
+        );
+    }
+
+    #[test]
+    fn syntax_error_is_reported_at_compile() {
+        assert!(ChatTemplate::new("{% if %}", "", "").is_err());
+    }
+
+    #[test]
+    fn plain_fallback() {
+        assert_eq!(
+            plain_prompt(&[Message::user("The capital of France is")], true),
+            "The capital of France is"
+        );
+        assert_eq!(
+            plain_prompt(&[Message::system("Be brief."), Message::user("Hi")], true),
+            "Be brief.\n\nHi"
+        );
+        let conv = [
+            Message::user("hi"),
+            Message::assistant("hello"),
+            Message::user("joke?"),
+        ];
+        assert_eq!(
+            plain_prompt(&conv, true),
+            "User: hi\n\nAssistant: hello\n\nUser: joke?\n\nAssistant:"
+        );
+        assert_eq!(
+            plain_prompt(&conv, false),
+            "User: hi\n\nAssistant: hello\n\nUser: joke?"
+        );
+    }
+}
