@@ -266,6 +266,19 @@ impl ModelConfig {
         }
     }
 
+    /// Makes the layers `sliding` says sliding-window layers, the others full.
+    pub fn set_sliding_layers(&mut self, sliding: impl Fn(usize) -> bool) {
+        self.layer_attn = (0..self.n_layers)
+            .map(|l| {
+                if sliding(l) {
+                    AttnKind::Sliding
+                } else {
+                    AttnKind::Full
+                }
+            })
+            .collect();
+    }
+
     /// Attention kind of layer `l` (full when the per-layer list is shorter).
     pub fn attn_kind(&self, l: usize) -> AttnKind {
         self.layer_attn.get(l).copied().unwrap_or(AttnKind::Full)

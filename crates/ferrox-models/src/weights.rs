@@ -210,6 +210,15 @@ pub const fn opt(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) ->
     }
 }
 
+/// A tensor table, one row per tensor: `"gguf name" => "hub name", [dims];`. Every row is
+/// optional: the layer plan says what the builder demands (`-`: no name in that scheme).
+macro_rules! table {
+    ($($gguf:literal => $hf:literal, [$($d:expr),* $(,)?];)*) => {
+        &[$($crate::weights::opt($gguf, $hf, &[$($d),*])),*]
+    };
+}
+pub(crate) use table;
+
 impl TensorSpec {
     /// The same tensor, stored under `name` in GGUF files.
     pub const fn gguf_as(mut self, name: &'static str) -> TensorSpec {

@@ -5,22 +5,27 @@
 //! Reference: transformers `modeling_deepseek_v3.py`; llama.cpp `LLM_ARCH_DEEPSEEK2`.
 
 use super::gguf::{MoeDefaults, GATING_SIGMOID, GATING_SOFTMAX};
-use super::tables::{DENSE_FFN, MLA_ATTN, MOE_FFN, NORMS};
+use super::tables::mla_moe_layers;
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{LoadError, TensorSpec};
+use crate::weights::LoadError;
 
-pub static ARCH: Architecture =
-    Architecture::new("deepseek_v3", config_from_hf, config_from_gguf, tensors)
-        .hf(&["deepseek_v3"])
-        .gguf(&["deepseek2"]);
-
-fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat()
-}
+pub static ARCH: Architecture = Architecture::new(
+    "deepseek_v3",
+    config_from_hf,
+    config_from_gguf,
+    mla_moe_layers,
+)
+.hf(&["deepseek_v3"])
+.gguf(&["deepseek2"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("deepseek_v3", true)?;
+    mla_moe_from_hf(c, "deepseek_v3")
+}
+
+/// Shared by the MLA families' `config.json`s: MLA attention and DeepSeek-style MoE.
+pub fn mla_moe_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, true)?;
     cfg.qkv_bias = false;
     c.mla(&mut cfg)?;
     c.sliding_from_layer_types(&mut cfg)?;
@@ -38,12 +43,7 @@ pub fn mla_moe_from_gguf(
     let mut cfg = g.base(arch, true)?;
     g.mla(&mut cfg)?;
     g.sliding_all(&mut cfg);
-    let defaults = MoeDefaults {
-        gating,
-        always_norm: false,
-        ffn_is_expert_ffn: false,
-    };
-    g.moe(&mut cfg, defaults)?;
+    g.moe(&mut cfg, MoeDefaults::gating(gating))?;
     Ok(cfg)
 }
 

@@ -1,9 +1,8 @@
 //! DeepSeek-V3.2 (`deepseek_v32`): GLM-5's layout (MLA + DSA indexer + MoE) whose indexer
 //! rotates halves. Reference: transformers `modeling_deepseek_v32.py`; llama.cpp `deepseek32`.
 
-use super::deepseek_v3::mla_moe_from_gguf;
 use super::gguf::GATING_SOFTMAX;
-use super::glm_moe_dsa::{dsa_from_hf, tensors};
+use super::glm_moe_dsa::{dsa_from_gguf, dsa_from_hf, tensors};
 
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
@@ -19,7 +18,5 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = mla_moe_from_gguf(g, "deepseek_v32", GATING_SOFTMAX)?;
-    g.dsa(&mut cfg, false)?;
-    Ok(cfg)
+    dsa_from_gguf(g, "deepseek_v32", GATING_SOFTMAX, false)
 }

@@ -4,10 +4,10 @@
 //! Reference: transformers `modeling_gemma2.py`; llama.cpp `LLM_ARCH_GEMMA2` (SWA pattern 2,
 //! soft-cap keys, 27B query scale `(hidden / heads)^-0.5`).
 
-use super::gemma3::GEMMA_NORMS;
+use super::gemma3::{gemma_from_gguf, gemma_from_hf, GEMMA_NORMS};
 use super::tables::{ATTN_NORM, DENSE_FFN, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
-use crate::config::{Activation, AttnKind, ModelConfig, NormKind};
+use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
@@ -20,48 +20,16 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("gemma2", false)?;
-    cfg.norm = NormKind::RmsOffsetOne;
-    cfg.post_norms = true;
-    cfg.embed_scale = true;
-    cfg.tie_embeddings = c.bool("tie_word_embeddings").unwrap_or(true);
-    let scalar = c
-        .f32("query_pre_attn_scalar")
-        .unwrap_or(cfg.head_dim as f32);
-    cfg.attn_scale = Some(scalar.powf(-0.5));
-    if c.usize("sliding_window").is_some() {
-        let n = cfg.n_layers;
-        let kinds = match c.layer_kinds("layer_types", n)? {
-            Some(k) => k,
-            None => (0..n).map(|l| l % 2 == 0).collect(),
-        };
-        c.set_sliding(&mut cfg, &kinds);
-    }
+    let mut cfg = gemma_from_hf(c, "gemma2")?;
+    c.sliding_by_types_or(&mut cfg, |l| l % 2 == 0)?;
     Ok(cfg)
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("gemma2", false)?;
-    cfg.post_norms = true;
-    cfg.embed_scale = true;
-    cfg.activation = Activation::GeluTanh;
-    let scalar = if cfg.hidden_dim == 4608 && cfg.n_heads == 32 {
-        (cfg.hidden_dim / cfg.n_heads) as f32
-    } else {
-        cfg.head_dim as f32
-    };
-    cfg.attn_scale = Some(1.0 / scalar.sqrt());
+    let mut cfg = gemma_from_gguf(g, "gemma2", 4608)?;
     cfg.sliding_window = g.opt_usize("attention.sliding_window").filter(|&w| w > 0);
     if cfg.sliding_window.is_some() {
-        cfg.layer_attn = (0..cfg.n_layers)
-            .map(|l| {
-                if l % 2 == 0 {
-                    AttnKind::Sliding
-                } else {
-                    AttnKind::Full
-                }
-            })
-            .collect();
+        cfg.set_sliding_layers(|l| l % 2 == 0);
     }
     Ok(cfg)
 }

@@ -34,6 +34,7 @@ fn cfg_err(msg: String) -> LoadError {
 }
 
 /// What an MoE family's GGUF means when a key is absent.
+#[derive(Debug, Clone, Copy)]
 pub struct MoeDefaults {
     /// `expert_gating_func` when not written.
     pub gating: usize,
@@ -43,7 +44,44 @@ pub struct MoeDefaults {
     pub ffn_is_expert_ffn: bool,
 }
 
+impl MoeDefaults {
+    /// `gating` when `expert_gating_func` is not written; weights renormalised only as
+    /// `expert_weights_norm` says; expert width from `expert_feed_forward_length`.
+    pub const fn gating(gating: usize) -> Self {
+        MoeDefaults {
+            gating,
+            always_norm: false,
+            ffn_is_expert_ffn: false,
+        }
+    }
+    /// The family always renormalises the selected weights.
+    pub const fn renormalised(mut self) -> Self {
+        self.always_norm = true;
+        self
+    }
+    /// Experts as wide as `feed_forward_length` says when their own key is absent.
+    pub const fn expert_ffn_from_ffn(mut self) -> Self {
+        self.ffn_is_expert_ffn = true;
+        self
+    }
+}
+
 impl GgufMeta {
+    /// A GQA family that may have experts: the base config, `sliding_all`, the optional
+    /// attention tensors and the expert section.
+    pub fn gqa_moe(
+        &self,
+        arch: &'static str,
+        interleaved: bool,
+        d: MoeDefaults,
+    ) -> Result<ModelConfig, LoadError> {
+        let mut cfg = self.base(arch, interleaved)?;
+        self.sliding_all(&mut cfg);
+        self.optional_attention_tensors(&mut cfg);
+        self.moe(&mut cfg, d)?;
+        Ok(cfg)
+    }
+
     pub fn arch(&self) -> &str {
         self.file.architecture().unwrap_or_default()
     }

@@ -3,37 +3,22 @@
 //! Reference: transformers `modeling_glm4.py`; llama.cpp `LLM_ARCH_GLM4` (`post_attention_norm`,
 //! `post_ffw_norm`, fused `ffn_up`).
 
+use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{ffn2, NORMS, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
+use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("glm4", config_from_hf, config_from_gguf, tensors)
         .hf(&["glm4"])
         .gguf(&["glm4"]);
 
-const POST_NORMS_FUSED_MLP: &[TensorSpec] = &[
-    opt(
-        "blk.{}.post_attention_norm.weight",
-        "model.layers.{}.post_self_attn_layernorm.weight",
-        &[Hidden],
-    ),
-    opt(
-        "blk.{}.post_ffw_norm.weight",
-        "model.layers.{}.post_mlp_layernorm.weight",
-        &[Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_up.weight",
-        "model.layers.{}.mlp.gate_up_proj.weight",
-        &[Of(ffn2), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_down.weight",
-        "model.layers.{}.mlp.down_proj.weight",
-        &[Hidden, Ffn],
-    ),
+const POST_NORMS_FUSED_MLP: &[TensorSpec] = table![
+    "blk.{}.post_attention_norm.weight" => "model.layers.{}.post_self_attn_layernorm.weight", [Hidden];
+    "blk.{}.post_ffw_norm.weight" => "model.layers.{}.post_mlp_layernorm.weight", [Hidden];
+    "blk.{}.ffn_up.weight" => "model.layers.{}.mlp.gate_up_proj.weight", [Of(ffn2), Hidden];
+    "blk.{}.ffn_down.weight" => "model.layers.{}.mlp.down_proj.weight", [Hidden, Ffn];
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
@@ -48,9 +33,8 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("glm4", true)?;
-    g.sliding_all(&mut cfg);
-    g.optional_attention_tensors(&mut cfg);
+    // No experts: `gqa_moe` reads none.
+    let mut cfg = g.gqa_moe("glm4", true, MoeDefaults::gating(GATING_SOFTMAX))?;
     cfg.post_norms = true;
     Ok(cfg)
 }

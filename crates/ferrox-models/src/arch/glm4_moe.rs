@@ -31,14 +31,5 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("glm4_moe", false)?;
-    g.sliding_all(&mut cfg);
-    g.optional_attention_tensors(&mut cfg);
-    let defaults = MoeDefaults {
-        gating: GATING_SIGMOID,
-        always_norm: false,
-        ffn_is_expert_ffn: false,
-    };
-    g.moe(&mut cfg, defaults)?;
-    Ok(cfg)
+    g.gqa_moe("glm4_moe", false, MoeDefaults::gating(GATING_SIGMOID))
 }

@@ -2,25 +2,17 @@
 //! llama.cpp's `deepseek2` (see `deepseek_v3`).
 //! Reference: transformers `modeling_glm4_moe_lite.py`.
 
-use super::tables::{DENSE_FFN, MLA_ATTN, MOE_FFN, NORMS};
+use super::deepseek_v3::mla_moe_from_hf;
+use super::tables::mla_moe_layers;
 use super::{no_gguf, Architecture, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{LoadError, TensorSpec};
+use crate::weights::LoadError;
 
 pub static ARCH: Architecture =
-    Architecture::new("glm4_moe_lite", config_from_hf, no_gguf, tensors)
+    Architecture::new("glm4_moe_lite", config_from_hf, no_gguf, mla_moe_layers)
         .hf(&["glm4_moe_lite"])
         .gguf(&[]);
 
-fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat()
-}
-
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("glm4_moe_lite", true)?;
-    cfg.qkv_bias = false;
-    c.mla(&mut cfg)?;
-    c.sliding_from_layer_types(&mut cfg)?;
-    c.deepseek_moe(&mut cfg)?;
-    Ok(cfg)
+    mla_moe_from_hf(c, "glm4_moe_lite")
 }

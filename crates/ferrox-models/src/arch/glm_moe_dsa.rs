@@ -4,7 +4,7 @@
 //! Reference: transformers `modeling_glm_moe_dsa.py` (fixtures/hf-tiny/FORWARD.md §5);
 //! llama.cpp `glm-dsa`, indexer tensors `blk.N.indexer.{attn_q_b,attn_k,k_norm,proj}`.
 
-use super::deepseek_v3::mla_moe_from_gguf;
+use super::deepseek_v3::{mla_moe_from_gguf, mla_moe_from_hf};
 use super::gguf::GATING_SIGMOID;
 use super::tables::{DENSE_FFN, DSA_INDEXER, MLA_ATTN, MOE_FFN, NORMS};
 use super::{Architecture, GgufMeta, HfConfig};
@@ -26,11 +26,7 @@ pub fn dsa_from_hf(
     arch: &'static str,
     rope_interleaved: bool,
 ) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base(arch, true)?;
-    cfg.qkv_bias = false;
-    c.mla(&mut cfg)?;
-    c.sliding_from_layer_types(&mut cfg)?;
-    c.deepseek_moe(&mut cfg)?;
+    let mut cfg = mla_moe_from_hf(c, arch)?;
     c.dsa(&mut cfg, rope_interleaved)?;
     Ok(cfg)
 }
@@ -40,7 +36,17 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = mla_moe_from_gguf(g, "glm_moe_dsa", GATING_SIGMOID)?;
-    g.dsa(&mut cfg, true)?;
+    dsa_from_gguf(g, "glm_moe_dsa", GATING_SIGMOID, true)
+}
+
+/// MLA + MoE + indexer from GGUF metadata (`gating` when the file does not say).
+pub fn dsa_from_gguf(
+    g: &GgufMeta,
+    arch: &'static str,
+    gating: usize,
+    rope_interleaved: bool,
+) -> Result<ModelConfig, LoadError> {
+    let mut cfg = mla_moe_from_gguf(g, arch, gating)?;
+    g.dsa(&mut cfg, rope_interleaved)?;
     Ok(cfg)
 }

@@ -6,29 +6,17 @@
 
 use super::tables::{expert_ffn, expert_ffn2, experts, NORMS, STD_ATTN};
 use super::{no_gguf, Architecture, HfConfig};
-use crate::config::{ModelConfig, MoeConfig};
-use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
+use crate::config::ModelConfig;
+use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("granitemoe", config_from_hf, no_gguf, tensors).hf(&["granitemoe"]);
 
-const MOE: &[TensorSpec] = &[
-    opt(
-        "blk.{}.ffn_gate_inp.weight",
-        "model.layers.{}.block_sparse_moe.router.layer.weight",
-        &[Of(experts), Hidden],
-    ),
+const MOE: &[TensorSpec] = table![
+    "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.block_sparse_moe.router.layer.weight", [Of(experts), Hidden];
     // Per expert the gate rows then the up rows: llama.cpp's fused gate/up stack.
-    opt(
-        "blk.{}.ffn_gate_up_exps.weight",
-        "model.layers.{}.block_sparse_moe.input_linear.weight",
-        &[Of(experts), Of(expert_ffn2), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_down_exps.weight",
-        "model.layers.{}.block_sparse_moe.output_linear.weight",
-        &[Of(experts), Hidden, Of(expert_ffn)],
-    ),
+    "blk.{}.ffn_gate_up_exps.weight" => "model.layers.{}.block_sparse_moe.input_linear.weight", [Of(experts), Of(expert_ffn2), Hidden];
+    "blk.{}.ffn_down_exps.weight" => "model.layers.{}.block_sparse_moe.output_linear.weight", [Of(experts), Hidden, Of(expert_ffn)];
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
@@ -50,13 +38,8 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     cfg.residual_multiplier = multiplier(c, "residual_multiplier")?;
     cfg.logit_divisor = multiplier(c, "logits_scaling")?;
     cfg.attn_scale = c.f32("attention_multiplier");
-    cfg.moe = MoeConfig {
-        n_experts: c.req("num_local_experts")?,
-        n_experts_active: c.req("num_experts_per_tok")?,
-        expert_ffn_dim: cfg.ffn_dim,
-        norm_topk_prob: true,
-        ..MoeConfig::none(cfg.hidden_dim)
-    };
+    let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
+    c.softmax_moe(&mut cfg, experts, width, true)?;
     let all = vec![true; cfg.n_layers];
     c.moe_layers(&mut cfg, all)?;
     Ok(cfg)

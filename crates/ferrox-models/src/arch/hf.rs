@@ -215,24 +215,33 @@ impl<'a> HfConfig<'a> {
         Ok(())
     }
 
-    /// Qwen2/Qwen3: with `use_sliding_window`, the layers `layer_types` marks, else those from
-    /// `max_window_layers` on.
-    pub fn qwen_sliding(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        if self.usize("sliding_window").is_none()
-            || !self.bool("use_sliding_window").unwrap_or(false)
-        {
+    /// When `sliding_window` is set: the layers `layer_types` marks, else those `default`
+    /// says (the family's fixed pattern).
+    pub fn sliding_by_types_or(
+        &self,
+        cfg: &mut ModelConfig,
+        default: impl Fn(usize) -> bool,
+    ) -> Result<(), LoadError> {
+        if self.usize("sliding_window").is_none() {
             return Ok(());
         }
         let n = cfg.n_layers;
         let kinds = match self.layer_kinds("layer_types", n)? {
             Some(k) => k,
-            None => {
-                let mwl = self.usize("max_window_layers").unwrap_or(n);
-                (0..n).map(|l| l >= mwl).collect()
-            }
+            None => (0..n).map(default).collect(),
         };
         self.set_sliding(cfg, &kinds);
         Ok(())
+    }
+
+    /// Qwen2/Qwen3: with `use_sliding_window`, the layers `layer_types` marks, else those from
+    /// `max_window_layers` on.
+    pub fn qwen_sliding(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
+        if !self.bool("use_sliding_window").unwrap_or(false) {
+            return Ok(());
+        }
+        let first = self.usize("max_window_layers").unwrap_or(cfg.n_layers);
+        self.sliding_by_types_or(cfg, |l| l >= first)
     }
 
     /// Every layer sliding when `sliding_window` is set and `enabled`.
@@ -274,6 +283,25 @@ impl<'a> HfConfig<'a> {
         cfg.layer_moe = self
             .layer_kinds("mlp_layer_types", cfg.n_layers)?
             .unwrap_or(default);
+        Ok(())
+    }
+
+    /// Softmax top-`num_experts_per_tok` experts of `n_experts`, each `expert_ffn` wide,
+    /// weights renormalised when `renormalise` (Mixtral, Granite, OLMoE, Qwen-MoE).
+    pub fn softmax_moe(
+        &self,
+        cfg: &mut ModelConfig,
+        n_experts: usize,
+        expert_ffn: usize,
+        renormalise: bool,
+    ) -> Result<(), LoadError> {
+        cfg.moe = MoeConfig {
+            n_experts,
+            n_experts_active: self.req("num_experts_per_tok")?,
+            expert_ffn_dim: expert_ffn,
+            norm_topk_prob: renormalise,
+            ..MoeConfig::none(cfg.hidden_dim)
+        };
         Ok(())
     }
 

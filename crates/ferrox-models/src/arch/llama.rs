@@ -2,13 +2,13 @@
 //! Reference: transformers `modeling_llama.py`; llama.cpp `LLM_ARCH_LLAMA` (its converter
 //! permutes q/k rows, so GGUF Llama rotates adjacent pairs).
 
-use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
+use super::tables::llama_layers;
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{LoadError, TensorSpec};
+use crate::weights::LoadError;
 
 pub static ARCH: Architecture =
-    Architecture::new("llama", config_from_hf, config_from_gguf, tensors)
+    Architecture::new("llama", config_from_hf, config_from_gguf, llama_layers)
         .hf(&["llama"])
         .gguf(&["llama"])
         // llama.cpp stores Mixtral as `llama` with experts.
@@ -24,8 +24,4 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 /// applies wherever a file has them.
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     g.base("llama", true)
-}
-
-fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, STD_ATTN, DENSE_FFN].concat()
 }

@@ -4,13 +4,13 @@
 //! writes `llama.attention.sliding_window` when the window is set; this entry claims those
 //! files, Llama the rest.
 
-use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
+use super::tables::llama_layers;
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{LoadError, TensorSpec};
+use crate::weights::LoadError;
 
 pub static ARCH: Architecture =
-    Architecture::new("mistral", config_from_hf, config_from_gguf, tensors)
+    Architecture::new("mistral", config_from_hf, config_from_gguf, llama_layers)
         .hf(&["mistral"])
         .gguf(&["llama"])
         .claims(|g| {
@@ -28,8 +28,4 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base("mistral", true)?;
     g.sliding_all(&mut cfg);
     Ok(cfg)
-}
-
-fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, STD_ATTN, DENSE_FFN].concat()
 }

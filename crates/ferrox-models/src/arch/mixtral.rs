@@ -4,10 +4,10 @@
 //! `ffn_gate_inp` / `ffn_*_exps` (a `llama` GGUF with experts).
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::tables::{expert_ffn, experts, ExpertNames, GATE_UP_EXPS, NORMS, STD_ATTN};
+use super::tables::{expert_ffn, expert_ffn2, experts, ExpertNames, NORMS, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
-use crate::config::{ModelConfig, MoeConfig};
-use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
+use crate::config::ModelConfig;
+use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("mixtral", config_from_hf, config_from_gguf, tensors)
@@ -20,28 +20,12 @@ pub static ARCH: Architecture =
             down: "model.layers.{}.block_sparse_moe.experts.{e}.w2.weight",
         });
 
-const MIXTRAL_MOE: &[TensorSpec] = &[
-    opt(
-        "blk.{}.ffn_gate_inp.weight",
-        "model.layers.{}.block_sparse_moe.gate.weight",
-        &[Of(experts), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_gate_exps.weight",
-        "-",
-        &[Of(experts), Of(expert_ffn), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_up_exps.weight",
-        "-",
-        &[Of(experts), Of(expert_ffn), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_down_exps.weight",
-        "-",
-        &[Of(experts), Hidden, Of(expert_ffn)],
-    ),
-    GATE_UP_EXPS,
+const MIXTRAL_MOE: &[TensorSpec] = table![
+    "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.block_sparse_moe.gate.weight", [Of(experts), Hidden];
+    "blk.{}.ffn_gate_exps.weight" => "-", [Of(experts), Of(expert_ffn), Hidden];
+    "blk.{}.ffn_up_exps.weight" => "-", [Of(experts), Of(expert_ffn), Hidden];
+    "blk.{}.ffn_down_exps.weight" => "-", [Of(experts), Hidden, Of(expert_ffn)];
+    "blk.{}.ffn_gate_up_exps.weight" => "-", [Of(experts), Of(expert_ffn2), Hidden];
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
@@ -52,27 +36,19 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("mixtral", false)?;
     cfg.qkv_bias = false;
     c.sliding_all(&mut cfg, true);
-    cfg.moe = MoeConfig {
-        n_experts: c.req("num_local_experts")?,
-        n_experts_active: c.req("num_experts_per_tok")?,
-        expert_ffn_dim: cfg.ffn_dim,
-        norm_topk_prob: true,
-        ..MoeConfig::none(cfg.hidden_dim)
-    };
+    let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
+    c.softmax_moe(&mut cfg, experts, width, true)?;
     let all = vec![true; cfg.n_layers];
     c.moe_layers(&mut cfg, all)?;
     Ok(cfg)
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("mixtral", true)?;
-    g.sliding_all(&mut cfg);
-    g.optional_attention_tensors(&mut cfg);
-    let defaults = MoeDefaults {
-        gating: GATING_SOFTMAX,
-        always_norm: true,
-        ffn_is_expert_ffn: true,
-    };
-    g.moe(&mut cfg, defaults)?;
-    Ok(cfg)
+    g.gqa_moe(
+        "mixtral",
+        true,
+        MoeDefaults::gating(GATING_SOFTMAX)
+            .renormalised()
+            .expert_ffn_from_ffn(),
+    )
 }

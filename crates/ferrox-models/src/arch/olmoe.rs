@@ -4,49 +4,21 @@
 
 use super::tables::{experts, NORMS};
 use super::{no_gguf, Architecture, HfConfig};
-use crate::config::{ModelConfig, MoeConfig};
-use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
+use crate::config::ModelConfig;
+use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("olmoe", config_from_hf, no_gguf, tensors).hf(&["olmoe"]);
 
-const ATTN: &[TensorSpec] = &[
-    opt(
-        "blk.{}.attn_q.weight",
-        "model.layers.{}.self_attn.q_proj.weight",
-        &[QDim, Hidden],
-    ),
-    opt(
-        "blk.{}.attn_k.weight",
-        "model.layers.{}.self_attn.k_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    opt(
-        "blk.{}.attn_v.weight",
-        "model.layers.{}.self_attn.v_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    opt(
-        "blk.{}.attn_output.weight",
-        "model.layers.{}.self_attn.o_proj.weight",
-        &[Hidden, QDim],
-    ),
+const ATTN: &[TensorSpec] = table![
+    "blk.{}.attn_q.weight" => "model.layers.{}.self_attn.q_proj.weight", [QDim, Hidden];
+    "blk.{}.attn_k.weight" => "model.layers.{}.self_attn.k_proj.weight", [KvDim, Hidden];
+    "blk.{}.attn_v.weight" => "model.layers.{}.self_attn.v_proj.weight", [KvDim, Hidden];
+    "blk.{}.attn_output.weight" => "model.layers.{}.self_attn.o_proj.weight", [Hidden, QDim];
     // A norm as wide as the projection normalises each row whole.
-    opt(
-        "blk.{}.attn_q_norm.weight",
-        "model.layers.{}.self_attn.q_norm.weight",
-        &[QDim],
-    ),
-    opt(
-        "blk.{}.attn_k_norm.weight",
-        "model.layers.{}.self_attn.k_norm.weight",
-        &[KvDim],
-    ),
-    opt(
-        "blk.{}.ffn_gate_inp.weight",
-        "model.layers.{}.mlp.gate.weight",
-        &[Of(experts), Hidden],
-    ),
+    "blk.{}.attn_q_norm.weight" => "model.layers.{}.self_attn.q_norm.weight", [QDim];
+    "blk.{}.attn_k_norm.weight" => "model.layers.{}.self_attn.k_norm.weight", [KvDim];
+    "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.mlp.gate.weight", [Of(experts), Hidden];
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
@@ -56,13 +28,9 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("olmoe", false)?;
     cfg.qk_norm = true;
-    cfg.moe = MoeConfig {
-        n_experts: c.req("num_experts")?,
-        n_experts_active: c.req("num_experts_per_tok")?,
-        expert_ffn_dim: cfg.ffn_dim,
-        norm_topk_prob: c.bool("norm_topk_prob").unwrap_or(false),
-        ..MoeConfig::none(cfg.hidden_dim)
-    };
+    let (experts, width) = (c.req("num_experts")?, cfg.ffn_dim);
+    let renormalise = c.bool("norm_topk_prob").unwrap_or(false);
+    c.softmax_moe(&mut cfg, experts, width, renormalise)?;
     let all = vec![true; cfg.n_layers];
     c.moe_layers(&mut cfg, all)?;
     Ok(cfg)

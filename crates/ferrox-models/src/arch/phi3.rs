@@ -9,7 +9,7 @@
 use super::tables::{ffn2, NORMS};
 use super::{no_gguf, Architecture, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
+use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("phi3", config_from_hf, no_gguf, tensors).hf(&["phi3"]);
@@ -18,27 +18,11 @@ fn qkv_rows(c: &ModelConfig) -> usize {
     (c.n_heads + 2 * c.n_kv_heads) * c.head_dim
 }
 
-const FUSED: &[TensorSpec] = &[
-    opt(
-        "blk.{}.attn_qkv.weight",
-        "model.layers.{}.self_attn.qkv_proj.weight",
-        &[Of(qkv_rows), Hidden],
-    ),
-    opt(
-        "blk.{}.attn_output.weight",
-        "model.layers.{}.self_attn.o_proj.weight",
-        &[Hidden, QDim],
-    ),
-    opt(
-        "blk.{}.ffn_up.weight",
-        "model.layers.{}.mlp.gate_up_proj.weight",
-        &[Of(ffn2), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_down.weight",
-        "model.layers.{}.mlp.down_proj.weight",
-        &[Hidden, Ffn],
-    ),
+const FUSED: &[TensorSpec] = table![
+    "blk.{}.attn_qkv.weight" => "model.layers.{}.self_attn.qkv_proj.weight", [Of(qkv_rows), Hidden];
+    "blk.{}.attn_output.weight" => "model.layers.{}.self_attn.o_proj.weight", [Hidden, QDim];
+    "blk.{}.ffn_up.weight" => "model.layers.{}.mlp.gate_up_proj.weight", [Of(ffn2), Hidden];
+    "blk.{}.ffn_down.weight" => "model.layers.{}.mlp.down_proj.weight", [Hidden, Ffn];
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {

@@ -8,7 +8,7 @@ use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{shared_ffn, DENSE_FFN, MOE_FFN, NORMS, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::{ModelConfig, MoeConfig};
-use crate::weights::{opt, Dim::*, LoadError, TensorSpec};
+use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("qwen2_moe", config_from_hf, config_from_gguf, tensors)
@@ -16,27 +16,11 @@ pub static ARCH: Architecture =
         .gguf(&["qwen2moe"]);
 
 /// The shared expert under its singular Hub name, and its gate.
-const SHARED_EXPERT: &[TensorSpec] = &[
-    opt(
-        "blk.{}.ffn_gate_shexp.weight",
-        "model.layers.{}.mlp.shared_expert.gate_proj.weight",
-        &[Of(shared_ffn), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_up_shexp.weight",
-        "model.layers.{}.mlp.shared_expert.up_proj.weight",
-        &[Of(shared_ffn), Hidden],
-    ),
-    opt(
-        "blk.{}.ffn_down_shexp.weight",
-        "model.layers.{}.mlp.shared_expert.down_proj.weight",
-        &[Hidden, Of(shared_ffn)],
-    ),
-    opt(
-        "blk.{}.ffn_gate_inp_shexp.weight",
-        "model.layers.{}.mlp.shared_expert_gate.weight",
-        &[Fixed(1), Hidden],
-    ),
+const SHARED_EXPERT: &[TensorSpec] = table![
+    "blk.{}.ffn_gate_shexp.weight" => "model.layers.{}.mlp.shared_expert.gate_proj.weight", [Of(shared_ffn), Hidden];
+    "blk.{}.ffn_up_shexp.weight" => "model.layers.{}.mlp.shared_expert.up_proj.weight", [Of(shared_ffn), Hidden];
+    "blk.{}.ffn_down_shexp.weight" => "model.layers.{}.mlp.shared_expert.down_proj.weight", [Hidden, Of(shared_ffn)];
+    "blk.{}.ffn_gate_inp_shexp.weight" => "model.layers.{}.mlp.shared_expert_gate.weight", [Fixed(1), Hidden];
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
@@ -72,12 +56,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base("qwen2_moe", false)?;
     cfg.qkv_bias = true;
-    let defaults = MoeDefaults {
-        gating: GATING_SOFTMAX,
-        always_norm: false,
-        ffn_is_expert_ffn: false,
-    };
-    g.moe(&mut cfg, defaults)?;
+    g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX))?;
     // llama.cpp's qwen2moe always has one gated shared expert.
     let shared = g
         .opt_usize("expert_shared_feed_forward_length")

@@ -1,29 +1,27 @@
 //! Qwen3 (dense): Llama layout plus per-head RMSNorm of q and k before RoPE, explicit head_dim.
 //! Reference: transformers `modeling_qwen3.py`; llama.cpp `LLM_ARCH_QWEN3`.
 
-use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
+use super::qwen2::qwen_from_hf;
+use super::tables::llama_layers;
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{LoadError, TensorSpec};
+use crate::weights::LoadError;
 
 pub static ARCH: Architecture =
-    Architecture::new("qwen3", config_from_hf, config_from_gguf, tensors)
+    Architecture::new("qwen3", config_from_hf, config_from_gguf, llama_layers)
         .hf(&["qwen3"])
         .gguf(&["qwen3"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("qwen3", false)?;
-    cfg.qk_norm = true;
-    c.qwen_sliding(&mut cfg)?;
-    Ok(cfg)
+    qwen_from_hf(c, "qwen3").map(with_qk_norm)
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("qwen3", false)?;
-    cfg.qk_norm = true;
-    Ok(cfg)
+    g.base("qwen3", false).map(with_qk_norm)
 }
 
-fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, STD_ATTN, DENSE_FFN].concat()
+/// Qwen3's one difference from Qwen2's layout (it has no q/k/v bias unless configured).
+fn with_qk_norm(mut cfg: ModelConfig) -> ModelConfig {
+    cfg.qk_norm = true;
+    cfg
 }

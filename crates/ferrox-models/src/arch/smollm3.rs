@@ -2,18 +2,14 @@
 //! default: `no_rope_layers[l] == 0`). Reference: transformers `modeling_smollm3.py`
 //! (`use_rope = config.no_rope_layers[layer_idx]`).
 
-use super::tables::{DENSE_FFN, NORMS, STD_ATTN};
+use super::tables::llama_layers;
 use super::{no_gguf, Architecture, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{LoadError, TensorSpec};
+use crate::weights::LoadError;
 use serde_json::Value;
 
 pub static ARCH: Architecture =
-    Architecture::new("smollm3", config_from_hf, no_gguf, tensors).hf(&["smollm3"]);
-
-fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, STD_ATTN, DENSE_FFN].concat()
-}
+    Architecture::new("smollm3", config_from_hf, no_gguf, llama_layers).hf(&["smollm3"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("smollm3", false)?;

@@ -3,7 +3,7 @@
 //! layer needs is the builder's business (`crate::build`), from the layer's plan.
 
 use crate::config::{MlaConfig, ModelConfig};
-use crate::weights::{opt, req, Dim, Dim::*, TensorSpec};
+use crate::weights::{opt, req, table, Dim, Dim::*, TensorSpec};
 
 // Config-derived table dimensions.
 pub fn experts(c: &ModelConfig) -> usize {
@@ -103,224 +103,79 @@ pub const FFN_NORM: TensorSpec = o(
 );
 
 /// GQA attention with optional q/k/v bias and per-head QK norm.
-pub const STD_ATTN: &[TensorSpec] = &[
-    o(
-        "blk.{}.attn_q.weight",
-        "model.layers.{}.self_attn.q_proj.weight",
-        &[QDim, Hidden],
-    ),
-    o(
-        "blk.{}.attn_k.weight",
-        "model.layers.{}.self_attn.k_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    o(
-        "blk.{}.attn_v.weight",
-        "model.layers.{}.self_attn.v_proj.weight",
-        &[KvDim, Hidden],
-    ),
-    o(
-        "blk.{}.attn_q.bias",
-        "model.layers.{}.self_attn.q_proj.bias",
-        &[QDim],
-    ),
-    o(
-        "blk.{}.attn_k.bias",
-        "model.layers.{}.self_attn.k_proj.bias",
-        &[KvDim],
-    ),
-    o(
-        "blk.{}.attn_v.bias",
-        "model.layers.{}.self_attn.v_proj.bias",
-        &[KvDim],
-    ),
-    o(
-        "blk.{}.attn_q_norm.weight",
-        "model.layers.{}.self_attn.q_norm.weight",
-        &[HeadDim],
-    ),
-    o(
-        "blk.{}.attn_k_norm.weight",
-        "model.layers.{}.self_attn.k_norm.weight",
-        &[HeadDim],
-    ),
-    o(
-        "blk.{}.attn_output.weight",
-        "model.layers.{}.self_attn.o_proj.weight",
-        &[Hidden, QDim],
-    ),
+pub const STD_ATTN: &[TensorSpec] = table![
+    "blk.{}.attn_q.weight" => "model.layers.{}.self_attn.q_proj.weight", [QDim, Hidden];
+    "blk.{}.attn_k.weight" => "model.layers.{}.self_attn.k_proj.weight", [KvDim, Hidden];
+    "blk.{}.attn_v.weight" => "model.layers.{}.self_attn.v_proj.weight", [KvDim, Hidden];
+    "blk.{}.attn_q.bias" => "model.layers.{}.self_attn.q_proj.bias", [QDim];
+    "blk.{}.attn_k.bias" => "model.layers.{}.self_attn.k_proj.bias", [KvDim];
+    "blk.{}.attn_v.bias" => "model.layers.{}.self_attn.v_proj.bias", [KvDim];
+    "blk.{}.attn_q_norm.weight" => "model.layers.{}.self_attn.q_norm.weight", [HeadDim];
+    "blk.{}.attn_k_norm.weight" => "model.layers.{}.self_attn.k_norm.weight", [HeadDim];
+    "blk.{}.attn_output.weight" => "model.layers.{}.self_attn.o_proj.weight", [Hidden, QDim];
 ];
 
 /// Multi-head latent attention (DeepSeek-V3 / GLM-5 names).
-pub const MLA_ATTN: &[TensorSpec] = &[
-    o(
-        "blk.{}.attn_q_a.weight",
-        "model.layers.{}.self_attn.q_a_proj.weight",
-        &[Of(q_lora), Hidden],
-    ),
-    o(
-        "blk.{}.attn_q_a_norm.weight",
-        "model.layers.{}.self_attn.q_a_layernorm.weight",
-        &[Of(q_lora)],
-    ),
-    o(
-        "blk.{}.attn_q_b.weight",
-        "model.layers.{}.self_attn.q_b_proj.weight",
-        &[Of(mla_q_rows), Of(q_lora)],
-    ),
-    o(
-        "blk.{}.attn_q.weight",
-        "model.layers.{}.self_attn.q_proj.weight",
-        &[Of(mla_q_rows), Hidden],
-    ),
-    o(
-        "blk.{}.attn_kv_a_mqa.weight",
-        "model.layers.{}.self_attn.kv_a_proj_with_mqa.weight",
-        &[Of(kv_a_rows), Hidden],
-    ),
-    o(
-        "blk.{}.attn_kv_a_norm.weight",
-        "model.layers.{}.self_attn.kv_a_layernorm.weight",
-        &[Of(kv_lora)],
-    ),
-    o(
-        "blk.{}.attn_kv_b.weight",
-        "model.layers.{}.self_attn.kv_b_proj.weight",
-        &[Of(kv_b_rows), Of(kv_lora)],
-    ),
+pub const MLA_ATTN: &[TensorSpec] = table![
+    "blk.{}.attn_q_a.weight" => "model.layers.{}.self_attn.q_a_proj.weight", [Of(q_lora), Hidden];
+    "blk.{}.attn_q_a_norm.weight" => "model.layers.{}.self_attn.q_a_layernorm.weight", [Of(q_lora)];
+    "blk.{}.attn_q_b.weight" => "model.layers.{}.self_attn.q_b_proj.weight", [Of(mla_q_rows), Of(q_lora)];
+    "blk.{}.attn_q.weight" => "model.layers.{}.self_attn.q_proj.weight", [Of(mla_q_rows), Hidden];
+    "blk.{}.attn_kv_a_mqa.weight" => "model.layers.{}.self_attn.kv_a_proj_with_mqa.weight", [Of(kv_a_rows), Hidden];
+    "blk.{}.attn_kv_a_norm.weight" => "model.layers.{}.self_attn.kv_a_layernorm.weight", [Of(kv_lora)];
+    "blk.{}.attn_kv_b.weight" => "model.layers.{}.self_attn.kv_b_proj.weight", [Of(kv_b_rows), Of(kv_lora)];
     // llama.cpp's converter splits `kv_b_proj` per head (`attn_k_b` transposed); only legacy
     // GGUFs carry `attn_kv_b`.
-    o(
-        "blk.{}.attn_k_b.weight",
-        "-",
-        &[Of(heads), Of(kv_lora), Of(qk_nope)],
-    ),
-    o(
-        "blk.{}.attn_v_b.weight",
-        "-",
-        &[Of(heads), Of(v_head), Of(kv_lora)],
-    ),
-    o(
-        "blk.{}.attn_output.weight",
-        "model.layers.{}.self_attn.o_proj.weight",
-        &[Hidden, Of(mla_o_cols)],
-    ),
-    o(
-        "blk.{}.attn_q_a.bias",
-        "model.layers.{}.self_attn.q_a_proj.bias",
-        &[Of(q_lora)],
-    ),
-    o(
-        "blk.{}.attn_kv_a_mqa.bias",
-        "model.layers.{}.self_attn.kv_a_proj_with_mqa.bias",
-        &[Of(kv_a_rows)],
-    ),
-    o(
-        "blk.{}.attn_output.bias",
-        "model.layers.{}.self_attn.o_proj.bias",
-        &[Hidden],
-    ),
+    "blk.{}.attn_k_b.weight" => "-", [Of(heads), Of(kv_lora), Of(qk_nope)];
+    "blk.{}.attn_v_b.weight" => "-", [Of(heads), Of(v_head), Of(kv_lora)];
+    "blk.{}.attn_output.weight" => "model.layers.{}.self_attn.o_proj.weight", [Hidden, Of(mla_o_cols)];
+    "blk.{}.attn_q_a.bias" => "model.layers.{}.self_attn.q_a_proj.bias", [Of(q_lora)];
+    "blk.{}.attn_kv_a_mqa.bias" => "model.layers.{}.self_attn.kv_a_proj_with_mqa.bias", [Of(kv_a_rows)];
+    "blk.{}.attn_output.bias" => "model.layers.{}.self_attn.o_proj.bias", [Hidden];
 ];
 
 /// DSA lightning indexer (absent on shared-indexer layers).
-pub const DSA_INDEXER: &[TensorSpec] = &[
-    o(
-        "blk.{}.indexer.attn_q_b.weight",
-        "model.layers.{}.self_attn.indexer.wq_b.weight",
-        &[Of(idx_q_rows), Of(q_lora)],
-    ),
-    o(
-        "blk.{}.indexer.attn_k.weight",
-        "model.layers.{}.self_attn.indexer.wk.weight",
-        &[Of(idx_dim), Hidden],
-    ),
-    o(
-        "blk.{}.indexer.k_norm.weight",
-        "model.layers.{}.self_attn.indexer.k_norm.weight",
-        &[Of(idx_dim)],
-    ),
-    o(
-        "blk.{}.indexer.k_norm.bias",
-        "model.layers.{}.self_attn.indexer.k_norm.bias",
-        &[Of(idx_dim)],
-    ),
-    o(
-        "blk.{}.indexer.proj.weight",
-        "model.layers.{}.self_attn.indexer.weights_proj.weight",
-        &[Of(idx_heads), Hidden],
-    ),
+pub const DSA_INDEXER: &[TensorSpec] = table![
+    "blk.{}.indexer.attn_q_b.weight" => "model.layers.{}.self_attn.indexer.wq_b.weight", [Of(idx_q_rows), Of(q_lora)];
+    "blk.{}.indexer.attn_k.weight" => "model.layers.{}.self_attn.indexer.wk.weight", [Of(idx_dim), Hidden];
+    "blk.{}.indexer.k_norm.weight" => "model.layers.{}.self_attn.indexer.k_norm.weight", [Of(idx_dim)];
+    "blk.{}.indexer.k_norm.bias" => "model.layers.{}.self_attn.indexer.k_norm.bias", [Of(idx_dim)];
+    "blk.{}.indexer.proj.weight" => "model.layers.{}.self_attn.indexer.weights_proj.weight", [Of(idx_heads), Hidden];
 ];
 
-pub const DENSE_FFN: &[TensorSpec] = &[
-    o(
-        "blk.{}.ffn_gate.weight",
-        "model.layers.{}.mlp.gate_proj.weight",
-        &[Ffn, Hidden],
-    ),
-    o(
-        "blk.{}.ffn_up.weight",
-        "model.layers.{}.mlp.up_proj.weight",
-        &[Ffn, Hidden],
-    ),
-    o(
-        "blk.{}.ffn_down.weight",
-        "model.layers.{}.mlp.down_proj.weight",
-        &[Hidden, Ffn],
-    ),
+pub const DENSE_FFN: &[TensorSpec] = table![
+    "blk.{}.ffn_gate.weight" => "model.layers.{}.mlp.gate_proj.weight", [Ffn, Hidden];
+    "blk.{}.ffn_up.weight" => "model.layers.{}.mlp.up_proj.weight", [Ffn, Hidden];
+    "blk.{}.ffn_down.weight" => "model.layers.{}.mlp.down_proj.weight", [Hidden, Ffn];
 ];
 
 /// Router, selection bias, GGUF stacked experts and shared experts (DeepSeek / GLM names).
-pub const MOE_FFN: &[TensorSpec] = &[
-    o(
-        "blk.{}.ffn_gate_inp.weight",
-        "model.layers.{}.mlp.gate.weight",
-        &[Of(experts), Hidden],
-    ),
-    o(
-        "blk.{}.exp_probs_b.bias",
-        "model.layers.{}.mlp.gate.e_score_correction_bias",
-        &[Of(experts)],
-    ),
-    o(
-        "blk.{}.ffn_gate_exps.weight",
-        "-",
-        &[Of(experts), Of(expert_ffn), Hidden],
-    ),
-    o(
-        "blk.{}.ffn_up_exps.weight",
-        "-",
-        &[Of(experts), Of(expert_ffn), Hidden],
-    ),
-    o(
-        "blk.{}.ffn_down_exps.weight",
-        "-",
-        &[Of(experts), Hidden, Of(expert_ffn)],
-    ),
-    GATE_UP_EXPS,
-    o(
-        "blk.{}.ffn_gate_shexp.weight",
-        "model.layers.{}.mlp.shared_experts.gate_proj.weight",
-        &[Of(shared_ffn), Hidden],
-    ),
-    o(
-        "blk.{}.ffn_up_shexp.weight",
-        "model.layers.{}.mlp.shared_experts.up_proj.weight",
-        &[Of(shared_ffn), Hidden],
-    ),
-    o(
-        "blk.{}.ffn_down_shexp.weight",
-        "model.layers.{}.mlp.shared_experts.down_proj.weight",
-        &[Hidden, Of(shared_ffn)],
-    ),
+pub const MOE_FFN: &[TensorSpec] = table![
+    "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.mlp.gate.weight", [Of(experts), Hidden];
+    "blk.{}.exp_probs_b.bias" => "model.layers.{}.mlp.gate.e_score_correction_bias", [Of(experts)];
+    "blk.{}.ffn_gate_exps.weight" => "-", [Of(experts), Of(expert_ffn), Hidden];
+    "blk.{}.ffn_up_exps.weight" => "-", [Of(experts), Of(expert_ffn), Hidden];
+    "blk.{}.ffn_down_exps.weight" => "-", [Of(experts), Hidden, Of(expert_ffn)];
+    "blk.{}.ffn_gate_up_exps.weight" => "-", [Of(experts), Of(expert_ffn2), Hidden];
+    "blk.{}.ffn_gate_shexp.weight" => "model.layers.{}.mlp.shared_experts.gate_proj.weight", [Of(shared_ffn), Hidden];
+    "blk.{}.ffn_up_shexp.weight" => "model.layers.{}.mlp.shared_experts.up_proj.weight", [Of(shared_ffn), Hidden];
+    "blk.{}.ffn_down_shexp.weight" => "model.layers.{}.mlp.shared_experts.down_proj.weight", [Hidden, Of(shared_ffn)];
 ];
 
-/// llama.cpp's optional fused expert gate/up (`--fuse-gate-up-exps`): per expert, the gate rows
-/// then the up rows.
-pub const GATE_UP_EXPS: TensorSpec = o(
-    "blk.{}.ffn_gate_up_exps.weight",
-    "-",
-    &[Of(experts), Of(expert_ffn2), Hidden],
-);
+/// Llama's layer: norms, GQA attention, gated MLP.
+pub fn llama_layers(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, DENSE_FFN].concat()
+}
+
+/// GQA attention with dense or MoE FFN layers (DeepSeek-style MoE names).
+pub fn gqa_moe_layers(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, STD_ATTN, DENSE_FFN, MOE_FFN].concat()
+}
+
+/// MLA attention with dense or MoE FFN layers.
+pub fn mla_moe_layers(_: &ModelConfig) -> Vec<TensorSpec> {
+    [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat()
+}
 
 /// Hugging Face per-expert tensor names (`{}` layer, `{e}` expert): gate, up, down.
 #[derive(Debug, Clone, Copy)]
