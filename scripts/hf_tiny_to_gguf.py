@@ -9,6 +9,8 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
   glm4_moe                   -> Glm4MoeModel                       (arch `glm4moe`)
   glm4                       -> Glm4Model                          (arch `glm4`)
   qwen3_moe                  -> Qwen3MoeModel                      (arch `qwen3moe`)
+  qwen2_moe                  -> Qwen2MoeModel                      (arch `qwen2moe`)
+  qwen2_moe                  -> Qwen2MoeModel                      (arch `qwen2moe`)
   llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
                                                                     scaling as `rope_freqs`)
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
@@ -63,6 +65,7 @@ ARCHS = {
     "mixtral": "LLAMA",
     "mistral": "LLAMA",
     "llama": "LLAMA",
+    "qwen2_moe": "QWEN2MOE",
 }
 LLAMA_TYPES = {"mixtral", "mistral", "llama"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
@@ -78,6 +81,7 @@ ALL_FIXTURES = [
     "glm4",
     "mistral",
     "llama",
+    "qwen2_moe",
 ]
 
 
@@ -195,6 +199,10 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.5)))
     elif mt == "qwen3_moe":
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
+    elif mt == "qwen2_moe":
+        # Qwen2MoeModel.set_gguf_parameters
+        w.add_expert_feed_forward_length(h["moe_intermediate_size"])
+        w.add_expert_shared_feed_forward_length(h["shared_expert_intermediate_size"])
     elif mt in LLAMA_TYPES:
         w.add_vocab_size(h["vocab_size"])
         head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]

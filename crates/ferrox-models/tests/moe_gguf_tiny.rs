@@ -58,6 +58,7 @@ common::tiny::arch_tests!([logits: check_logits, greedy: check_greedy, config: c
     deepseek_v32 => "deepseek_v32",
     qwen3_moe => "qwen3_moe",
     mixtral => "mixtral",
+    qwen2_moe => "qwen2_moe",
 });
 
 #[test]
