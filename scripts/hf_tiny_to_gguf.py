@@ -10,7 +10,6 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
   glm4                       -> Glm4Model                          (arch `glm4`)
   qwen3_moe                  -> Qwen3MoeModel                      (arch `qwen3moe`)
   qwen2_moe                  -> Qwen2MoeModel                      (arch `qwen2moe`)
-  qwen2_moe                  -> Qwen2MoeModel                      (arch `qwen2moe`)
   llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
                                                                     scaling as `rope_freqs`)
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
