@@ -3,8 +3,8 @@
 
 mod common;
 use common::tiny::{
-    check_hf_greedy as check_greedy, check_hf_logits as check_logits, check_tiny_greedy,
-    check_tiny_logits,
+    check_hf_greedy as check_greedy, check_hf_logits as check_logits, check_hf_speculative,
+    check_tiny_greedy, check_tiny_logits,
 };
 use common::*;
 use ferrox_models::decoder::Decoder;
@@ -95,6 +95,17 @@ fn mistral_gguf() {
     check_tiny_logits(&gguf, &dir);
     check_tiny_greedy(&gguf, &dir);
 }
+
+common::tiny::arch_tests!([speculative: check_hf_speculative] {
+    llama => "llama",
+    qwen2 => "qwen2",
+    qwen3 => "qwen3",
+    gemma3 => "gemma3_text",
+    gemma2 => "gemma2",
+    mistral => "mistral",
+    phi3 => "phi3",
+    smollm3 => "smollm3",
+});
 
 #[test]
 fn missing_tensor_is_named() {

@@ -3,9 +3,9 @@
 //! token-by-token rows bit-identical to the batch.
 
 mod common;
-use common::tiny::{check_hf_greedy, check_hf_logits};
+use common::tiny::{check_hf_greedy, check_hf_logits, check_hf_speculative};
 
-common::tiny::arch_tests!([logits: check_hf_logits, greedy: check_hf_greedy] {
+common::tiny::arch_tests!([logits: check_hf_logits, greedy: check_hf_greedy, speculative: check_hf_speculative] {
     glm4 => "glm4",
     glm4_moe => "glm4_moe",
     glm4_moe_lite => "glm4_moe_lite",

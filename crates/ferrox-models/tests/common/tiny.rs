@@ -61,6 +61,36 @@ pub fn check_hf_greedy(arch: &str) {
     check_tiny_greedy(&dir, &dir);
 }
 
+/// Speculative decoding (the seed's prompt lookup, drafts verified in one batched forward)
+/// continues `hf-tiny/{arch}` exactly as plain greedy decoding does, on a prompt whose second
+/// half repeats its first so drafts are proposed and some accepted, some rejected.
+pub fn check_hf_speculative(arch: &str) {
+    use ferrox_models::speculative::{speculative_decode, PromptLookupSpeculator};
+    let dir = fixture(&format!("hf-tiny/{arch}"));
+    let dec = Decoder::load(&dir).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let input = ids(&read_json(&dir.join("input_ids.json")));
+    let mut prompt = input.clone();
+    prompt.extend_from_slice(&input[..input.len() / 2]);
+    let n = 24;
+    let mut caches = dec.new_caches();
+    let lookup = PromptLookupSpeculator::new(2, 4);
+    let spec = speculative_decode(&dec, &prompt, n, &mut caches, &lookup);
+    let mut caches = dec.new_caches();
+    let mut logits = dec.forward_batch(&prompt, 0, &mut caches).pop().unwrap();
+    let mut plain = Vec::with_capacity(n);
+    for p in prompt.len()..prompt.len() + n {
+        let t = argmax(&logits);
+        plain.push(t);
+        logits = dec.forward_token(t, p, &mut caches);
+    }
+    assert_eq!(spec.generated_tokens, plain, "{arch}: speculative != plain");
+    assert!(
+        spec.forward_calls <= n + 1,
+        "{arch}: {} calls",
+        spec.forward_calls
+    );
+}
+
 /// One module per `module: check` pair, holding a `#[test]` per `name => "fixture"` that calls
 /// `check("fixture")`.
 #[allow(unused_macros)] // only some test files use it
