@@ -140,13 +140,7 @@ impl Decoder {
     pub fn new_caches(&self) -> Vec<KvCache> {
         self.layers
             .iter()
-            .map(|l| {
-                let (h, d, v) = l.attn.cache_shape();
-                let mut c = KvCache::new(h, d);
-                c.ensure_shape(h, d, v)
-                    .expect("empty cache takes any shape");
-                c
-            })
+            .map(|l| l.attn.state().new_cache())
             .collect()
     }
 
@@ -242,8 +236,7 @@ impl Decoder {
                 "one KV cache per layer is needed"
             );
             for (layer, cache) in self.layers.iter().zip(seq.caches.iter_mut()) {
-                let (h, hd, v) = layer.attn.cache_shape();
-                if let Err(e) = cache.ensure_shape(h, hd, v) {
+                if let Err(e) = layer.attn.state().shape(cache) {
                     panic!("{e}");
                 }
                 assert!(

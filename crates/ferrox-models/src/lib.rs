@@ -13,6 +13,7 @@ pub mod params;
 pub mod perplexity;
 pub mod sampling;
 pub mod speculative;
+pub mod state;
 pub mod weights;
 
 pub use config::ModelConfig;

@@ -197,11 +197,10 @@ impl AttentionBlock for StandardAttention {
         super::with_scratch(&SCRATCH, |s| self.project_attend(x, layer, segs, n, s, out));
     }
 
-    fn cache_shape(&self) -> (usize, usize, usize) {
-        (
-            self.n_kv_heads,
-            self.head_dim,
-            self.n_kv_heads * self.head_dim,
-        )
+    fn state(&self) -> crate::state::LayerState {
+        crate::state::LayerState::Kv {
+            n_kv_heads: self.n_kv_heads,
+            head_dim: self.head_dim,
+        }
     }
 }

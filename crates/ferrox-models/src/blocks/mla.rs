@@ -153,8 +153,11 @@ impl Mla {
 }
 
 impl AttentionBlock for Mla {
-    fn cache_shape(&self) -> (usize, usize, usize) {
-        (1, self.rkv + self.dr, 0)
+    fn state(&self) -> crate::state::LayerState {
+        crate::state::LayerState::Latent {
+            width: self.rkv + self.dr,
+            indexer: self.indexer.as_ref().map(|ix| ix.head_dim()),
+        }
     }
 
     /// Attention over `n` rows of the normed hidden state `h` at positions `pos..pos + n`.

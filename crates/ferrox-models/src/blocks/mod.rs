@@ -156,8 +156,8 @@ pub trait AttentionBlock: Send + Sync {
         }
     }
 
-    /// Cache geometry `(n_kv_heads, head_dim, v_width)` this layer stores per position.
-    fn cache_shape(&self) -> (usize, usize, usize);
+    /// What this layer keeps per sequence and position.
+    fn state(&self) -> crate::state::LayerState;
 }
 
 /// Feed-forward sublayer (dense MLP or mixture of experts) over `n` rows.

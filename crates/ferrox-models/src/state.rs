@@ -1,0 +1,48 @@
+//! Per-sequence layer state: what one layer keeps for one sequence between forwards. The model
+//! side decides it (each attention block names its [`LayerState`]); `ferrox_core::cache::KvCache`
+//! only stores rows of the shapes given here, so the core crate knows no model family.
+//! Truncation (speculative rollback, prefix reuse) is `KvCache::truncate` on every kind here,
+//! and happens in one place, the engine (`crate::engine`).
+//!
+//! A recurrent layer (Gated DeltaNet, Qwen3-Next) keeps a convolution window and a state matrix
+//! that cannot be truncated by position; it will be a variant of its own with per-position
+//! checkpoints across a verify.
+
+use ferrox_core::cache::{CacheShapeError, KvCache};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerState {
+    /// Per-head keys and values (GQA / MHA).
+    Kv { n_kv_heads: usize, head_dim: usize },
+    /// One compressed row per position and no values (MLA: latent plus rope key), with the
+    /// DSA indexer key beside it when the layer runs its own indexer.
+    Latent {
+        width: usize,
+        indexer: Option<usize>,
+    },
+}
+
+impl LayerState {
+    /// Gives `cache` this layer's shape: an empty cache takes it, a non-empty one of another
+    /// shape is refused.
+    pub fn shape(&self, cache: &mut KvCache) -> Result<(), CacheShapeError> {
+        match *self {
+            LayerState::Kv {
+                n_kv_heads,
+                head_dim,
+            } => cache.ensure_shape(n_kv_heads, head_dim, n_kv_heads * head_dim),
+            LayerState::Latent { width, indexer } => {
+                cache.ensure_shape(1, width, 0)?;
+                cache.ensure_aux_width(indexer.unwrap_or(0))
+            }
+        }
+    }
+
+    /// An empty cache of this layer's shape.
+    pub fn new_cache(&self) -> KvCache {
+        let mut c = KvCache::new(1, 0);
+        // An empty cache takes any shape.
+        let _ = self.shape(&mut c);
+        c
+    }
+}
