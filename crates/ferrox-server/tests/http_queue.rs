@@ -28,12 +28,7 @@ async fn client_disconnect_frees_the_slot() {
     }
     assert_eq!(metric(&a, "requests_cancelled_total").await, 1.0);
     // The freed slot serves the next request at once.
-    let r = post(
-        &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": "q", "max_tokens": 2}),
-    )
-    .await;
+    let r = complete(&a, json!({"prompt": "q", "max_tokens": 2})).await;
     assert_eq!(r.status, 200);
     assert!(t.elapsed() < Duration::from_secs(2));
 }
@@ -51,12 +46,7 @@ async fn full_queue_answers_503_with_retry_after() {
         assert!(t.elapsed() < Duration::from_secs(2));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let r = post(
-        &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": "q", "max_tokens": 2}),
-    )
-    .await;
+    let r = complete(&a, json!({"prompt": "q", "max_tokens": 2})).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(
         r.head.to_ascii_lowercase().contains("retry-after: 1"),

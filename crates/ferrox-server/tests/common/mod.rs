@@ -236,21 +236,34 @@ pub async fn request(
     }
 }
 
+/// A `POST` of `body` as it is, with content type `content_type`.
+pub async fn post_raw(addr: &str, path: &str, content_type: &str, body: &str) -> Resp {
+    request(addr, "POST", path, &[("Content-Type", content_type)], body).await
+}
+
 /// A JSON `POST`.
 pub async fn post(addr: &str, path: &str, body: Value) -> Resp {
-    request(
-        addr,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        &body.to_string(),
-    )
-    .await
+    post_raw(addr, path, "application/json", &body.to_string()).await
+}
+
+/// A completion request for the fake model: `{"model": "fake-model"}` with `fields` put over it.
+pub async fn complete(addr: &str, fields: Value) -> Resp {
+    let mut body = json!({"model": "fake-model"});
+    for (k, v) in fields.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    post(addr, "/v1/completions", body).await
 }
 
 /// A `GET` without headers.
 pub async fn get(addr: &str, path: &str) -> Resp {
     request(addr, "GET", path, &[], "").await
+}
+
+/// A `GET` with `Authorization: Bearer {key}`.
+pub async fn get_with_key(addr: &str, path: &str, key: &str) -> Resp {
+    let auth = format!("Bearer {key}");
+    request(addr, "GET", path, &[("Authorization", &auth)], "").await
 }
 
 /// The value of `ferrox_{name}` on `/metrics`.
