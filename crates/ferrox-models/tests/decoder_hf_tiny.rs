@@ -3,8 +3,8 @@
 
 mod common;
 use common::tiny::{
-    check_hf_greedy as check_greedy, check_hf_logits as check_logits, check_tiny_greedy,
-    check_tiny_logits,
+    check_gguf_greedy, check_gguf_logits, check_hf_greedy as check_greedy,
+    check_hf_logits as check_logits,
 };
 use common::*;
 use ferrox_models::decoder::Decoder;
@@ -80,20 +80,16 @@ fn mistral_greedy() {
 /// Llama 3.x scaling in GGUF: the converter's `rope_freqs.weight` factors.
 #[test]
 fn llama_gguf() {
-    let gguf = fixture("gguf-tiny/llama.gguf");
-    let dir = fixture("hf-tiny/llama");
-    check_tiny_logits(&gguf, &dir);
-    check_tiny_greedy(&gguf, &dir);
+    check_gguf_logits("llama");
+    check_gguf_greedy("llama");
 }
 
 /// The GGUF llama.cpp's converter writes for Mistral (`llama` with a sliding window; written by
 /// `scripts/hf_tiny_to_gguf.py`) against the same transformers reference.
 #[test]
 fn mistral_gguf() {
-    let gguf = fixture("gguf-tiny/mistral.gguf");
-    let dir = fixture("hf-tiny/mistral");
-    check_tiny_logits(&gguf, &dir);
-    check_tiny_greedy(&gguf, &dir);
+    check_gguf_logits("mistral");
+    check_gguf_greedy("mistral");
 }
 
 #[test]
