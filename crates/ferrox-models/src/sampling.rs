@@ -301,14 +301,22 @@ mod tests {
         assert_eq!(s.sample(&logits(), &[1]), 5);
     }
 
+    /// The candidates of `logits()` after `config`'s penalties for `history`.
+    fn penalized(config: SamplerConfig, history: &[TokenId]) -> Vec<Candidate> {
+        let mut c: Vec<Candidate> = logits().into_iter().enumerate().collect();
+        Sampler::new(config).penalize(&mut c, history);
+        c
+    }
+
     #[test]
     fn repeat_penalty_multiplies_negative_logits() {
-        let mut s = Sampler::new(SamplerConfig {
-            repeat_penalty: 2.0,
-            ..SamplerConfig::greedy()
-        });
-        let mut c: Vec<Candidate> = logits().into_iter().enumerate().collect();
-        s.penalize(&mut c, &[3, 3, 1]);
+        let c = penalized(
+            SamplerConfig {
+                repeat_penalty: 2.0,
+                ..SamplerConfig::greedy()
+            },
+            &[3, 3, 1],
+        );
         assert_eq!(c[3].1, -2.0);
         assert_eq!(c[1].1, 1.5);
         assert_eq!(c[0].1, 1.0);
@@ -316,13 +324,14 @@ mod tests {
 
     #[test]
     fn frequency_and_presence_penalties() {
-        let mut s = Sampler::new(SamplerConfig {
-            frequency_penalty: 0.5,
-            presence_penalty: 0.25,
-            ..SamplerConfig::greedy()
-        });
-        let mut c: Vec<Candidate> = logits().into_iter().enumerate().collect();
-        s.penalize(&mut c, &[2, 2, 2, 0]);
+        let c = penalized(
+            SamplerConfig {
+                frequency_penalty: 0.5,
+                presence_penalty: 0.25,
+                ..SamplerConfig::greedy()
+            },
+            &[2, 2, 2, 0],
+        );
         assert_eq!(c[2].1, 2.0 - 1.5 - 0.25);
         assert_eq!(c[0].1, 1.0 - 0.5 - 0.25);
         assert_eq!(c[1].1, 3.0);
