@@ -348,15 +348,21 @@ mod tests {
         assert_eq!(s.sample(&logits(), &[1, 0, 0]), 1);
     }
 
-    #[test]
-    fn top_k_top_p_min_p_shape_the_distribution() {
-        let mut s = Sampler::new(SamplerConfig {
-            temperature: 1.0,
-            top_k: 3,
+    /// Sampling at `temperature` with top-k, top-p and min-p off.
+    fn unfiltered(temperature: f32) -> Sampler {
+        Sampler::new(SamplerConfig {
+            temperature,
+            top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
             ..Default::default()
-        });
+        })
+    }
+
+    #[test]
+    fn top_k_top_p_min_p_shape_the_distribution() {
+        let mut s = unfiltered(1.0);
+        s.config.top_k = 3;
         let d = s.distribution(&logits(), &[]);
         assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 5, 2]);
         let sum: f32 = d.iter().map(|x| x.1).sum();
@@ -375,13 +381,7 @@ mod tests {
 
     #[test]
     fn temperature_sharpens() {
-        let mut s = Sampler::new(SamplerConfig {
-            temperature: 0.5,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            ..Default::default()
-        });
+        let mut s = unfiltered(0.5);
         let cold = s.distribution(&logits(), &[]);
         s.config.temperature = 2.0;
         let hot = s.distribution(&logits(), &[]);
