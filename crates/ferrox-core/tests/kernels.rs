@@ -120,6 +120,22 @@ fn token_grouping_is_bit_invariant() {
     }
 }
 
+/// The blocks of `x` (`block` values each) from the SIMD quantizer and from the reference.
+fn both_ways<B: Default + Clone>(
+    x: &[f32],
+    block: usize,
+    simd: impl Fn(&[f32], &mut [B]),
+    reference: impl Fn(&[f32], &mut [B]),
+) -> (Vec<B>, Vec<B>) {
+    let (mut a, mut b) = (
+        vec![B::default(); x.len() / block],
+        vec![B::default(); x.len() / block],
+    );
+    simd(x, &mut a);
+    reference(x, &mut b);
+    (a, b)
+}
+
 /// The SIMD activation quantizers give the reference's bytes exactly (ties, extremes, zeros,
 /// non-finite values).
 #[test]
@@ -147,21 +163,21 @@ fn simd_quantizers_match_reference_bitwise() {
                 5 => x[40] = f32::INFINITY,
                 _ => {}
             }
-            let (mut a, mut b) = (
-                vec![BlockQ8_0::default(); n / 32],
-                vec![BlockQ8_0::default(); n / 32],
+            let (a, b) = both_ways::<BlockQ8_0>(
+                &x,
+                32,
+                |x, o| quantize_row_q8_0(isa, x, o),
+                act::quantize_row_q8_0,
             );
-            quantize_row_q8_0(isa, &x, &mut a);
-            act::quantize_row_q8_0(&x, &mut b);
             for (p, q) in a.iter().zip(&b) {
                 assert_eq!((p.d, p.qs), (q.d, q.qs), "{isa:?} q8_0 case {case}");
             }
-            let (mut a, mut b) = (
-                vec![BlockQ8K::default(); n / 256],
-                vec![BlockQ8K::default(); n / 256],
+            let (a, b) = both_ways::<BlockQ8K>(
+                &x,
+                256,
+                |x, o| quantize_row_q8_k(isa, x, o),
+                act::quantize_row_q8_k,
             );
-            quantize_row_q8_k(isa, &x, &mut a);
-            act::quantize_row_q8_k(&x, &mut b);
             for (p, q) in a.iter().zip(&b) {
                 assert_eq!(p.d.to_bits(), q.d.to_bits(), "{isa:?} q8_k d case {case}");
                 assert_eq!((p.qs, p.bsums), (q.qs, q.bsums), "{isa:?} q8_k case {case}");
