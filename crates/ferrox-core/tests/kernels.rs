@@ -120,18 +120,19 @@ fn token_grouping_is_bit_invariant() {
     }
 }
 
-/// The blocks of `x` (`block` values each) from the SIMD quantizer and from the reference.
+/// The blocks of `x` (`block` values each) from the `isa` quantizer and from the reference.
 fn both_ways<B: Default + Clone>(
     x: &[f32],
     block: usize,
-    simd: impl Fn(&[f32], &mut [B]),
-    reference: impl Fn(&[f32], &mut [B]),
+    isa: Isa,
+    simd: fn(Isa, &[f32], &mut [B]),
+    reference: fn(&[f32], &mut [B]),
 ) -> (Vec<B>, Vec<B>) {
     let (mut a, mut b) = (
         vec![B::default(); x.len() / block],
         vec![B::default(); x.len() / block],
     );
-    simd(x, &mut a);
+    simd(isa, x, &mut a);
     reference(x, &mut b);
     (a, b)
 }
@@ -142,7 +143,6 @@ fn both_ways<B: Default + Clone>(
 fn simd_quantizers_match_reference_bitwise() {
     use ferrox_core::kernels::{quantize_row_q8_0, quantize_row_q8_k};
     use ferrox_core::quant::act;
-    use ferrox_core::quant::blocks::{BlockQ8K, BlockQ8_0};
     let mut rng = StdRng::seed_from_u64(5);
     for isa in simd_isas() {
         for case in 0..60 {
@@ -163,21 +163,11 @@ fn simd_quantizers_match_reference_bitwise() {
                 5 => x[40] = f32::INFINITY,
                 _ => {}
             }
-            let (a, b) = both_ways::<BlockQ8_0>(
-                &x,
-                32,
-                |x, o| quantize_row_q8_0(isa, x, o),
-                act::quantize_row_q8_0,
-            );
+            let (a, b) = both_ways(&x, 32, isa, quantize_row_q8_0, act::quantize_row_q8_0);
             for (p, q) in a.iter().zip(&b) {
                 assert_eq!((p.d, p.qs), (q.d, q.qs), "{isa:?} q8_0 case {case}");
             }
-            let (a, b) = both_ways::<BlockQ8K>(
-                &x,
-                256,
-                |x, o| quantize_row_q8_k(isa, x, o),
-                act::quantize_row_q8_k,
-            );
+            let (a, b) = both_ways(&x, 256, isa, quantize_row_q8_k, act::quantize_row_q8_k);
             for (p, q) in a.iter().zip(&b) {
                 assert_eq!(p.d.to_bits(), q.d.to_bits(), "{isa:?} q8_k d case {case}");
                 assert_eq!((p.qs, p.bsums), (q.qs, q.bsums), "{isa:?} q8_k case {case}");

@@ -92,6 +92,16 @@ fn mistral_gguf() {
     check_gguf_greedy("mistral");
 }
 
+/// The error loading the scratch model directory `tmp`, which is then removed.
+fn load_error(tmp: &std::path::Path) -> String {
+    let err = Decoder::load(tmp)
+        .err()
+        .expect("load must fail")
+        .to_string();
+    std::fs::remove_dir_all(tmp).ok();
+    err
+}
+
 #[test]
 fn missing_tensor_is_named() {
     let src = fixture("hf-tiny/llama");
@@ -107,11 +117,7 @@ fn missing_tensor_is_named() {
         .filter(|(n, _)| n != "model.layers.1.mlp.up_proj.weight")
         .collect();
     safetensors::serialize_to_file(kept, None, &tmp.join("model.safetensors")).unwrap();
-    let err = Decoder::load(&tmp)
-        .err()
-        .expect("load must fail")
-        .to_string();
-    std::fs::remove_dir_all(&tmp).ok();
+    let err = load_error(&tmp);
     assert!(err.contains("model.layers.1.mlp.up_proj.weight"), "{err}");
 }
 
@@ -125,10 +131,6 @@ fn unknown_architecture_is_refused_by_name() {
         tmp.join("model.safetensors"),
     )
     .unwrap();
-    let err = Decoder::load(&tmp)
-        .err()
-        .expect("load must fail")
-        .to_string();
-    std::fs::remove_dir_all(&tmp).ok();
+    let err = load_error(&tmp);
     assert!(err.contains("frobnicator"), "{err}");
 }

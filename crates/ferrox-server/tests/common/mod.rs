@@ -289,6 +289,16 @@ pub async fn wait_for(addr: &str, name: &str, value: f64) {
     }
 }
 
+/// [`open_stream`] once its response has begun (200) and it holds a slot.
+pub async fn running_stream(addr: &str, max_tokens: usize) -> TcpStream {
+    let mut s = open_stream(addr, max_tokens).await;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
+    wait_for(addr, "slots_busy", 1.0).await;
+    s
+}
+
 /// A streaming "slow" completion of `max_tokens`, request sent, response not read.
 pub async fn open_stream(addr: &str, max_tokens: usize) -> TcpStream {
     let body =
