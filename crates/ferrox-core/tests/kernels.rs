@@ -120,13 +120,29 @@ fn token_grouping_is_bit_invariant() {
     }
 }
 
+/// The blocks of `x` (`block` values each) from the `isa` quantizer and from the reference.
+fn both_ways<B: Default + Clone>(
+    x: &[f32],
+    block: usize,
+    isa: Isa,
+    simd: fn(Isa, &[f32], &mut [B]),
+    reference: fn(&[f32], &mut [B]),
+) -> (Vec<B>, Vec<B>) {
+    let (mut a, mut b) = (
+        vec![B::default(); x.len() / block],
+        vec![B::default(); x.len() / block],
+    );
+    simd(isa, x, &mut a);
+    reference(x, &mut b);
+    (a, b)
+}
+
 /// The SIMD activation quantizers give the reference's bytes exactly (ties, extremes, zeros,
 /// non-finite values).
 #[test]
 fn simd_quantizers_match_reference_bitwise() {
     use ferrox_core::kernels::{quantize_row_q8_0, quantize_row_q8_k};
     use ferrox_core::quant::act;
-    use ferrox_core::quant::blocks::{BlockQ8K, BlockQ8_0};
     let mut rng = StdRng::seed_from_u64(5);
     for isa in simd_isas() {
         for case in 0..60 {
@@ -147,21 +163,11 @@ fn simd_quantizers_match_reference_bitwise() {
                 5 => x[40] = f32::INFINITY,
                 _ => {}
             }
-            let (mut a, mut b) = (
-                vec![BlockQ8_0::default(); n / 32],
-                vec![BlockQ8_0::default(); n / 32],
-            );
-            quantize_row_q8_0(isa, &x, &mut a);
-            act::quantize_row_q8_0(&x, &mut b);
+            let (a, b) = both_ways(&x, 32, isa, quantize_row_q8_0, act::quantize_row_q8_0);
             for (p, q) in a.iter().zip(&b) {
                 assert_eq!((p.d, p.qs), (q.d, q.qs), "{isa:?} q8_0 case {case}");
             }
-            let (mut a, mut b) = (
-                vec![BlockQ8K::default(); n / 256],
-                vec![BlockQ8K::default(); n / 256],
-            );
-            quantize_row_q8_k(isa, &x, &mut a);
-            act::quantize_row_q8_k(&x, &mut b);
+            let (a, b) = both_ways(&x, 256, isa, quantize_row_q8_k, act::quantize_row_q8_k);
             for (p, q) in a.iter().zip(&b) {
                 assert_eq!(p.d.to_bits(), q.d.to_bits(), "{isa:?} q8_k d case {case}");
                 assert_eq!((p.qs, p.bsums), (q.qs, q.bsums), "{isa:?} q8_k case {case}");

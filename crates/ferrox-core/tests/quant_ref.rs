@@ -95,12 +95,24 @@ fn dot_with_quantized_activation_matches_dequantized_dot() {
     }
 }
 
+/// `n` values uniform in `range` (from `seed`) and their blocks of `block` from `quantize`.
+fn random_quantized<B: Default + Clone>(
+    seed: u64,
+    n: usize,
+    range: std::ops::Range<f32>,
+    block: usize,
+    quantize: fn(&[f32], &mut [B]),
+) -> (Vec<f32>, Vec<B>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let x: Vec<f32> = (0..n).map(|_| rng.gen_range(range.clone())).collect();
+    let mut b = vec![B::default(); n / block];
+    quantize(&x, &mut b);
+    (x, b)
+}
+
 #[test]
 fn q8_0_roundtrip_within_half_step() {
-    let mut rng = StdRng::seed_from_u64(3);
-    let x: Vec<f32> = (0..256).map(|_| rng.gen_range(-5.0f32..5.0)).collect();
-    let mut b = vec![BlockQ8_0::default(); 8];
-    quantize_row_q8_0(&x, &mut b);
+    let (x, mut b) = random_quantized(3, 256, -5.0..5.0, 32, quantize_row_q8_0);
     for (blk, xb) in b.iter().zip(x.chunks(32)) {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = f16_to_f32(blk.d);
@@ -124,10 +136,7 @@ fn q8_0_roundtrip_within_half_step() {
 
 #[test]
 fn q8_1_sum_term() {
-    let mut rng = StdRng::seed_from_u64(4);
-    let x: Vec<f32> = (0..64).map(|_| rng.gen_range(-1.0f32..3.0)).collect();
-    let mut b = vec![BlockQ8_1::default(); 2];
-    quantize_row_q8_1(&x, &mut b);
+    let (_, b) = random_quantized(4, 64, -1.0..3.0, 32, quantize_row_q8_1);
     for blk in &b {
         let sum: i32 = blk.qs.iter().map(|&q| q as i32).sum();
         let want = sum as f32 * f16_to_f32(blk.d);

@@ -224,18 +224,16 @@ fn version_2_is_read() {
 #[test]
 fn huge_counts() {
     let built = sample().build();
-    too_large(
-        &refuse_full(&built.patched("n_tensors", 0, &(1u64 << 40).to_le_bytes())),
-        "tensor count",
-    );
-    too_large(
-        &refuse_full(&built.patched("n_kv", 0, &(1u64 << 40).to_le_bytes())),
-        "metadata entry count",
-    );
-    too_large(
-        &refuse_full(&built.patched("n_kv", 0, &u64::MAX.to_le_bytes())),
-        "metadata entry count",
-    );
+    for (field, count, what) in [
+        ("n_tensors", 1u64 << 40, "tensor count"),
+        ("n_kv", 1u64 << 40, "metadata entry count"),
+        ("n_kv", u64::MAX, "metadata entry count"),
+    ] {
+        too_large(
+            &refuse_full(&built.patched(field, 0, &count.to_le_bytes())),
+            what,
+        );
+    }
 }
 
 #[test]
@@ -257,24 +255,21 @@ fn string_length_2_pow_60() {
 #[test]
 fn array_of_2_pow_50_elements() {
     let built = sample().build();
-    let big = (1u64 << 50).to_le_bytes();
-    for field in [
-        "kv:tokenizer.ggml.tokens:value",
-        "kv:tokenizer.ggml.scores:value",
-        "kv:t.bools:value",
-        "kv:t.nested:value",
+    let big = 1u64 << 50;
+    for (field, delta, count) in [
+        ("kv:tokenizer.ggml.tokens:value", 4, big),
+        ("kv:tokenizer.ggml.scores:value", 4, big),
+        ("kv:t.bools:value", 4, big),
+        ("kv:t.nested:value", 4, big),
+        // The nested arrays' own counts, and a count whose byte size overflows u64.
+        ("kv:t.nested:value", 16, big),
+        ("kv:tokenizer.ggml.scores:value", 4, u64::MAX),
     ] {
-        too_large(&refuse_full(&built.patched(field, 4, &big)), "array length");
+        too_large(
+            &refuse_full(&built.patched(field, delta, &count.to_le_bytes())),
+            "array length",
+        );
     }
-    // The nested arrays' own counts, and a count whose byte size overflows u64.
-    too_large(
-        &refuse_full(&built.patched("kv:t.nested:value", 16, &big)),
-        "array length",
-    );
-    too_large(
-        &refuse_full(&built.patched("kv:tokenizer.ggml.scores:value", 4, &u64::MAX.to_le_bytes())),
-        "array length",
-    );
 }
 
 #[test]

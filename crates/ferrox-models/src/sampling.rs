@@ -301,14 +301,22 @@ mod tests {
         assert_eq!(s.sample(&logits(), &[1]), 5);
     }
 
+    /// The candidates of `logits()` after `config`'s penalties for `history`.
+    fn penalized(config: SamplerConfig, history: &[TokenId]) -> Vec<Candidate> {
+        let mut c: Vec<Candidate> = logits().into_iter().enumerate().collect();
+        Sampler::new(config).penalize(&mut c, history);
+        c
+    }
+
     #[test]
     fn repeat_penalty_multiplies_negative_logits() {
-        let mut s = Sampler::new(SamplerConfig {
-            repeat_penalty: 2.0,
-            ..SamplerConfig::greedy()
-        });
-        let mut c: Vec<Candidate> = logits().into_iter().enumerate().collect();
-        s.penalize(&mut c, &[3, 3, 1]);
+        let c = penalized(
+            SamplerConfig {
+                repeat_penalty: 2.0,
+                ..SamplerConfig::greedy()
+            },
+            &[3, 3, 1],
+        );
         assert_eq!(c[3].1, -2.0);
         assert_eq!(c[1].1, 1.5);
         assert_eq!(c[0].1, 1.0);
@@ -316,13 +324,14 @@ mod tests {
 
     #[test]
     fn frequency_and_presence_penalties() {
-        let mut s = Sampler::new(SamplerConfig {
-            frequency_penalty: 0.5,
-            presence_penalty: 0.25,
-            ..SamplerConfig::greedy()
-        });
-        let mut c: Vec<Candidate> = logits().into_iter().enumerate().collect();
-        s.penalize(&mut c, &[2, 2, 2, 0]);
+        let c = penalized(
+            SamplerConfig {
+                frequency_penalty: 0.5,
+                presence_penalty: 0.25,
+                ..SamplerConfig::greedy()
+            },
+            &[2, 2, 2, 0],
+        );
         assert_eq!(c[2].1, 2.0 - 1.5 - 0.25);
         assert_eq!(c[0].1, 1.0 - 0.5 - 0.25);
         assert_eq!(c[1].1, 3.0);
@@ -339,15 +348,21 @@ mod tests {
         assert_eq!(s.sample(&logits(), &[1, 0, 0]), 1);
     }
 
-    #[test]
-    fn top_k_top_p_min_p_shape_the_distribution() {
-        let mut s = Sampler::new(SamplerConfig {
-            temperature: 1.0,
-            top_k: 3,
+    /// Sampling at `temperature` with top-k, top-p and min-p off.
+    fn unfiltered(temperature: f32) -> Sampler {
+        Sampler::new(SamplerConfig {
+            temperature,
+            top_k: 0,
             top_p: 1.0,
             min_p: 0.0,
             ..Default::default()
-        });
+        })
+    }
+
+    #[test]
+    fn top_k_top_p_min_p_shape_the_distribution() {
+        let mut s = unfiltered(1.0);
+        s.config.top_k = 3;
         let d = s.distribution(&logits(), &[]);
         assert_eq!(d.iter().map(|x| x.0).collect::<Vec<_>>(), vec![1, 5, 2]);
         let sum: f32 = d.iter().map(|x| x.1).sum();
@@ -366,13 +381,7 @@ mod tests {
 
     #[test]
     fn temperature_sharpens() {
-        let mut s = Sampler::new(SamplerConfig {
-            temperature: 0.5,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            ..Default::default()
-        });
+        let mut s = unfiltered(0.5);
         let cold = s.distribution(&logits(), &[]);
         s.config.temperature = 2.0;
         let hot = s.distribution(&logits(), &[]);

@@ -3,8 +3,8 @@
 
 mod common;
 use common::tiny::{
-    check_hf_greedy as check_greedy, check_hf_logits as check_logits, check_hf_speculative,
-    check_tiny_greedy, check_tiny_logits,
+    check_gguf_greedy, check_gguf_logits, check_hf_greedy as check_greedy,
+    check_hf_logits as check_logits, check_hf_speculative,
 };
 use common::*;
 use ferrox_models::decoder::Decoder;
@@ -80,20 +80,26 @@ fn mistral_greedy() {
 /// Llama 3.x scaling in GGUF: the converter's `rope_freqs.weight` factors.
 #[test]
 fn llama_gguf() {
-    let gguf = fixture("gguf-tiny/llama.gguf");
-    let dir = fixture("hf-tiny/llama");
-    check_tiny_logits(&gguf, &dir);
-    check_tiny_greedy(&gguf, &dir);
+    check_gguf_logits("llama");
+    check_gguf_greedy("llama");
 }
 
 /// The GGUF llama.cpp's converter writes for Mistral (`llama` with a sliding window; written by
 /// `scripts/hf_tiny_to_gguf.py`) against the same transformers reference.
 #[test]
 fn mistral_gguf() {
-    let gguf = fixture("gguf-tiny/mistral.gguf");
-    let dir = fixture("hf-tiny/mistral");
-    check_tiny_logits(&gguf, &dir);
-    check_tiny_greedy(&gguf, &dir);
+    check_gguf_logits("mistral");
+    check_gguf_greedy("mistral");
+}
+
+/// The error loading the scratch model directory `tmp`, which is then removed.
+fn load_error(tmp: &std::path::Path) -> String {
+    let err = Decoder::load(tmp)
+        .err()
+        .expect("load must fail")
+        .to_string();
+    std::fs::remove_dir_all(tmp).ok();
+    err
 }
 
 common::tiny::arch_tests!([speculative: check_hf_speculative] {
@@ -122,11 +128,7 @@ fn missing_tensor_is_named() {
         .filter(|(n, _)| n != "model.layers.1.mlp.up_proj.weight")
         .collect();
     safetensors::serialize_to_file(kept, None, &tmp.join("model.safetensors")).unwrap();
-    let err = Decoder::load(&tmp)
-        .err()
-        .expect("load must fail")
-        .to_string();
-    std::fs::remove_dir_all(&tmp).ok();
+    let err = load_error(&tmp);
     assert!(err.contains("model.layers.1.mlp.up_proj.weight"), "{err}");
 }
 
@@ -140,10 +142,6 @@ fn unknown_architecture_is_refused_by_name() {
         tmp.join("model.safetensors"),
     )
     .unwrap();
-    let err = Decoder::load(&tmp)
-        .err()
-        .expect("load must fail")
-        .to_string();
-    std::fs::remove_dir_all(&tmp).ok();
+    let err = load_error(&tmp);
     assert!(err.contains("frobnicator"), "{err}");
 }

@@ -7,27 +7,12 @@
 //! with the offending tensor named.
 
 mod common;
-use common::tiny::{check_tiny_greedy, check_tiny_logits};
-use common::*;
+use common::tiny::{
+    check_gguf_greedy, check_gguf_logits, check_tiny_greedy, check_tiny_logits, tiny_gguf as gguf,
+    tiny_reference as reference,
+};
 use ferrox_format::gguf::GgufFile;
 use ferrox_models::decoder::Decoder;
-use std::path::PathBuf;
-
-fn gguf(arch: &str) -> PathBuf {
-    fixture(&format!("gguf-tiny/{arch}.gguf"))
-}
-
-fn reference(arch: &str) -> PathBuf {
-    fixture(&format!("hf-tiny/{arch}"))
-}
-
-fn check_logits(arch: &str) {
-    check_tiny_logits(&gguf(arch), &reference(arch));
-}
-
-fn check_greedy(arch: &str) {
-    check_tiny_greedy(&gguf(arch), &reference(arch));
-}
 
 /// Both loads describe the same model (the GGUF side reconstructed from llama.cpp's keys).
 fn check_config(arch: &str) {
@@ -48,7 +33,7 @@ fn check_config(arch: &str) {
     );
 }
 
-common::tiny::arch_tests!([logits: check_logits, greedy: check_greedy, config: check_config] {
+common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy, config: check_config] {
     glm4 => "glm4",
     glm4_moe => "glm4_moe",
     glm4_moe_lite => "glm4_moe_lite",

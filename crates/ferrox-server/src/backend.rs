@@ -168,47 +168,16 @@ impl Scheduler {
     }
 }
 
+type Running = HashMap<u64, tokio::sync::mpsc::UnboundedSender<Event>>;
+
 fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m: Arc<Metrics>) {
     let mut engine = backend.new_engine(parallel);
-    let mut running: HashMap<u64, tokio::sync::mpsc::UnboundedSender<Event>> = HashMap::new();
+    let mut running: Running = HashMap::new();
     let mut next_id = 0u64;
     let mut gone: Vec<u64> = Vec::new();
     loop {
-        // Join waiting requests between steps (block only when nothing is running).
-        while running.len() < engine.capacity() {
-            let job = if running.is_empty() {
-                match rx.recv() {
-                    Ok(j) => j,
-                    Err(_) => return,
-                }
-            } else {
-                match rx.try_recv() {
-                    Ok(j) => j,
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-                }
-            };
-            m.queue_depth.fetch_sub(1, Ordering::SeqCst);
-            if job.events.is_closed() {
-                m.cancelled.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let id = next_id;
-            next_id += 1;
-            match engine.admit(id, &job.prompt, &job.params) {
-                Ok(()) => {
-                    running.insert(id, job.events);
-                    m.busy_slots.fetch_add(1, Ordering::SeqCst);
-                }
-                Err(e) => {
-                    tracing::warn!("request refused by the engine: {e}");
-                    m.errors.fetch_add(1, Ordering::Relaxed);
-                    let _ = job.events.send(Event::Done(GenSummary {
-                        finish: FinishReason::Length,
-                        completion_tokens: 0,
-                        cancelled: false,
-                    }));
-                }
-            }
+        if !admit_waiting(engine.as_mut(), &mut running, &mut next_id, &rx, &m) {
+            return;
         }
         // Clients that went away give their slots back before the next step.
         gone.extend(
@@ -274,4 +243,51 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
             engine = backend.new_engine(parallel);
         }
     }
+}
+
+/// Joins waiting requests between steps (blocks only when nothing is running). False when the
+/// channel is closed and nothing is running: the server is gone.
+fn admit_waiting(
+    engine: &mut dyn Engine,
+    running: &mut Running,
+    next_id: &mut u64,
+    rx: &Receiver<Job>,
+    m: &Metrics,
+) -> bool {
+    while running.len() < engine.capacity() {
+        let job = if running.is_empty() {
+            match rx.recv() {
+                Ok(j) => j,
+                Err(_) => return false,
+            }
+        } else {
+            match rx.try_recv() {
+                Ok(j) => j,
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        };
+        m.queue_depth.fetch_sub(1, Ordering::SeqCst);
+        if job.events.is_closed() {
+            m.cancelled.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let id = *next_id;
+        *next_id += 1;
+        match engine.admit(id, &job.prompt, &job.params) {
+            Ok(()) => {
+                running.insert(id, job.events);
+                m.busy_slots.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => {
+                tracing::warn!("request refused by the engine: {e}");
+                m.errors.fetch_add(1, Ordering::Relaxed);
+                let _ = job.events.send(Event::Done(GenSummary {
+                    finish: FinishReason::Length,
+                    completion_tokens: 0,
+                    cancelled: false,
+                }));
+            }
+        }
+    }
+    true
 }

@@ -39,23 +39,9 @@ async fn api_key_is_required_when_set() {
     let r = get(&a, "/v1/models").await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["error"]["code"], "invalid_api_key");
-    let r = request(
-        &a,
-        "GET",
-        "/v1/models",
-        &[("Authorization", "Bearer wrong")],
-        "",
-    )
-    .await;
+    let r = get_with_key(&a, "/v1/models", "wrong").await;
     assert_eq!(r.status, 401);
-    let r = request(
-        &a,
-        "GET",
-        "/v1/models",
-        &[("Authorization", "Bearer sekret")],
-        "",
-    )
-    .await;
+    let r = get_with_key(&a, "/v1/models", "sekret").await;
     assert_eq!(r.status, 200);
     let body = json!({"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
     let r = post(&a, "/v1/chat/completions", body).await;

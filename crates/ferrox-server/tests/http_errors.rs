@@ -19,14 +19,7 @@ fn chat(extra: Value) -> String {
 /// message contains `needle`.
 async fn expect_errors(addr: &str, path: &str, cases: Vec<(&str, String, u16, &str)>) {
     for (what, body, status, needle) in cases {
-        let r = request(
-            addr,
-            "POST",
-            path,
-            &[("Content-Type", "application/json")],
-            &body,
-        )
-        .await;
+        let r = post_raw(addr, path, "application/json", &body).await;
         assert_eq!(r.status, status, "{what}: {}", r.body);
         let v = r.json();
         let msg = v["error"]["message"]
@@ -74,14 +67,7 @@ async fn unreadable_bodies() {
         ),
     ];
     expect_errors(&a, "/v1/chat/completions", cases).await;
-    let r = request(
-        &a,
-        "POST",
-        "/v1/completions",
-        &[("Content-Type", "text/plain")],
-        "{}",
-    )
-    .await;
+    let r = post_raw(&a, "/v1/completions", "text/plain", "{}").await;
     assert_eq!(r.status, 415);
     still_works(&a).await;
 }
@@ -143,19 +129,9 @@ async fn bad_chat_fields() {
 #[tokio::test]
 async fn bad_completion_prompts() {
     let a = server(1, 4, None).await;
-    let r = post(
-        &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": ""}),
-    )
-    .await;
+    let r = complete(&a, json!({"prompt": ""})).await;
     assert_eq!(r.status, 400);
-    let r = post(
-        &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": "x".repeat(100)}),
-    )
-    .await;
+    let r = complete(&a, json!({"prompt": "x".repeat(100)})).await;
     assert_eq!(
         (r.status, r.json()["error"]["code"].as_str()),
         (400, Some("context_length_exceeded"))

@@ -86,20 +86,15 @@ async fn chat_streaming_with_usage() {
 #[tokio::test]
 async fn completions_both_ways() {
     let a = server(1, 4, None).await;
-    let v = post(
-        &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": "abc", "max_tokens": 2}),
-    )
-    .await
-    .json();
+    let v = complete(&a, json!({"prompt": "abc", "max_tokens": 2}))
+        .await
+        .json();
     assert_eq!(v["object"], "text_completion");
     assert_eq!(v["choices"][0]["text"], "w0 w1 ");
     assert_eq!(v["usage"]["prompt_tokens"], 3);
-    let r = post(
+    let r = complete(
         &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": ["abc"], "max_tokens": 3, "stream": true}),
+        json!({"prompt": ["abc"], "max_tokens": 3, "stream": true}),
     )
     .await;
     let chunks = r.chunks();

@@ -6,17 +6,12 @@ use common::*;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tokio::io::AsyncReadExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_frees_the_slot() {
     let a = server(1, 4, None).await;
     // 60 tokens at 50 ms: 3 s if nobody cancelled it.
-    let mut s = open_stream(&a, 60).await;
-    let mut buf = [0u8; 4096];
-    let n = s.read(&mut buf).await.unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
-    wait_for(&a, "slots_busy", 1.0).await;
+    let s = running_stream(&a, 60).await;
     let t = Instant::now();
     drop(s);
     while metric(&a, "slots_busy").await != 0.0 {
@@ -28,12 +23,7 @@ async fn client_disconnect_frees_the_slot() {
     }
     assert_eq!(metric(&a, "requests_cancelled_total").await, 1.0);
     // The freed slot serves the next request at once.
-    let r = post(
-        &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": "q", "max_tokens": 2}),
-    )
-    .await;
+    let r = complete(&a, json!({"prompt": "q", "max_tokens": 2})).await;
     assert_eq!(r.status, 200);
     assert!(t.elapsed() < Duration::from_secs(2));
 }
@@ -41,22 +31,14 @@ async fn client_disconnect_frees_the_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_queue_answers_503_with_retry_after() {
     let a = server(1, 1, None).await;
-    let mut running = open_stream(&a, 40).await;
-    let mut buf = [0u8; 1024];
-    let _ = running.read(&mut buf).await.unwrap();
-    wait_for(&a, "slots_busy", 1.0).await;
+    let _running = running_stream(&a, 40).await;
     let _queued = open_stream(&a, 2).await;
     let t = Instant::now();
     while metric(&a, "queue_depth").await != 1.0 {
         assert!(t.elapsed() < Duration::from_secs(2));
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let r = post(
-        &a,
-        "/v1/completions",
-        json!({"model": "fake-model", "prompt": "q", "max_tokens": 2}),
-    )
-    .await;
+    let r = complete(&a, json!({"prompt": "q", "max_tokens": 2})).await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(
         r.head.to_ascii_lowercase().contains("retry-after: 1"),

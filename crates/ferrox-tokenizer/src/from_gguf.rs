@@ -1,6 +1,6 @@
 //! `tokenizer.ggml.*` metadata (GGUF spec, "Tokenizer" section) → [`TokenizerSpec`].
 
-use ferrox_format::gguf::GgufFile;
+use ferrox_format::gguf::{GgufFile, MetaValue};
 
 use crate::{TokenId, Tokenizer, TokenizerError, TokenizerSpec};
 
@@ -10,42 +10,33 @@ fn wrong_type(key: &str, want: &str) -> TokenizerError {
     TokenizerError::Gguf(format!("{key} is not {want}"))
 }
 
+/// The value at `key` through `conv`: `None` when absent, an error naming `want` when `conv`
+/// finds no value of its type there.
+fn scalar<T>(
+    f: &GgufFile,
+    key: &str,
+    want: &str,
+    conv: impl FnOnce(&MetaValue) -> Option<T>,
+) -> Result<Option<T>, TokenizerError> {
+    f.get(key)
+        .map(|v| conv(v).ok_or_else(|| wrong_type(key, want)))
+        .transpose()
+}
+
 impl TokenizerSpec {
     /// Reads the tokenizer metadata of a GGUF file.
     pub fn from_gguf(f: &GgufFile) -> Result<Self, TokenizerError> {
         let key = |k: &str| format!("{P}{k}");
-        let string = |k: &str| -> Result<Option<String>, TokenizerError> {
-            match f.get(k) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_str()
-                    .map(|s| Some(s.to_string()))
-                    .ok_or_else(|| wrong_type(k, "a string")),
-            }
-        };
+        let string = |k: &str| scalar(f, k, "a string", |v| v.as_str().map(str::to_string));
         // Token ids are 32-bit in GGUF (llama.cpp's `llama_token`); a larger value is no id.
-        let id = |k: &str| -> Result<Option<TokenId>, TokenizerError> {
-            let k = key(k);
-            match f.get(&k) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_u64()
+        let id = |k: &str| {
+            scalar(f, &key(k), "a token id", |v| {
+                v.as_u64()
                     .filter(|&x| x <= u64::from(u32::MAX))
                     .and_then(|x| TokenId::try_from(x).ok())
-                    .map(Some)
-                    .ok_or_else(|| wrong_type(&k, "a token id")),
-            }
+            })
         };
-        let flag = |k: &str| -> Result<Option<bool>, TokenizerError> {
-            let k = key(k);
-            match f.get(&k) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_bool()
-                    .map(Some)
-                    .ok_or_else(|| wrong_type(&k, "a bool")),
-            }
-        };
+        let flag = |k: &str| scalar(f, &key(k), "a bool", MetaValue::as_bool);
         let strs = |k: &str| -> Result<Option<Vec<String>>, TokenizerError> {
             let k = key(k);
             match f.get_array(&k) {

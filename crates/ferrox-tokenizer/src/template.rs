@@ -244,6 +244,30 @@ fn write_json(
         }
     };
     let item_sep = if indent.is_some() { "," } else { ", " };
+    // `open`, the items written by `item` (one a line when indenting), `close`; just the two
+    // brackets when empty.
+    type Item<'a> = dyn FnMut(&Value, &mut String) -> Result<(), Error> + 'a;
+    let container = |out: &mut String,
+                     items: &[Value],
+                     (open, close): (char, char),
+                     item: &mut Item<'_>|
+     -> Result<(), Error> {
+        out.push(open);
+        if items.is_empty() {
+            out.push(close);
+            return Ok(());
+        }
+        for (i, it) in items.iter().enumerate() {
+            if i > 0 {
+                out.push_str(item_sep);
+            }
+            newline(out, depth + 1);
+            item(it, out)?;
+        }
+        newline(out, depth);
+        out.push(close);
+        Ok(())
+    };
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
@@ -266,42 +290,20 @@ fn write_json(
         ValueKind::String => write_json_str(v.as_str().unwrap_or(""), out),
         ValueKind::Map => {
             let keys: Vec<Value> = v.try_iter()?.collect();
-            if keys.is_empty() {
-                out.push_str("{}");
-                return Ok(());
-            }
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
-                }
-                newline(out, depth + 1);
+            container(out, &keys, ('{', '}'), &mut |k, out| {
                 match k.as_str() {
                     Some(s) => write_json_str(s, out),
                     None => write_json_str(&k.to_string(), out),
                 }
                 out.push_str(": ");
-                write_json(&v.get_item(k)?, indent, depth + 1, out)?;
-            }
-            newline(out, depth);
-            out.push('}');
+                write_json(&v.get_item(k)?, indent, depth + 1, out)
+            })?;
         }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = v.try_iter()?.collect();
-            if items.is_empty() {
-                out.push_str("[]");
-                return Ok(());
-            }
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item_sep);
-                }
-                newline(out, depth + 1);
-                write_json(item, indent, depth + 1, out)?;
-            }
-            newline(out, depth);
-            out.push(']');
+            container(out, &items, ('[', ']'), &mut |item, out| {
+                write_json(item, indent, depth + 1, out)
+            })?;
         }
         _ => write_json_str(&v.to_string(), out),
     }

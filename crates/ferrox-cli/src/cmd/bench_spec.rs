@@ -13,7 +13,7 @@ use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::Speculation;
 use ferrox_tokenizer::template::{render_prompt, Message};
-use ferrox_tokenizer::TokenId;
+use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -119,11 +119,44 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
     let eng = engine::load(args.model.as_deref(), true)?;
     let tok = eng.tokenizer()?;
-    let chat = |text: String| -> anyhow::Result<Vec<TokenId>> {
-        let rendered = render_prompt(tok, &[Message::user(text)], true)?;
-        Ok(tokenize_prompt(tok, &rendered))
-    };
+    let prompts = load_prompts(&args, tok)?;
+    anyhow::ensure!(
+        !prompts.is_empty(),
+        "no prompts: give -f FILE or --prompt-file"
+    );
 
+    if args.batch_cost {
+        batch_cost(&eng.decoder, &prompts[0].ids);
+    }
+
+    let modes: Vec<Option<DrafterKind>> = std::iter::once(None)
+        .chain(args.drafters.iter().copied().map(Some))
+        .collect();
+    let (totals, speedups) = measure(&args, &eng.decoder, tok, &prompts, &modes);
+    print_table(&modes, &totals, &speedups);
+    let bad: usize = totals.iter().flatten().map(|t| t.mismatches).sum();
+    anyhow::ensure!(
+        bad == 0,
+        "{bad} speculative outputs differ from plain greedy"
+    );
+    Ok(())
+}
+
+/// The prompt sets, in the order they are reported.
+const SETS: [&str; 2] = ["workload", "control"];
+
+fn mode_label(m: &Option<DrafterKind>) -> String {
+    m.map_or("plain".to_string(), |d| format!("{d:?}").to_lowercase())
+}
+
+/// One user message through the model's chat template, tokenized.
+fn chat(tok: &Tokenizer, text: String) -> anyhow::Result<Vec<TokenId>> {
+    let rendered = render_prompt(tok, &[Message::user(text)], true)?;
+    Ok(tokenize_prompt(tok, &rendered))
+}
+
+/// The workload (`-f`, `--prompt-file`) and, unless `--no-control`, the control set.
+fn load_prompts(args: &Args, tok: &Tokenizer) -> anyhow::Result<Vec<Prompt>> {
     let mut prompts = Vec::new();
     if let Some(f) = &args.file {
         let text =
@@ -150,7 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             prompts.push(Prompt {
                 set: "workload",
                 name,
-                ids: chat(body)?,
+                ids: chat(tok, body)?,
             });
         }
     }
@@ -160,7 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let ids = if args.raw {
             tok.encode(&text, true, true)
         } else {
-            chat(text)?
+            chat(tok, text)?
         };
         prompts.push(Prompt {
             set: "workload",
@@ -175,42 +208,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             prompts.push(Prompt {
                 set: "control",
                 name: format!("control-{i}"),
-                ids: chat(c.to_string())?,
+                ids: chat(tok, c.to_string())?,
             });
         }
     }
-    anyhow::ensure!(
-        !prompts.is_empty(),
-        "no prompts: give -f FILE or --prompt-file"
-    );
+    Ok(prompts)
+}
 
-    if args.batch_cost {
-        batch_cost(&eng.decoder, &prompts[0].ids);
-    }
+/// Per set, per mode: totals and per-prompt speedups.
+type Measured = (Vec<Vec<Totals>>, Vec<Vec<Vec<f64>>>);
 
+/// Decodes every prompt in every mode, printing one line per prompt and mode to stderr.
+fn measure(
+    args: &Args,
+    decoder: &ferrox_models::decoder::Decoder,
+    tok: &Tokenizer,
+    prompts: &[Prompt],
+    modes: &[Option<DrafterKind>],
+) -> Measured {
     let params = GenerateParams {
         max_tokens: args.n,
         ignore_eog: args.ignore_eos,
         ..GenerateParams::default()
     };
-    let modes: Vec<Option<DrafterKind>> = std::iter::once(None)
-        .chain(args.drafters.iter().copied().map(Some))
-        .collect();
-    let label = |m: &Option<DrafterKind>| {
-        m.map_or("plain".to_string(), |d| format!("{d:?}").to_lowercase())
-    };
-    // Per set, per mode: totals and per-prompt speedups.
-    let sets = ["workload", "control"];
-    let mut totals = vec![vec![Totals::default(); modes.len()]; sets.len()];
-    let mut speedups = vec![vec![Vec::new(); modes.len()]; sets.len()];
-    let mut session = Session::new(&eng.decoder, tok, 8192);
+    let mut totals = vec![vec![Totals::default(); modes.len()]; SETS.len()];
+    let mut speedups = vec![vec![Vec::new(); modes.len()]; SETS.len()];
+    let mut session = Session::new(decoder, tok, 8192);
     eprintln!(
         "{:<44} {:>6} {:>5} {:>9} {:>8} {:>9} {:>9}",
         "prompt", "mode", "tok", "tok/s", "speedup", "acc/ver", "tok/call"
     );
     let rate = |o: &GenerateOutput| o.gen_tokens as f64 / o.gen_time.as_secs_f64().max(1e-9);
-    for p in &prompts {
-        let si = sets.iter().position(|s| *s == p.set).unwrap_or(0);
+    for p in prompts {
+        let si = SETS.iter().position(|s| *s == p.set).unwrap_or(0);
         let mut runs: Vec<Vec<GenerateOutput>> = (0..modes.len()).map(|_| Vec::new()).collect();
         for _ in 0..args.repetitions.max(1) {
             for (mi, m) in modes.iter().enumerate() {
@@ -234,7 +264,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             eprintln!(
                 "{:<44} {:>6} {:>5} {:>9.2} {:>7.2}x {:>9.2} {:>9.2}{}",
                 format!("{} {}", p.set, p.name),
-                label(m),
+                mode_label(m),
                 out.gen_tokens,
                 rate(&out),
                 speedup,
@@ -257,11 +287,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    (totals, speedups)
+}
+
+/// The markdown summary on stdout: one row per set and mode.
+fn print_table(modes: &[Option<DrafterKind>], totals: &[Vec<Totals>], speedups: &[Vec<Vec<f64>>]) {
     println!(
         "| set | mode | tokens | tok/s | speedup (total) | speedup (median) | accepted/verify | tokens/call | acceptance | identical |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---|");
-    for (si, set) in sets.iter().enumerate() {
+    for (si, set) in SETS.iter().enumerate() {
         let base = totals[si][0];
         if base.tokens == 0 {
             continue;
@@ -271,7 +306,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let spec = m.is_some();
             println!(
                 "| {set} | {} | {} | {:.2} | {:.2}x | {:.2}x | {} | {} | {} | {} |",
-                label(m),
+                mode_label(m),
                 t.tokens,
                 t.rate(),
                 t.rate() / base.rate().max(1e-9),
@@ -302,12 +337,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let bad: usize = totals.iter().flatten().map(|t| t.mismatches).sum();
-    anyhow::ensure!(
-        bad == 0,
-        "{bad} speculative outputs differ from plain greedy"
-    );
-    Ok(())
 }
 
 /// Median time of one forward of k tokens (k = 1, 2, 4, 8, 16) after `prompt`, relative to one.

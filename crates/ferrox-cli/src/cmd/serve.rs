@@ -16,6 +16,7 @@ use ferrox_tokenizer::template::{render_prompt, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 
 use super::engine;
+use super::run::tokenize_prompt;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -58,20 +59,6 @@ struct ModelBackend {
 
 struct ModelEngine {
     engine: BatchEngine<'static>,
-}
-
-/// Rendered template text to ids: special tokens parsed; BOS added when the model wants one
-/// and the template did not already write it.
-fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
-    let mut ids = tok.encode(text, false, true);
-    if tok.adds_bos() {
-        if let Some(bos) = tok.bos_id() {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
-        }
-    }
-    ids
 }
 
 impl Backend for ModelBackend {

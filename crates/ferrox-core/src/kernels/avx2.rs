@@ -7,33 +7,27 @@
 // purpose (they inline into one loop nest).
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
+use super::BlockArgs;
 use crate::quant::blocks::*;
 use crate::quant::{ActBuf, GgmlType};
 use std::arch::x86_64::*;
 
-/// `out[r * nt + k] = dot(row r of w, activation row t0 + k)`, tokens in groups of at most 4.
+/// [`BlockArgs`] with AVX2, tokens in groups of at most 4.
 ///
 /// # Safety
-/// The CPU must support AVX2, FMA and F16C; `w` is whole rows of `ty` matching `acts.cols()`,
-/// `acts` holds `ty`'s activation format and rows `t0..t0 + nt`; `out.len()` = rows × nt.
-pub(super) unsafe fn dot_block(
-    ty: GgmlType,
-    w: &[u8],
-    acts: &ActBuf,
-    t0: usize,
-    nt: usize,
-    out: &mut [f32],
-) {
+/// The CPU must support AVX2, FMA and F16C; `a` as [`BlockArgs`] says, `acts` in `ty`'s
+/// activation format; `out.len()` = rows × nt.
+pub(super) unsafe fn dot_block(a: BlockArgs<'_>, out: &mut [f32]) {
     let mut t = 0;
-    while t < nt {
-        let n = (nt - t).min(4);
+    while t < a.nt {
+        let n = (a.nt - t).min(4);
         // SAFETY: forwarded from the caller's contract.
         unsafe {
             match n {
-                4 => group::<4>(ty, w, acts, t0, nt, t, out),
-                3 => group::<3>(ty, w, acts, t0, nt, t, out),
-                2 => group::<2>(ty, w, acts, t0, nt, t, out),
-                _ => group::<1>(ty, w, acts, t0, nt, t, out),
+                4 => group::<4>(a, t, out),
+                3 => group::<3>(a, t, out),
+                2 => group::<2>(a, t, out),
+                _ => group::<1>(a, t, out),
             }
         }
         t += n;
@@ -42,15 +36,8 @@ pub(super) unsafe fn dot_block(
 
 /// Tokens `t0 + t..t0 + t + NT` against every row of `w`.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn group<const NT: usize>(
-    ty: GgmlType,
-    w: &[u8],
-    acts: &ActBuf,
-    t0: usize,
-    nt: usize,
-    t: usize,
-    out: &mut [f32],
-) {
+fn group<const NT: usize>(a: BlockArgs<'_>, t: usize, out: &mut [f32]) {
+    let (ty, w, acts, t0, nt) = (a.ty, a.w, a.acts, a.t0, a.nt);
     let cols = acts.cols();
     let row_bytes = ty.row_bytes(cols).expect("validated by dot_block");
     let first = t0 + t;

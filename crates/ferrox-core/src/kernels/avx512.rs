@@ -15,7 +15,8 @@
 // Kernels index parallel per-row / per-token arrays by number.
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use crate::quant::{ActBuf, GgmlType};
+use super::BlockArgs;
+use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
@@ -52,26 +53,18 @@ thread_local! {
     static DECODED: RefCell<Decoded> = RefCell::new(Decoded::default());
 }
 
-/// `out[r * nt + k] = dot(row r of w, activation row t0 + k)`.
+/// [`BlockArgs`] for the Q4_0 / Q5_0 / Q8_0 rows this module has a kernel for (`has_kernel`).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `w` is whole rows of `ty`
-/// (`has_kernel`) matching `acts.cols()`; `acts` holds Q8_0 activations with the pair layout
-/// (`ActBuf::pairs`) for rows `t0..t0 + nt`; `out.len()` = rows × nt.
-pub(super) unsafe fn dot_block(
-    ty: GgmlType,
-    w: &[u8],
-    acts: &ActBuf,
-    t0: usize,
-    nt: usize,
-    out: &mut [f32],
-) {
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C are present; `a` as [`BlockArgs`] says, with
+/// Q8_0 activations in the pair layout (`ActBuf::pairs`); `out.len()` = rows × nt.
+pub(super) unsafe fn dot_block(a: BlockArgs<'_>, out: &mut [f32]) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        match ty {
-            GgmlType::Q4_0 => dot_rows::<Q4_0>(w, acts, t0, nt, out),
-            GgmlType::Q5_0 => dot_rows::<Q5_0>(w, acts, t0, nt, out),
-            _ => dot_rows::<Q8_0>(w, acts, t0, nt, out),
+        match a.ty {
+            GgmlType::Q4_0 => dot_rows::<Q4_0>(a, out),
+            GgmlType::Q5_0 => dot_rows::<Q5_0>(a, out),
+            _ => dot_rows::<Q8_0>(a, out),
         }
     }
 }
@@ -90,7 +83,8 @@ const fn kind(k: u8) -> (usize, i32) {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn dot_rows<const K: u8>(w: &[u8], acts: &ActBuf, t0: usize, nt: usize, out: &mut [f32]) {
+unsafe fn dot_rows<const K: u8>(a: BlockArgs<'_>, out: &mut [f32]) {
+    let (w, acts, t0, nt) = (a.w, a.acts, a.t0, a.nt);
     let cols = acts.cols();
     let nb = cols / 32;
     let pairs = nb.div_ceil(2);

@@ -26,8 +26,9 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::avx2::k4_scales_mins;
+use super::BlockArgs;
 use crate::quant::blocks::*;
-use crate::quant::{ActBuf, GgmlType};
+use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
@@ -96,47 +97,25 @@ struct Blk {
     dmin: u16,
 }
 
-/// Decoded rows in the scratch: per (super-block, row) one `Blk`'s vectors; `dw[sb]` the 16
-/// f32 lanes multiplying the folded sums (`dw_lanes`). Rows past the end are zero.
-#[derive(Default)]
-struct Decoded {
-    q: Vec<__m512i>,
-    s: Vec<__m512i>,
-    mn: Vec<__m256i>,
-    dw: Vec<__m512>,
-}
-
-thread_local! {
-    static DECODED: RefCell<Decoded> = RefCell::new(Decoded::default());
-}
-
-/// `out[r * nt + k] = dot(row r of w, activation row t0 + k)`.
+/// [`BlockArgs`] for the k-quant rows this module has a kernel for (`has_kernel`).
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C; `w` is whole rows of `ty`
-/// (`has_kernel`) matching `acts.cols()`; `acts` holds Q8_K activations for rows
-/// `t0..t0 + nt`; `out.len()` = rows × nt.
-pub(super) unsafe fn dot_block(
-    ty: GgmlType,
-    w: &[u8],
-    acts: &ActBuf,
-    t0: usize,
-    nt: usize,
-    out: &mut [f32],
-) {
+/// As for `avx512::dot_block`, but with Q8_K activations (no pair layout).
+pub(super) unsafe fn dot_block(a: BlockArgs<'_>, out: &mut [f32]) {
+    let (ty, w, acts) = (a.ty, a.w, a.acts);
     let cols = acts.cols();
     let nsb = cols / QK_K;
     let row_bytes = ty.row_bytes(cols).expect("validated by kernels::dot_block");
     let y = &acts.q8k;
-    assert!(y.len() >= (t0 + nt) * nsb, "Q8_K activations present");
+    assert!(y.len() >= (a.t0 + a.nt) * nsb, "Q8_K activations present");
     let job = Job {
         w,
         row_bytes,
         rows: w.len() / row_bytes,
         y,
         nsb,
-        t0,
-        nt,
+        t0: a.t0,
+        nt: a.nt,
         kind: match ty {
             GgmlType::Q4K => Q4K,
             GgmlType::Q5K => Q5K,
@@ -145,7 +124,7 @@ pub(super) unsafe fn dot_block(
     };
     // SAFETY: forwarded from the caller; the job's shapes are checked above.
     unsafe {
-        if nt <= DIRECT_MAX {
+        if a.nt <= DIRECT_MAX {
             dot_direct(&job, out)
         } else {
             dot_decoded(&job, out)
@@ -231,6 +210,20 @@ unsafe fn dot_direct(job: &Job, out: &mut [f32]) {
             }
         });
     }
+}
+
+/// Decoded rows in the scratch: per (super-block, row) one `Blk`'s vectors; `dw[sb]` the 16
+/// f32 lanes multiplying the folded sums (`dw_lanes`). Rows past the end are zero.
+#[derive(Default)]
+struct Decoded {
+    q: Vec<__m512i>,
+    s: Vec<__m512i>,
+    mn: Vec<__m256i>,
+    dw: Vec<__m512>,
+}
+
+thread_local! {
+    static DECODED: RefCell<Decoded> = RefCell::new(Decoded::default());
 }
 
 /// More than `DIRECT_MAX` tokens: four rows at a time decoded once into the scratch, which

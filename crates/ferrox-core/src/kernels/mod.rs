@@ -223,20 +223,41 @@ pub fn dot_block(
     if nt == 0 {
         return;
     }
+    #[cfg(target_arch = "x86_64")]
+    let a = BlockArgs {
+        ty,
+        w,
+        acts,
+        t0,
+        nt,
+    };
     match isa.kernel(ty) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C checked by `supported`; shapes
         // checked above; Q8_0 activations carry the pair layout on such a CPU.
-        Kernel::Avx512 => unsafe { avx512::dot_block(ty, w, acts, t0, nt, out) },
+        Kernel::Avx512 => unsafe { avx512::dot_block(a, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C checked by `supported`; shapes and
         // the (Q8_K) activation format checked above.
-        Kernel::Avx512K => unsafe { avx512_k::dot_block(ty, w, acts, t0, nt, out) },
+        Kernel::Avx512K => unsafe { avx512_k::dot_block(a, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2/FMA/F16C presence checked by `supported`; shapes checked above.
-        Kernel::Avx2 => unsafe { avx2::dot_block(ty, w, acts, t0, nt, out) },
+        Kernel::Avx2 => unsafe { avx2::dot_block(a, out) },
         _ => dot_block_ref(ty, w, row_bytes, acts, t0, nt, out),
     }
+}
+
+/// The operands of one SIMD `dot_block` kernel call, shapes checked by [`dot_block`]: `w` is
+/// whole rows of `ty` matching `acts.cols()`, `acts` holds rows `t0..t0 + nt`, and the kernel
+/// writes `out[r * nt + k] = dot(row r of w, activation row t0 + k)`.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct BlockArgs<'a> {
+    ty: GgmlType,
+    w: &'a [u8],
+    acts: &'a ActBuf,
+    t0: usize,
+    nt: usize,
 }
 
 /// Whether weights of type `ty` are repacked into the interleaved layout (`quant::repack`)

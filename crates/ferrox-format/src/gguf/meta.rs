@@ -124,34 +124,29 @@ impl MetaValue {
         }
     }
 
+    /// Any integer type, widened losslessly (every GGUF integer fits in an i128).
+    fn as_int(&self) -> Option<i128> {
+        Some(match *self {
+            MetaValue::U8(v) => v.into(),
+            MetaValue::U16(v) => v.into(),
+            MetaValue::U32(v) => v.into(),
+            MetaValue::U64(v) => v.into(),
+            MetaValue::I8(v) => v.into(),
+            MetaValue::I16(v) => v.into(),
+            MetaValue::I32(v) => v.into(),
+            MetaValue::I64(v) => v.into(),
+            _ => return None,
+        })
+    }
+
     /// Any integer type holding a value >= 0.
     pub fn as_u64(&self) -> Option<u64> {
-        match *self {
-            MetaValue::U8(v) => Some(v.into()),
-            MetaValue::U16(v) => Some(v.into()),
-            MetaValue::U32(v) => Some(v.into()),
-            MetaValue::U64(v) => Some(v),
-            MetaValue::I8(v) => u64::try_from(v).ok(),
-            MetaValue::I16(v) => u64::try_from(v).ok(),
-            MetaValue::I32(v) => u64::try_from(v).ok(),
-            MetaValue::I64(v) => u64::try_from(v).ok(),
-            _ => None,
-        }
+        u64::try_from(self.as_int()?).ok()
     }
 
     /// Any integer type whose value fits in an i64.
     pub fn as_i64(&self) -> Option<i64> {
-        match *self {
-            MetaValue::U8(v) => Some(v.into()),
-            MetaValue::U16(v) => Some(v.into()),
-            MetaValue::U32(v) => Some(v.into()),
-            MetaValue::U64(v) => i64::try_from(v).ok(),
-            MetaValue::I8(v) => Some(v.into()),
-            MetaValue::I16(v) => Some(v.into()),
-            MetaValue::I32(v) => Some(v.into()),
-            MetaValue::I64(v) => Some(v),
-            _ => None,
-        }
+        i64::try_from(self.as_int()?).ok()
     }
 
     /// F32 or F64 (narrowed).

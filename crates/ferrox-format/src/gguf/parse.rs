@@ -252,6 +252,30 @@ pub(crate) fn parse(buf: &[u8], shard: usize) -> Result<Parsed, GgufError> {
         pos: 0,
         invalid_utf8: 0,
     };
+    let (version, n_tensors, n_kv) = read_header(&mut c)?;
+    let metadata = read_metadata(&mut c, n_kv)?;
+    let raw = read_tensor_infos(&mut c, n_tensors)?;
+    let alignment = alignment_of(&metadata)?;
+    let info_end = c.pos as u64;
+    let data_start = info_end.next_multiple_of(alignment);
+    let file_len = buf.len() as u64;
+
+    let mut tensors = Vec::with_capacity(raw.len());
+    for t in raw {
+        let info = validate_tensor(t, shard, alignment, data_start, file_len)?;
+        tensors.push(info);
+    }
+    Ok(Parsed {
+        version,
+        metadata,
+        tensors,
+        alignment,
+        data_start,
+    })
+}
+
+/// Magic, version and the two counts, each count checked against the bytes left.
+fn read_header(c: &mut Cursor<'_>) -> Result<(u32, u64, u64), GgufError> {
     let header = || "header".to_string();
     let magic: [u8; 4] = c.array().map_err(|f| f.into_err(header))?;
     if &magic != MAGIC {
@@ -276,7 +300,10 @@ pub(crate) fn parse(buf: &[u8], shard: usize) -> Result<Parsed, GgufError> {
         n_tensors * MIN_TENSOR_INFO_BYTES + n_kv * MIN_KV_BYTES,
     )
     .map_err(|f| f.into_err(header))?;
+    Ok((version, n_tensors, n_kv))
+}
 
+fn read_metadata(c: &mut Cursor<'_>, n_kv: u64) -> Result<Vec<(String, MetaValue)>, GgufError> {
     let mut metadata: Vec<(String, MetaValue)> =
         Vec::with_capacity(bounded_capacity::<(String, MetaValue)>(n_kv, c.left()));
     for i in 0..n_kv {
@@ -288,10 +315,13 @@ pub(crate) fn parse(buf: &[u8], shard: usize) -> Result<Parsed, GgufError> {
             .value_type()
             .and_then(|ty| c.value(ty))
             .map_err(|f| f.into_err(|| format!("metadata key {key:?}")))?;
-        lossy_warn(&mut c, &format!("metadata key {key:?}"));
+        lossy_warn(c, &format!("metadata key {key:?}"));
         metadata.push((key, value));
     }
+    Ok(metadata)
+}
 
+fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64) -> Result<Vec<RawTensor>, GgufError> {
     let mut raw: Vec<RawTensor> =
         Vec::with_capacity(bounded_capacity::<RawTensor>(n_tensors, c.left()));
     for i in 0..n_tensors {
@@ -299,7 +329,7 @@ pub(crate) fn parse(buf: &[u8], shard: usize) -> Result<Parsed, GgufError> {
             .string()
             .map_err(|f| f.into_err(|| format!("tensor info #{i} (name)")))?
             .into_owned();
-        lossy_warn(&mut c, &format!("tensor info #{i} name"));
+        lossy_warn(c, &format!("tensor info #{i} name"));
         let t = (|| {
             let n_dims = c.u32()?;
             if n_dims > MAX_DIMS {
@@ -323,33 +353,23 @@ pub(crate) fn parse(buf: &[u8], shard: usize) -> Result<Parsed, GgufError> {
             offset: t.2,
         });
     }
+    Ok(raw)
+}
 
-    let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
-        None => DEFAULT_ALIGNMENT,
-        Some((_, MetaValue::U32(a))) if a.is_power_of_two() => u64::from(*a),
-        Some((k, v)) => {
-            return Err(GgufError::BadMetadata {
-                key: k.clone(),
-                problem: format!("must be a nonzero power of two uint32, found {v:?}"),
-            })
-        }
-    };
-    let info_end = c.pos as u64;
-    let data_start = info_end.next_multiple_of(alignment);
-    let file_len = buf.len() as u64;
-
-    let mut tensors = Vec::with_capacity(raw.len());
-    for t in raw {
-        let info = validate_tensor(t, shard, alignment, data_start, file_len)?;
-        tensors.push(info);
-    }
-    Ok(Parsed {
-        version,
-        metadata,
-        tensors,
-        alignment,
-        data_start,
-    })
+/// `general.alignment` if present (a nonzero power of two uint32), else the default.
+fn alignment_of(metadata: &[(String, MetaValue)]) -> Result<u64, GgufError> {
+    Ok(
+        match metadata.iter().find(|(k, _)| k == "general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some((_, MetaValue::U32(a))) if a.is_power_of_two() => u64::from(*a),
+            Some((k, v)) => {
+                return Err(GgufError::BadMetadata {
+                    key: k.clone(),
+                    problem: format!("must be a nonzero power of two uint32, found {v:?}"),
+                })
+            }
+        },
+    )
 }
 
 fn validate_tensor(

@@ -29,33 +29,25 @@ pub fn str_bytes(s: &[u8]) -> Vec<u8> {
 pub fn v_u8(x: u8) -> Val {
     Val(T_U8, vec![x])
 }
-pub fn v_i8(x: i8) -> Val {
-    Val(T_I8, x.to_le_bytes().to_vec())
+/// `pub fn name(x: ty) -> Val` for each little-endian number type and its type id.
+macro_rules! le_values {
+    ($($name:ident($ty:ty) => $id:ident),* $(,)?) => {
+        $(pub fn $name(x: $ty) -> Val {
+            Val($id, x.to_le_bytes().to_vec())
+        })*
+    };
 }
-pub fn v_u16(x: u16) -> Val {
-    Val(T_U16, x.to_le_bytes().to_vec())
-}
-pub fn v_i16(x: i16) -> Val {
-    Val(T_I16, x.to_le_bytes().to_vec())
-}
-pub fn v_u32(x: u32) -> Val {
-    Val(T_U32, x.to_le_bytes().to_vec())
-}
-pub fn v_i32(x: i32) -> Val {
-    Val(T_I32, x.to_le_bytes().to_vec())
-}
-pub fn v_u64(x: u64) -> Val {
-    Val(T_U64, x.to_le_bytes().to_vec())
-}
-pub fn v_i64(x: i64) -> Val {
-    Val(T_I64, x.to_le_bytes().to_vec())
-}
-pub fn v_f32(x: f32) -> Val {
-    Val(T_F32, x.to_le_bytes().to_vec())
-}
-pub fn v_f64(x: f64) -> Val {
-    Val(T_F64, x.to_le_bytes().to_vec())
-}
+le_values!(
+    v_i8(i8) => T_I8,
+    v_u16(u16) => T_U16,
+    v_i16(i16) => T_I16,
+    v_u32(u32) => T_U32,
+    v_i32(i32) => T_I32,
+    v_u64(u64) => T_U64,
+    v_i64(i64) => T_I64,
+    v_f32(f32) => T_F32,
+    v_f64(f64) => T_F64,
+);
 pub fn v_bool(x: bool) -> Val {
     Val(T_BOOL, vec![x as u8])
 }

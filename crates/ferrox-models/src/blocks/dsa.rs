@@ -34,7 +34,7 @@ pub struct Indexer {
 
 const KEY_NORM_EPS: f32 = 1e-6;
 
-/// Reusable buffers of [`Indexer::select_with`] (held by the owning MLA layer).
+/// Reusable buffers of [`Indexer::select`] (held by the owning MLA layer).
 #[derive(Debug, Default)]
 pub struct IndexerScratch {
     q: Vec<f32>,
@@ -68,23 +68,9 @@ impl Indexer {
     /// Top-k key positions for each of the `n` query rows at `pos..`, given every cached
     /// indexer key (`[len, Di]`, this batch included), written to `state.topk` as `n` rows of
     /// `topk` ascending positions padded with [`NO_KEY`]. A row that sees at most `topk` keys
-    /// lists all of them.
-    pub fn select(
-        &self,
-        h: &[f32],
-        q_resid: &[f32],
-        n: usize,
-        pos: usize,
-        keys: &[f32],
-        state: &mut PassState,
-    ) {
-        let mut scratch = IndexerScratch::default();
-        self.select_with(h, q_resid, n, pos, keys, state, &mut scratch);
-    }
-
-    /// [`Indexer::select`] with reused buffers.
+    /// lists all of them. `scratch` holds buffers reused from call to call.
     #[allow(clippy::too_many_arguments)]
-    pub fn select_with(
+    pub fn select(
         &self,
         h: &[f32],
         q_resid: &[f32],
@@ -192,7 +178,15 @@ mod tests {
             .collect();
         let keys = ix.keys(&h, n, 0);
         let mut st = PassState::default();
-        ix.select(&h, &qr, n, 0, &keys, &mut st);
+        ix.select(
+            &h,
+            &qr,
+            n,
+            0,
+            &keys,
+            &mut st,
+            &mut IndexerScratch::default(),
+        );
         assert_eq!(st.topk_width, 3);
         assert_eq!(&st.topk[..3], &[0, NO_KEY, NO_KEY]);
         assert_eq!(&st.topk[6..9], &[0, 1, 2]);
@@ -202,7 +196,15 @@ mod tests {
         }
         // Incremental: the last row alone gives the same choice.
         let mut one = PassState::default();
-        ix.select(&h[5 * d..], &qr[5 * rq..], 1, 5, &keys, &mut one);
+        ix.select(
+            &h[5 * d..],
+            &qr[5 * rq..],
+            1,
+            5,
+            &keys,
+            &mut one,
+            &mut IndexerScratch::default(),
+        );
         assert_eq!(one.topk, st.topk[15..18]);
     }
 }

@@ -253,7 +253,7 @@ impl Mla {
                     );
                 }
                 assert!(self.w.q_a.is_some(), "DSA indexer needs q_lora_rank");
-                ix.select_with(h, &s.q_resid, n, pos, cache.aux(), state, &mut s.ix);
+                ix.select(h, &s.q_resid, n, pos, cache.aux(), state, &mut s.ix);
             }
             None => {
                 for row in ckv.chunks(kw) {

@@ -137,11 +137,6 @@ impl LongestMatchDrafter {
 }
 
 impl Drafter for LongestMatchDrafter {
-    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
-        let mut out = Vec::new();
-        self.propose_into(history, max, &mut out);
-        out
-    }
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
         self.sync(history);
         match self.longest_match() {

@@ -73,11 +73,6 @@ impl PromptLookupSpeculator {
 }
 
 impl Drafter for PromptLookupSpeculator {
-    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
-        let mut out = Vec::new();
-        self.propose_into(history, max, &mut out);
-        out
-    }
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
         let c = self.continuation(history);
         out.extend_from_slice(&c[..c.len().min(max)]);
@@ -93,11 +88,6 @@ impl Drafter for PromptLookupSpeculator {
 struct SeedLookup(PromptLookupSpeculator);
 
 impl Drafter for SeedLookup {
-    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
-        let mut out = Vec::new();
-        self.propose_into(history, max, &mut out);
-        out
-    }
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
         let before_anchor = history.split_last().map_or(&[][..], |(_, h)| h);
         let c = self.0.continuation(before_anchor);

@@ -10,12 +10,14 @@ use crate::TokenId;
 /// [`verify_rows`](super::verify_rows) exact.
 pub trait Drafter: Send {
     /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
-    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<usize>;
-    /// [`propose`](Drafter::propose) appended to `out`; drafters override it to spare the
-    /// decode loop an allocation per step.
-    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
-        out.extend(self.propose(history, max));
+    fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {
+        let mut out = Vec::new();
+        self.propose_into(history, max, &mut out);
+        out
     }
+    /// [`propose`](Drafter::propose) appended to `out`, which the decode loop reuses to spare
+    /// an allocation per step.
+    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>);
     /// Short name for statistics and benchmarks.
     fn name(&self) -> &'static str;
 }

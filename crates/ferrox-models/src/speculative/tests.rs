@@ -15,6 +15,18 @@ fn seed_caches(d: &Decoder, n: usize) -> Vec<KvCache> {
         .collect()
 }
 
+/// [`speculative_decode`] of `n` tokens after `prompt` on fresh caches (returned too).
+fn lookup_decode(
+    d: &Decoder,
+    prompt: &[TokenId],
+    n: usize,
+    speculator: PromptLookupSpeculator,
+) -> (SpeculativeDecodeResult, Vec<KvCache>) {
+    let mut caches = seed_caches(d, 2);
+    let r = speculative_decode(d, prompt, n, &mut caches, &speculator);
+    (r, caches)
+}
+
 fn plain_greedy(d: &Decoder, prompt: &[TokenId], n: usize) -> Vec<TokenId> {
     let mut caches = seed_caches(d, d.layers.len());
     let mut logits = d.forward_batch(prompt, 0, &mut caches).pop().unwrap();
@@ -78,14 +90,7 @@ fn zero_draft_panics() {
 fn equals_plain_greedy_on_the_shrunk_glm_5_2() {
     let d = Decoder::new_random_small(shrunk(), 2, 8);
     for (prompt, n) in [(vec![1, 2, 3, 4, 1, 2], 6), (vec![3, 1, 3, 1, 3], 9)] {
-        let mut caches = seed_caches(&d, 2);
-        let r = speculative_decode(
-            &d,
-            &prompt,
-            n,
-            &mut caches,
-            &PromptLookupSpeculator::new(2, 3),
-        );
+        let (r, caches) = lookup_decode(&d, &prompt, n, PromptLookupSpeculator::new(2, 3));
         assert_eq!(
             r.generated_tokens,
             plain_greedy(&d, &prompt, n),
@@ -100,14 +105,7 @@ fn equals_plain_greedy_on_the_shrunk_glm_5_2() {
 fn accepted_drafts_save_calls() {
     let d = Decoder::new_random_small(shrunk(), 2, 8);
     let prompt = [1, 2, 3, 1, 2];
-    let mut caches = seed_caches(&d, 2);
-    let r = speculative_decode(
-        &d,
-        &prompt,
-        8,
-        &mut caches,
-        &PromptLookupSpeculator::new(2, 4),
-    );
+    let (r, _) = lookup_decode(&d, &prompt, 8, PromptLookupSpeculator::new(2, 4));
     assert_eq!(r.tokens_generated, 8);
     assert!(r.forward_calls <= 8, "calls {}", r.forward_calls);
     assert!(r.tokens_per_call() > 1.0);
@@ -117,14 +115,7 @@ fn accepted_drafts_save_calls() {
 #[test]
 fn no_match_means_one_call_per_token() {
     let d = Decoder::new_random_small(shrunk(), 2, 8);
-    let mut caches = seed_caches(&d, 2);
-    let r = speculative_decode(
-        &d,
-        &[1, 2, 3],
-        5,
-        &mut caches,
-        &PromptLookupSpeculator::new(10, 4),
-    );
+    let (r, _) = lookup_decode(&d, &[1, 2, 3], 5, PromptLookupSpeculator::new(10, 4));
     assert_eq!(r.tokens_generated, 5);
     assert_eq!(r.forward_calls, 6);
     assert_eq!(r.tokens_per_call(), 5.0 / 6.0);

@@ -4,7 +4,7 @@
 
 use super::{argmax, fixture, ids, max_abs_diff, read_json, read_npy_f32};
 use ferrox_models::decoder::Decoder;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Logits at every position within 1e-4 max abs of transformers', and the token-by-token path
 /// through the cache bit-identical to the batch.
@@ -51,13 +51,13 @@ pub fn check_tiny_greedy(model: &Path, reference: &Path) {
 
 /// [`check_tiny_logits`] on the `hf-tiny/{arch}` checkpoint itself.
 pub fn check_hf_logits(arch: &str) {
-    let dir = fixture(&format!("hf-tiny/{arch}"));
+    let dir = tiny_reference(arch);
     check_tiny_logits(&dir, &dir);
 }
 
 /// [`check_tiny_greedy`] on the `hf-tiny/{arch}` checkpoint itself.
 pub fn check_hf_greedy(arch: &str) {
-    let dir = fixture(&format!("hf-tiny/{arch}"));
+    let dir = tiny_reference(arch);
     check_tiny_greedy(&dir, &dir);
 }
 
@@ -89,6 +89,26 @@ pub fn check_hf_speculative(arch: &str) {
         "{arch}: {} calls",
         spec.forward_calls
     );
+}
+
+/// The `hf-tiny/{arch}` checkpoint with transformers' outputs.
+pub fn tiny_reference(arch: &str) -> PathBuf {
+    fixture(&format!("hf-tiny/{arch}"))
+}
+
+/// The `gguf-tiny/{arch}.gguf` file of that checkpoint.
+pub fn tiny_gguf(arch: &str) -> PathBuf {
+    fixture(&format!("gguf-tiny/{arch}.gguf"))
+}
+
+/// [`check_tiny_logits`] on `gguf-tiny/{arch}.gguf` against the `hf-tiny/{arch}` reference.
+pub fn check_gguf_logits(arch: &str) {
+    check_tiny_logits(&tiny_gguf(arch), &tiny_reference(arch));
+}
+
+/// [`check_tiny_greedy`] on `gguf-tiny/{arch}.gguf` against the `hf-tiny/{arch}` reference.
+pub fn check_gguf_greedy(arch: &str) {
+    check_tiny_greedy(&tiny_gguf(arch), &tiny_reference(arch));
 }
 
 /// One module per `module: check` pair, holding a `#[test]` per `name => "fixture"` that calls

@@ -236,21 +236,34 @@ pub async fn request(
     }
 }
 
+/// A `POST` of `body` as it is, with content type `content_type`.
+pub async fn post_raw(addr: &str, path: &str, content_type: &str, body: &str) -> Resp {
+    request(addr, "POST", path, &[("Content-Type", content_type)], body).await
+}
+
 /// A JSON `POST`.
 pub async fn post(addr: &str, path: &str, body: Value) -> Resp {
-    request(
-        addr,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        &body.to_string(),
-    )
-    .await
+    post_raw(addr, path, "application/json", &body.to_string()).await
+}
+
+/// A completion request for the fake model: `{"model": "fake-model"}` with `fields` put over it.
+pub async fn complete(addr: &str, fields: Value) -> Resp {
+    let mut body = json!({"model": "fake-model"});
+    for (k, v) in fields.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    post(addr, "/v1/completions", body).await
 }
 
 /// A `GET` without headers.
 pub async fn get(addr: &str, path: &str) -> Resp {
     request(addr, "GET", path, &[], "").await
+}
+
+/// A `GET` with `Authorization: Bearer {key}`.
+pub async fn get_with_key(addr: &str, path: &str, key: &str) -> Resp {
+    let auth = format!("Bearer {key}");
+    request(addr, "GET", path, &[("Authorization", &auth)], "").await
 }
 
 /// The value of `ferrox_{name}` on `/metrics`.
@@ -274,6 +287,16 @@ pub async fn wait_for(addr: &str, name: &str, value: f64) {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// [`open_stream`] once its response has begun (200) and it holds a slot.
+pub async fn running_stream(addr: &str, max_tokens: usize) -> TcpStream {
+    let mut s = open_stream(addr, max_tokens).await;
+    let mut buf = [0u8; 4096];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("200 OK"));
+    wait_for(addr, "slots_busy", 1.0).await;
+    s
 }
 
 /// A streaming "slow" completion of `max_tokens`, request sent, response not read.
