@@ -10,6 +10,7 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
   glm4                       -> Glm4Model                          (arch `glm4`)
   qwen3_moe                  -> Qwen3MoeModel                      (arch `qwen3moe`)
   qwen2_moe                  -> Qwen2MoeModel                      (arch `qwen2moe`)
+  gemma2                     -> Gemma2Model                        (arch `gemma2`; norms as 1 + w)
   llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
                                                                     scaling as `rope_freqs`)
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
@@ -65,6 +66,7 @@ ARCHS = {
     "mistral": "LLAMA",
     "llama": "LLAMA",
     "qwen2_moe": "QWEN2MOE",
+    "gemma2": "GEMMA2",
 }
 LLAMA_TYPES = {"mixtral", "mistral", "llama"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
@@ -81,6 +83,7 @@ ALL_FIXTURES = [
     "mistral",
     "llama",
     "qwen2_moe",
+    "gemma2",
 ]
 
 
@@ -198,6 +201,11 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.5)))
     elif mt == "qwen3_moe":
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
+    elif mt == "gemma2":
+        # Gemma2Model.set_gguf_parameters
+        w.add_attn_logit_softcapping(h["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(h["final_logit_softcapping"])
+        w.add_sliding_window(h["sliding_window"])
     elif mt == "qwen2_moe":
         # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
@@ -285,6 +293,8 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
         if ".experts." in name and ".shared_experts." not in name:
             experts[name] = t
             continue
+        if mt == "gemma2" and name.endswith("norm.weight"):
+            t = t + 1.0
         if mt in LLAMA_TYPES:
             if name.endswith("q_proj.weight"):
                 t = llama_permute(t, n_head, n_head)

@@ -92,6 +92,14 @@ fn mistral_gguf() {
     check_gguf_greedy("mistral");
 }
 
+/// Gemma 2 as llama.cpp's converter writes it (norms stored as `1 + w`, soft-cap keys, SWA
+/// pattern 2).
+#[test]
+fn gemma2_gguf() {
+    check_gguf_logits("gemma2");
+    check_gguf_greedy("gemma2");
+}
+
 /// The error loading the scratch model directory `tmp`, which is then removed.
 fn load_error(tmp: &std::path::Path) -> String {
     let err = Decoder::load(tmp)
