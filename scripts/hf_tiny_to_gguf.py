@@ -11,6 +11,7 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
   qwen3_moe                  -> Qwen3MoeModel                      (arch `qwen3moe`)
   qwen2_moe                  -> Qwen2MoeModel                      (arch `qwen2moe`)
   gemma2                     -> Gemma2Model                        (arch `gemma2`; norms as 1 + w)
+  olmoe                      -> OlmoeModel                         (arch `olmoe`)
   llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
                                                                     scaling as `rope_freqs`)
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
@@ -67,6 +68,7 @@ ARCHS = {
     "llama": "LLAMA",
     "qwen2_moe": "QWEN2MOE",
     "gemma2": "GEMMA2",
+    "olmoe": "OLMOE",
 }
 LLAMA_TYPES = {"mixtral", "mistral", "llama"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
@@ -84,6 +86,7 @@ ALL_FIXTURES = [
     "llama",
     "qwen2_moe",
     "gemma2",
+    "olmoe",
 ]
 
 

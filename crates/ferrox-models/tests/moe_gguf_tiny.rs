@@ -44,6 +44,7 @@ common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy,
     qwen3_moe => "qwen3_moe",
     mixtral => "mixtral",
     qwen2_moe => "qwen2_moe",
+    olmoe => "olmoe",
 });
 
 #[test]

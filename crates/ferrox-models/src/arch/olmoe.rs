@@ -2,13 +2,16 @@
 //! heads at once, not per head), and a softmax top-k MoE without renormalisation.
 //! Reference: transformers `modeling_olmoe.py`; llama.cpp `LLM_ARCH_OLMOE`.
 
-use super::tables::{experts, NORMS};
-use super::{no_gguf, Architecture, HfConfig};
+use super::gguf::{MoeDefaults, GATING_SOFTMAX};
+use super::tables::{MOE_FFN, NORMS};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
-    Architecture::new("olmoe", config_from_hf, no_gguf, tensors).hf(&["olmoe"]);
+    Architecture::new("olmoe", config_from_hf, config_from_gguf, tensors)
+        .hf(&["olmoe"])
+        .gguf(&["olmoe"]);
 
 const ATTN: &[TensorSpec] = table![
     "blk.{}.attn_q.weight" => "model.layers.{}.self_attn.q_proj.weight", [QDim, Hidden];
@@ -18,11 +21,10 @@ const ATTN: &[TensorSpec] = table![
     // A norm as wide as the projection normalises each row whole.
     "blk.{}.attn_q_norm.weight" => "model.layers.{}.self_attn.q_norm.weight", [QDim];
     "blk.{}.attn_k_norm.weight" => "model.layers.{}.self_attn.k_norm.weight", [KvDim];
-    "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.mlp.gate.weight", [Of(experts), Hidden];
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, ATTN].concat()
+    [NORMS, ATTN, MOE_FFN].concat()
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
@@ -34,4 +36,14 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let all = vec![true; cfg.n_layers];
     c.moe_layers(&mut cfg, all)?;
     Ok(cfg)
+}
+
+/// llama.cpp's `olmoe`: NeoX RoPE, softmax routing without renormalisation, experts as wide as
+/// `feed_forward_length`, q/k norms by presence.
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    g.gqa_moe(
+        "olmoe",
+        false,
+        MoeDefaults::gating(GATING_SOFTMAX).expert_ffn_from_ffn(),
+    )
 }
