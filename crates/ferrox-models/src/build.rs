@@ -147,11 +147,16 @@ pub fn build(
 ) -> Result<Decoder, LoadError> {
     let table = (arch.tensors)(&cfg);
     let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, GLOBAL, &table)?;
+    let rope_factors = match &cfg.rope_freq_factors {
+        Some(f) => Some(f.clone()),
+        None => b.opt_vector("rope_freqs.weight")?,
+    };
     let parts = Parts {
         cfg: &cfg,
         b: &b,
         src,
         experts: &arch.hf_experts,
+        rope_factors,
     };
     // A tied table serves both lookups and the lm_head product, so it takes the product's
     // layout; a separate one stays zero-copy (only the looked-up rows are ever read).
@@ -185,6 +190,8 @@ struct Parts<'a> {
     b: &'a Bound,
     src: &'a dyn WeightSource,
     experts: &'a ExpertNames,
+    /// Per-pair RoPE frequency divisors: the config's (LongRoPE) or the file's `rope_freqs`.
+    rope_factors: Option<Vec<f32>>,
 }
 
 impl Parts<'_> {
@@ -200,13 +207,9 @@ impl Parts<'_> {
     /// The layer's RoPE, with llama.cpp's per-pair frequency factors when the file has them.
     fn rope(&self, cfg: &RopeConfig) -> Result<Rope, LoadError> {
         let rope = Rope::new(cfg);
-        let factors = match &self.cfg.rope_freq_factors {
-            Some(f) => Some(f.clone()),
-            None => self.b.opt_vector("rope_freqs.weight")?,
-        };
-        match factors {
+        match self.rope_factors.as_deref() {
             Some(f) if cfg.rotary_dim > 0 => {
-                rope.with_freq_factors(&f).ok_or_else(|| LoadError::Tensor {
+                rope.with_freq_factors(f).ok_or_else(|| LoadError::Tensor {
                     name: "rope_freqs.weight".into(),
                     msg: format!(
                         "{} factors for {} rotated pairs",

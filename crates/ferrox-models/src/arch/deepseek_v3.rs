@@ -33,31 +33,29 @@ pub fn mla_moe_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, 
     Ok(cfg)
 }
 
-/// Shared by the MLA families' GGUF forms: MLA, experts (`gating` when the file does not
+/// Shared by the MLA families' GGUF forms: MLA, experts (`gating(config)` when the file does not
 /// say), layers without an indexer.
 pub fn mla_moe_from_gguf(
     g: &GgufMeta,
     arch: &'static str,
-    gating: usize,
+    gating: impl Fn(&ModelConfig) -> usize,
 ) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base(arch, true)?;
     g.mla(&mut cfg)?;
     g.sliding_all(&mut cfg);
-    g.moe(&mut cfg, MoeDefaults::gating(gating))?;
+    let defaults = MoeDefaults::gating(gating(&cfg));
+    g.moe(&mut cfg, defaults)?;
     Ok(cfg)
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     // llama.cpp: DeepSeek-V2-era files have no gating key; GLM-4.7-Flash (47/48 layers, GLM
     // vocabulary) is the sigmoid exception.
-    let blocks = g.opt_usize("block_count").unwrap_or(0);
-    let n_layers = blocks.saturating_sub(g.opt_usize("nextn_predict_layers").unwrap_or(0));
-    let glm_flash =
-        matches!(n_layers, 47 | 48) && g.tensor_rows("token_embd.weight") == Some(154_880);
-    let gating = if glm_flash {
-        GATING_SIGMOID
-    } else {
-        GATING_SOFTMAX
-    };
-    mla_moe_from_gguf(g, "deepseek_v3", gating)
+    mla_moe_from_gguf(g, "deepseek_v3", |cfg| {
+        if matches!(cfg.n_layers, 47 | 48) && cfg.vocab_size == 154_880 {
+            GATING_SIGMOID
+        } else {
+            GATING_SOFTMAX
+        }
+    })
 }

@@ -7,7 +7,7 @@
 //! `post_attention_norm`.
 
 use super::gguf::{MoeDefaults, GATING_SIGMOID};
-use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, MOE_FFN, STD_ATTN};
+use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, ROUTED_FFN, SHARED_FFN, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
@@ -19,7 +19,14 @@ pub static ARCH: Architecture =
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     let ffn_norm = FFN_NORM.gguf_as("blk.{}.post_attention_norm.weight");
-    [&[ATTN_NORM, ffn_norm][..], STD_ATTN, DENSE_FFN, MOE_FFN].concat()
+    [
+        &[ATTN_NORM, ffn_norm][..],
+        STD_ATTN,
+        DENSE_FFN,
+        ROUTED_FFN,
+        SHARED_FFN,
+    ]
+    .concat()
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {

@@ -6,7 +6,7 @@
 
 use super::deepseek_v3::{mla_moe_from_gguf, mla_moe_from_hf};
 use super::gguf::GATING_SIGMOID;
-use super::tables::{DENSE_FFN, DSA_INDEXER, MLA_ATTN, MOE_FFN, NORMS};
+use super::tables::{DENSE_FFN, DSA_INDEXER, MLA_ATTN, NORMS, ROUTED_FFN, SHARED_FFN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
@@ -17,7 +17,15 @@ pub static ARCH: Architecture =
         .gguf(&["glm-dsa"]);
 
 pub fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, MLA_ATTN, DSA_INDEXER, DENSE_FFN, MOE_FFN].concat()
+    [
+        NORMS,
+        MLA_ATTN,
+        DSA_INDEXER,
+        DENSE_FFN,
+        ROUTED_FFN,
+        SHARED_FFN,
+    ]
+    .concat()
 }
 
 /// MLA + MoE + indexer from `config.json` (`rope_interleaved`: the indexer's RoPE pairing).
@@ -46,7 +54,7 @@ pub fn dsa_from_gguf(
     gating: usize,
     rope_interleaved: bool,
 ) -> Result<ModelConfig, LoadError> {
-    let mut cfg = mla_moe_from_gguf(g, arch, gating)?;
+    let mut cfg = mla_moe_from_gguf(g, arch, |_| gating)?;
     g.dsa(&mut cfg, rope_interleaved)?;
     Ok(cfg)
 }

@@ -40,7 +40,6 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     cfg.attn_scale = c.f32("attention_multiplier");
     let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
-    let all = vec![true; cfg.n_layers];
-    c.moe_layers(&mut cfg, all)?;
+    c.moe_everywhere(&mut cfg)?;
     Ok(cfg)
 }

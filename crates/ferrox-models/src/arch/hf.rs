@@ -305,6 +305,12 @@ impl<'a> HfConfig<'a> {
         Ok(())
     }
 
+    /// Every layer's FFN is the MoE block (or as `mlp_layer_types` says).
+    pub fn moe_everywhere(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
+        let all = vec![true; cfg.n_layers];
+        self.moe_layers(cfg, all)
+    }
+
     /// Qwen-MoE layer rule: dense FFN on the layers of `mlp_only_layers` and all but every
     /// `decoder_sparse_step`-th (or as `mlp_layer_types` says).
     pub fn qwen_moe_layers(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {

@@ -38,8 +38,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     c.sliding_all(&mut cfg, true);
     let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
-    let all = vec![true; cfg.n_layers];
-    c.moe_layers(&mut cfg, all)?;
+    c.moe_everywhere(&mut cfg)?;
     Ok(cfg)
 }
 

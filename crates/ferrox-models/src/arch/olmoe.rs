@@ -3,7 +3,7 @@
 //! Reference: transformers `modeling_olmoe.py`; llama.cpp `LLM_ARCH_OLMOE`.
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::tables::{MOE_FFN, NORMS};
+use super::tables::{NORMS, ROUTED_FFN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
@@ -24,7 +24,7 @@ const ATTN: &[TensorSpec] = table![
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, ATTN, MOE_FFN].concat()
+    [NORMS, ATTN, ROUTED_FFN].concat()
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
@@ -33,8 +33,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let (experts, width) = (c.req("num_experts")?, cfg.ffn_dim);
     let renormalise = c.bool("norm_topk_prob").unwrap_or(false);
     c.softmax_moe(&mut cfg, experts, width, renormalise)?;
-    let all = vec![true; cfg.n_layers];
-    c.moe_layers(&mut cfg, all)?;
+    c.moe_everywhere(&mut cfg)?;
     Ok(cfg)
 }
 

@@ -5,7 +5,7 @@
 //! (`ffn_*_shexp`, `ffn_gate_inp_shexp`).
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::tables::{shared_ffn, DENSE_FFN, MOE_FFN, NORMS, STD_ATTN};
+use super::tables::{shared_ffn, DENSE_FFN, NORMS, ROUTED_FFN, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::{ModelConfig, MoeConfig};
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
@@ -24,14 +24,7 @@ const SHARED_EXPERT: &[TensorSpec] = table![
 ];
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    // MOE_FFN's router and stacked GGUF experts; its shared-expert rows use DeepSeek's plural
-    // Hub names, which this family's checkpoints do not have.
-    let moe: Vec<TensorSpec> = MOE_FFN
-        .iter()
-        .copied()
-        .filter(|s| !s.gguf.contains("_shexp"))
-        .collect();
-    [NORMS, STD_ATTN, DENSE_FFN, &moe, SHARED_EXPERT].concat()
+    [NORMS, STD_ATTN, DENSE_FFN, ROUTED_FFN, SHARED_EXPERT].concat()
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {

@@ -150,13 +150,17 @@ pub const DENSE_FFN: &[TensorSpec] = table![
 ];
 
 /// Router, selection bias, GGUF stacked experts and shared experts (DeepSeek / GLM names).
-pub const MOE_FFN: &[TensorSpec] = table![
+pub const ROUTED_FFN: &[TensorSpec] = table![
     "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.mlp.gate.weight", [Of(experts), Hidden];
     "blk.{}.exp_probs_b.bias" => "model.layers.{}.mlp.gate.e_score_correction_bias", [Of(experts)];
     "blk.{}.ffn_gate_exps.weight" => "-", [Of(experts), Of(expert_ffn), Hidden];
     "blk.{}.ffn_up_exps.weight" => "-", [Of(experts), Of(expert_ffn), Hidden];
     "blk.{}.ffn_down_exps.weight" => "-", [Of(experts), Hidden, Of(expert_ffn)];
     "blk.{}.ffn_gate_up_exps.weight" => "-", [Of(experts), Of(expert_ffn2), Hidden];
+];
+
+/// DeepSeek-style shared experts (plural Hub name `shared_experts`).
+pub const SHARED_FFN: &[TensorSpec] = table![
     "blk.{}.ffn_gate_shexp.weight" => "model.layers.{}.mlp.shared_experts.gate_proj.weight", [Of(shared_ffn), Hidden];
     "blk.{}.ffn_up_shexp.weight" => "model.layers.{}.mlp.shared_experts.up_proj.weight", [Of(shared_ffn), Hidden];
     "blk.{}.ffn_down_shexp.weight" => "model.layers.{}.mlp.shared_experts.down_proj.weight", [Hidden, Of(shared_ffn)];
@@ -169,12 +173,12 @@ pub fn llama_layers(_: &ModelConfig) -> Vec<TensorSpec> {
 
 /// GQA attention with dense or MoE FFN layers (DeepSeek-style MoE names).
 pub fn gqa_moe_layers(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, STD_ATTN, DENSE_FFN, MOE_FFN].concat()
+    [NORMS, STD_ATTN, DENSE_FFN, ROUTED_FFN, SHARED_FFN].concat()
 }
 
 /// MLA attention with dense or MoE FFN layers.
 pub fn mla_moe_layers(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, MLA_ATTN, DENSE_FFN, MOE_FFN].concat()
+    [NORMS, MLA_ATTN, DENSE_FFN, ROUTED_FFN, SHARED_FFN].concat()
 }
 
 /// Hugging Face per-expert tensor names (`{}` layer, `{e}` expert): gate, up, down.

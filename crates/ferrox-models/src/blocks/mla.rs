@@ -227,23 +227,20 @@ impl Mla {
         s: &mut MlaScratch,
     ) {
         let kw = self.rkv + self.dr;
-        if let Err(e) = cache.ensure_shape(1, kw, 0) {
+        if let Err(e) = self.state().shape(cache) {
             panic!("MLA cache: {e}");
         }
-        assert!(
-            cache.len() >= pos,
-            "Mla: cache has {} positions, forward at {pos}",
-            cache.len()
+        // The decoder cut the cache at `pos` (truncation happens there only).
+        assert_eq!(
+            cache.len(),
+            pos,
+            "Mla: cache length must equal the start position"
         );
-        cache.truncate(pos);
         let ckv = &s.ckv;
         match &self.indexer {
             Some(ix) => {
                 ix.keys_into(h, n, pos, &mut s.ix_keys);
                 let keys = &s.ix_keys;
-                cache
-                    .ensure_aux_width(ix.head_dim())
-                    .expect("MLA cache: indexer width changed on a non-empty cache");
                 for t in 0..n {
                     let iw = ix.head_dim();
                     cache.append_with_aux(
