@@ -12,6 +12,10 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
   qwen2_moe                  -> Qwen2MoeModel                      (arch `qwen2moe`)
   gemma2                     -> Gemma2Model                        (arch `gemma2`; norms as 1 + w)
   olmoe                      -> OlmoeModel                         (arch `olmoe`)
+  gpt_oss                    -> GptOssModel (conversion/gpt_oss.py) (arch `gpt-oss`; experts
+                                from the unquantized path of `modify_tensors`: `gate_up_proj`
+                                transposed, gate = rows ::2, up = rows 1::2, `down_proj`
+                                transposed; `sinks` -> `attn_sinks.weight`)
   llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
                                                                     scaling as `rope_freqs`)
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
@@ -32,7 +36,10 @@ Where the tiny checkpoints differ from real ones, four things are added on purpo
   * a synthetic 512-entry SentencePiece-style vocabulary: hf-tiny has no tokenizer, and a GGUF
     model file is expected to carry one.
 
-Usage: hf_tiny_to_gguf.py [--gguf-py DIR] [--fuse-gate-up-exps] SRC_DIR OUT.gguf
+gpt_oss_mxfp4.gguf holds the same model with its expert stacks quantized to MXFP4 by gguf-py (the
+type the released gpt-oss GGUFs use; `repack_mxfp4` writes the checkpoint's own MXFP4 blocks).
+
+Usage: hf_tiny_to_gguf.py [--gguf-py DIR] [--fuse-gate-up-exps] [--mxfp4-experts] SRC_DIR OUT.gguf
        hf_tiny_to_gguf.py --all  (every supported fixture into tests/fixtures/gguf-tiny/, plus
                                   qwen3_moe_fused.gguf with fused `ffn_gate_up_exps`)
 Needs numpy and safetensors (pip), and gguf-py (the llama.cpp tree, or `pip install gguf`).
@@ -69,6 +76,7 @@ ARCHS = {
     "qwen2_moe": "QWEN2MOE",
     "gemma2": "GEMMA2",
     "olmoe": "OLMOE",
+    "gpt_oss": "GPT_OSS",
 }
 LLAMA_TYPES = {"mixtral", "mistral", "llama"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
@@ -87,6 +95,7 @@ ALL_FIXTURES = [
     "qwen2_moe",
     "gemma2",
     "olmoe",
+    "gpt_oss",
 ]
 
 
@@ -209,6 +218,10 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_attn_logit_softcapping(h["attn_logit_softcapping"])
         w.add_final_logit_softcapping(h["final_logit_softcapping"])
         w.add_sliding_window(h["sliding_window"])
+    elif mt == "gpt_oss":
+        # GptOssModel.set_gguf_parameters
+        w.add_sliding_window(h["sliding_window"])
+        w.add_expert_feed_forward_length(h["intermediate_size"])
     elif mt == "qwen2_moe":
         # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
@@ -262,7 +275,22 @@ def llama3_rope_factors(h: dict) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
+def gpt_oss_experts(name: str, t: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """GptOssModel.modify_tensors, unquantized path: Hub `x @ W` stacks -> llama.cpp rows."""
+    base = name.rsplit(".", 1)[0]  # model.layers.N.mlp.experts
+    if name.endswith("gate_up_proj_bias"):
+        return [(f"{base}.gate_proj.bias", t[..., ::2]), (f"{base}.up_proj.bias", t[..., 1::2])]
+    if name.endswith("gate_up_proj"):
+        t = t.transpose(0, 2, 1)
+        return [(f"{base}.gate_proj.weight", t[:, ::2, :]), (f"{base}.up_proj.weight", t[:, 1::2, :])]
+    if name.endswith("down_proj_bias"):
+        return [(f"{base}.down_proj.bias", t)]
+    if name.endswith("down_proj"):
+        return [(f"{base}.down_proj.weight", t.transpose(0, 2, 1))]
+    raise ValueError(f"unexpected gpt-oss expert tensor {name!r}")
+
+
+def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_experts: bool = False) -> None:
     h = json.loads((src / "config.json").read_text())
     mt = h["model_type"]
     if mt not in ARCHS:
@@ -293,6 +321,12 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
         t = tensors[name].astype(np.float32)
         if h.get("tie_word_embeddings") and name == "lm_head.weight":
             continue
+        if mt == "gpt_oss":
+            if "sinks" in name:
+                name += ".weight"  # GptOssModel.filter_tensors
+            if ".mlp.experts." in name:
+                out_tensors.extend((gguf_name(n), x) for n, x in gpt_oss_experts(name, t))
+                continue
         if ".experts." in name and ".shared_experts." not in name:
             experts[name] = t
             continue
@@ -347,7 +381,14 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False) -> None:
     write_arch_params(w, gguf, mt, h)
     write_vocab(w, gguf, h["vocab_size"])
     for name, t in out_tensors:
-        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
+        t = np.ascontiguousarray(t, dtype=np.float32)
+        if mxfp4_experts and name.endswith("_exps.weight"):
+            from gguf import quants  # noqa: E402
+
+            q = quants.quantize(t, gguf.GGMLQuantizationType.MXFP4)
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        else:
+            w.add_tensor(name, t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -377,6 +418,7 @@ def main() -> None:
     ap.add_argument("--gguf-py", type=Path, default=LLAMA_CPP_GGUF_PY)
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--fuse-gate-up-exps", action="store_true", help="as convert_hf_to_gguf.py's option")
+    ap.add_argument("--mxfp4-experts", action="store_true", help="expert stacks as MXFP4")
     ap.add_argument("src", nargs="?", type=Path)
     ap.add_argument("out", nargs="?", type=Path)
     a = ap.parse_args()
@@ -392,8 +434,10 @@ def main() -> None:
             print(f"wrote {dst / (name + '.gguf')}")
         convert(FIXTURES / "hf-tiny/qwen3_moe", dst / "qwen3_moe_fused.gguf", gguf, fuse_gate_up=True)
         print(f"wrote {dst / 'qwen3_moe_fused.gguf'}")
+        convert(FIXTURES / "hf-tiny/gpt_oss", dst / "gpt_oss_mxfp4.gguf", gguf, mxfp4_experts=True)
+        print(f"wrote {dst / 'gpt_oss_mxfp4.gguf'}")
     elif a.src and a.out:
-        convert(a.src, a.out, gguf, a.fuse_gate_up_exps)
+        convert(a.src, a.out, gguf, a.fuse_gate_up_exps, a.mxfp4_experts)
     else:
         ap.error("give SRC_DIR OUT.gguf or --all")
 

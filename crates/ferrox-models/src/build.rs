@@ -8,6 +8,7 @@ use crate::arch::tables::{ExpertNames, GLOBAL};
 use crate::arch::Architecture;
 use crate::blocks::dsa::Indexer;
 use crate::blocks::mla::{KvB, Mla, MlaWeights};
+use crate::blocks::mlp::MlpBiases;
 use crate::blocks::moe::{MoeBlock, Routing};
 use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig, RopeScaling};
@@ -25,6 +26,9 @@ pub enum AttnPlan {
         window: Option<usize>,
         qkv_bias: bool,
         qk_norm: bool,
+        /// Output-projection bias and per-head softmax sinks (gpt-oss).
+        o_bias: bool,
+        sinks: bool,
     },
     /// Multi-head latent attention; `indexer`: the DSA indexer this layer runs (`Full`) or
     /// borrows from the previous indexer layer (`Shared`), `None` without DSA.
@@ -74,6 +78,8 @@ impl LayerPlan {
                     window: if sliding { cfg.sliding_window } else { None },
                     qkv_bias: cfg.qkv_bias,
                     qk_norm: cfg.qk_norm,
+                    o_bias: cfg.o_bias,
+                    sinks: cfg.attn_sinks,
                 }
             }
         };
@@ -93,11 +99,15 @@ impl LayerPlan {
     /// storage forms (fused gate/up) are not listed.
     pub fn uses(&self, cfg: &ModelConfig, suffix: &str) -> bool {
         let moe = self.ffn == FfnPlan::Moe;
-        let (gqa, qkv_bias, qk_norm) = match self.attn {
+        let (gqa, qkv_bias, qk_norm, o_bias, sinks) = match self.attn {
             AttnPlan::Gqa {
-                qkv_bias, qk_norm, ..
-            } => (true, qkv_bias, qk_norm),
-            AttnPlan::Mla { .. } => (false, false, false),
+                qkv_bias,
+                qk_norm,
+                o_bias,
+                sinks,
+                ..
+            } => (true, qkv_bias, qk_norm, o_bias, sinks),
+            AttnPlan::Mla { .. } => (false, false, false, false, false),
         };
         let q_lora = cfg.mla.and_then(|m| m.q_lora_rank).is_some();
         let own_indexer = matches!(
@@ -113,11 +123,14 @@ impl LayerPlan {
             "attn_k.weight" | "attn_v.weight" => gqa,
             "attn_q.bias" | "attn_k.bias" | "attn_v.bias" => qkv_bias,
             "attn_q_norm.weight" | "attn_k_norm.weight" => qk_norm,
+            "attn_output.bias" => o_bias,
+            "attn_sinks.weight" => sinks,
             "attn_q_a.weight" | "attn_q_a_norm.weight" | "attn_q_b.weight" => !gqa && q_lora,
             "attn_kv_a_mqa.weight" | "attn_kv_a_norm.weight" | "attn_kv_b.weight" => !gqa,
             s if s.starts_with("indexer.") => own_indexer,
             "ffn_gate.weight" | "ffn_up.weight" | "ffn_down.weight" => !moe,
             "ffn_gate_inp.weight" => moe,
+            "ffn_gate_inp.bias" => moe && cfg.moe.biases,
             "exp_probs_b.bias" => moe && cfg.moe.has_correction_bias,
             s if s.ends_with("_shexp.weight") => moe && cfg.moe.n_shared_experts > 0,
             _ => false,
@@ -228,12 +241,7 @@ impl Parts<'_> {
     fn layer(&self, l: usize, plan: &LayerPlan) -> Result<Layer, LoadError> {
         let n = |s: &str| format!("blk.{l}.{s}");
         let attn: Box<dyn AttentionBlock> = match plan.attn {
-            AttnPlan::Gqa {
-                rope,
-                window,
-                qkv_bias,
-                qk_norm,
-            } => Box::new(self.gqa(l, &rope, window, qkv_bias, qk_norm)?),
+            AttnPlan::Gqa { rope, window, .. } => Box::new(self.gqa(l, &rope, window, &plan.attn)?),
             AttnPlan::Mla { indexer } => Box::new(self.mla(l, indexer)?),
         };
         let ffn: Box<dyn FfnBlock> = match plan.ffn {
@@ -263,9 +271,18 @@ impl Parts<'_> {
         l: usize,
         rope: &RopeConfig,
         window: Option<usize>,
-        qkv_bias: bool,
-        qk_norm: bool,
+        plan: &AttnPlan,
     ) -> Result<StandardAttention, LoadError> {
+        let &AttnPlan::Gqa {
+            qkv_bias,
+            qk_norm,
+            o_bias,
+            sinks,
+            ..
+        } = plan
+        else {
+            return Err(LoadError::Config("GQA layer planned as MLA".into()));
+        };
         let (cfg, b) = (self.cfg, self.b);
         let n = |s: &str| format!("blk.{l}.{s}");
         let [wq, wk, wv] = self.qkv(l)?;
@@ -287,6 +304,12 @@ impl Parts<'_> {
         if qk_norm {
             a.q_norm = Some(self.norm(&n("attn_q_norm.weight"))?);
             a.k_norm = Some(self.norm(&n("attn_k_norm.weight"))?);
+        }
+        if o_bias {
+            a.bo = Some(b.vector(&n("attn_output.bias"))?);
+        }
+        if sinks {
+            a.sinks = Some(b.vector(&n("attn_sinks.weight"))?);
         }
         if let Some(s) = cfg.attn_scale {
             a.scale = s;
@@ -359,6 +382,11 @@ impl Parts<'_> {
         };
         Ok(MoeBlock {
             router: Some(b.matrix(&n("ffn_gate_inp.weight"))?),
+            router_bias: if m.biases {
+                Some(b.vector(&n("ffn_gate_inp.bias"))?)
+            } else {
+                None
+            },
             correction_bias: if m.has_correction_bias {
                 Some(b.vector(&n("exp_probs_b.bias"))?)
             } else {
@@ -399,10 +427,49 @@ impl Parts<'_> {
             ),
         };
         let dn = split_rows(get("ffn_down_exps.weight")?, e)?;
+        let mut biases = self.expert_biases(l)?.into_iter();
         Ok(g.into_iter()
             .zip(u)
             .zip(dn)
-            .map(|((g, u), dn)| GatedMlp::new(g, u, dn, self.cfg.activation))
+            .map(|((g, u), dn)| {
+                let mut mlp = GatedMlp::new(g, u, dn, self.cfg.activation);
+                mlp.biases = biases.next();
+                mlp
+            })
+            .collect())
+    }
+
+    /// Per expert, the biases of its gate, up and down projections (gpt-oss), from separate
+    /// stacks or one fused gate/up stack (per expert the gate biases, then the up biases);
+    /// empty when the config has none.
+    fn expert_biases(&self, l: usize) -> Result<Vec<MlpBiases>, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        if !cfg.moe.biases {
+            return Ok(Vec::new());
+        }
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let (e, f) = (cfg.moe.n_experts, cfg.moe.expert_ffn_dim);
+        let (gate, up) = match b.opt_vector(&n("ffn_gate_up_exps.bias"))? {
+            Some(gu) => {
+                let (g, u): (Vec<_>, Vec<_>) =
+                    gu.chunks(f).enumerate().partition(|(i, _)| i % 2 == 0);
+                let flat =
+                    |v: Vec<(usize, &[f32])>| v.into_iter().flat_map(|(_, r)| r.to_vec()).collect();
+                (flat(g), flat(u))
+            }
+            None => (
+                b.vector(&n("ffn_gate_exps.bias"))?,
+                b.vector(&n("ffn_up_exps.bias"))?,
+            ),
+        };
+        let down = b.vector(&n("ffn_down_exps.bias"))?;
+        let d = cfg.hidden_dim;
+        Ok((0..e)
+            .map(|i| MlpBiases {
+                gate: gate[i * f..(i + 1) * f].to_vec(),
+                up: up[i * f..(i + 1) * f].to_vec(),
+                down: down[i * d..(i + 1) * d].to_vec(),
+            })
             .collect())
     }
 
@@ -411,14 +478,17 @@ impl Parts<'_> {
         let cfg = self.cfg;
         let (d, f) = (cfg.hidden_dim, cfg.moe.expert_ffn_dim);
         let hf = self.experts;
+        let mut biases = self.expert_biases(l)?.into_iter();
         (0..cfg.moe.n_experts)
             .map(|i| {
-                Ok(GatedMlp::new(
+                let mut mlp = GatedMlp::new(
                     hf_expert(self.src, hf.gate, l, i, [f, d])?,
                     hf_expert(self.src, hf.up, l, i, [f, d])?,
                     hf_expert(self.src, hf.down, l, i, [d, f])?,
                     cfg.activation,
-                ))
+                );
+                mlp.biases = biases.next();
+                Ok(mlp)
             })
             .collect()
     }

@@ -11,12 +11,15 @@
 //! `head_dim` keep their plain meaning for standard attention and are only a declared default for
 //! MLA layers.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
     /// SwiGLU: silu(gate) * up.
     Silu,
     /// GeGLU with the tanh approximation (Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `min(g, limit) · sigmoid(alpha · min(g, limit)) ·
+    /// (clamp(u, ±limit) + 1)`.
+    SwigluOai { alpha: f32, limit: f32 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +50,7 @@ pub enum RopeScaling {
     Factors {
         attn_factor: f32,
     },
-    /// YaRN (DeepSeek-V3): frequency ramp plus attention-scale correction (`mscale`).
+    /// YaRN (DeepSeek-V3, gpt-oss): frequency ramp plus attention-scale correction (`mscale`).
     Yarn {
         factor: f32,
         original_max_position: usize,
@@ -55,6 +58,9 @@ pub enum RopeScaling {
         beta_slow: f32,
         mscale: f32,
         mscale_all_dim: f32,
+        /// Ramp bounds rounded to whole dimensions (floor / ceil), as the YaRN paper's code and
+        /// llama.cpp do; gpt-oss's reference keeps them fractional (`truncate: false`).
+        truncate: bool,
     },
 }
 
@@ -105,6 +111,9 @@ pub struct MoeConfig {
     pub routed_scaling_factor: f32,
     /// Qwen2-MoE style sigmoid gate on the shared expert output.
     pub shared_expert_gate: bool,
+    /// Biases on the router logits and on every expert's gate, up and down projections
+    /// (gpt-oss).
+    pub biases: bool,
 }
 
 /// Multi-head latent attention (DeepSeek-V2/V3, GLM-5).
@@ -169,6 +178,10 @@ pub struct ModelConfig {
     pub no_rope: Vec<bool>,
     /// Bias on q/k/v projections (Qwen2, GLM-4).
     pub qkv_bias: bool,
+    /// Bias on the attention output projection (gpt-oss).
+    pub o_bias: bool,
+    /// A learned per-head logit in every attention softmax's denominator (gpt-oss's sinks).
+    pub attn_sinks: bool,
     /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3, GLM-4.5).
     pub qk_norm: bool,
     /// Norms on the attention and FFN outputs before the residual add (Gemma 3, GLM-4).
@@ -221,6 +234,7 @@ impl MoeConfig {
             norm_topk_prob: false,
             routed_scaling_factor: 1.0,
             shared_expert_gate: false,
+            biases: false,
         }
     }
 }
@@ -250,6 +264,8 @@ impl ModelConfig {
             no_rope: Vec::new(),
             rope_freq_factors: None,
             qkv_bias: false,
+            o_bias: false,
+            attn_sinks: false,
             qk_norm: false,
             post_norms: false,
             attn_scale: None,

@@ -85,6 +85,44 @@ impl TensorRef {
         WeightMatrix::new(self.ty, rows, cols, self.data.clone()).map_err(|e| self.err(e))
     }
 
+    /// A float tensor with its elements rearranged into `shape`: element `i` of the result
+    /// (row-major) is element `src(i)` of this one. For Hub layouts that differ from llama.cpp's
+    /// by more than names (gpt-oss's transposed, interleaved expert stacks).
+    pub fn remap(
+        &self,
+        shape: Vec<usize>,
+        src: impl Fn(usize) -> usize,
+    ) -> Result<TensorRef, LoadError> {
+        let size = match self.ty {
+            GgmlType::F32 => 4,
+            GgmlType::F16 | GgmlType::BF16 => 2,
+            ty => {
+                return Err(self.err(format!(
+                    "stored as {ty:?}; only float tensors can be rearranged"
+                )))
+            }
+        };
+        let n: usize = shape.iter().product();
+        let bytes = self.data.as_ref();
+        if n != self.numel() || bytes.len() != n * size {
+            return Err(self.err(format!(
+                "{:?} does not rearrange into {shape:?}",
+                self.shape
+            )));
+        }
+        let mut out = Vec::with_capacity(n * size);
+        for i in 0..n {
+            let j = src(i);
+            out.extend_from_slice(&bytes[j * size..(j + 1) * size]);
+        }
+        Ok(TensorRef {
+            name: self.name.clone(),
+            ty: self.ty,
+            shape,
+            data: Bytes::from_vec(out),
+        })
+    }
+
     /// Dequantized to f32 (norm weights, biases).
     pub fn to_f32(&self) -> Result<Vec<f32>, LoadError> {
         let n = self.numel();
@@ -188,7 +226,12 @@ pub struct TensorSpec {
     pub required: bool,
     /// Name in GGUF files when it differs from the logical one.
     pub gguf_stored: Option<&'static str>,
+    /// Brings the Hub tensor into the logical (llama.cpp) layout before its shape is checked.
+    pub hf_layout: Option<HubLayout>,
 }
+
+/// A rearrangement from a Hub tensor's layout to llama.cpp's.
+pub type HubLayout = fn(&TensorRef) -> Result<TensorRef, LoadError>;
 
 pub const fn req(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) -> TensorSpec {
     TensorSpec {
@@ -197,6 +240,7 @@ pub const fn req(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) ->
         shape,
         required: true,
         gguf_stored: None,
+        hf_layout: None,
     }
 }
 
@@ -207,6 +251,7 @@ pub const fn opt(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) ->
         shape,
         required: false,
         gguf_stored: None,
+        hf_layout: None,
     }
 }
 
@@ -223,6 +268,12 @@ impl TensorSpec {
     /// The same tensor, stored under `name` in GGUF files.
     pub const fn gguf_as(mut self, name: &'static str) -> TensorSpec {
         self.gguf_stored = Some(name);
+        self
+    }
+
+    /// The same tensor, rearranged by `f` when read from a Hub checkpoint.
+    pub const fn hf_layout(mut self, f: HubLayout) -> TensorSpec {
+        self.hf_layout = Some(f);
         self
     }
 }
@@ -269,6 +320,10 @@ impl Bound {
                     return Err(LoadError::MissingTensor(stored));
                 }
                 return Ok(());
+            };
+            let t = match (src.naming(), spec.hf_layout) {
+                (Naming::HuggingFace, Some(f)) => f(&t)?,
+                _ => t,
             };
             let expected: Vec<usize> = spec.shape.iter().map(|&d| resolve(d)).collect();
             // GGUF drops leading unit dims (`[1, n]` is stored as `[n]`).

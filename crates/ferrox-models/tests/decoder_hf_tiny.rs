@@ -153,3 +153,20 @@ fn unknown_architecture_is_refused_by_name() {
     let err = load_error(&tmp);
     assert!(err.contains("frobnicator"), "{err}");
 }
+
+#[test]
+fn pre_quantized_checkpoint_is_refused_by_method() {
+    let src = fixture("hf-tiny/gpt_oss");
+    let tmp = std::env::temp_dir().join(format!("ferrox-mxfp4-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    cfg["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    std::fs::write(tmp.join("config.json"), cfg.to_string()).unwrap();
+    std::fs::copy(src.join("model.safetensors"), tmp.join("model.safetensors")).unwrap();
+    let err = load_error(&tmp);
+    assert!(
+        err.contains("mxfp4") && err.contains("quantization_config"),
+        "{err}"
+    );
+}

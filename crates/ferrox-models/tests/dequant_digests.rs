@@ -1,6 +1,7 @@
-//! Every tensor of both small real models dequantizes bit-exactly as gguf-py's
-//! `gguf.quants.dequantize` does: sha256 of the f32 little-endian output, compared with
-//! fixtures/dequant_digests.json (written by scripts/gguf_dequant_digests.py).
+//! Every tensor of both small real models (and of the tiny MXFP4 gpt-oss file) dequantizes
+//! bit-exactly as gguf-py's `gguf.quants.dequantize` does: sha256 of the f32 little-endian
+//! output, compared with fixtures/dequant_digests.json (written by
+//! scripts/gguf_dequant_digests.py).
 
 use ferrox_core::quant::dequantize_row;
 use ferrox_format::gguf::GgufFile;
@@ -15,12 +16,15 @@ fn model(name: &str) -> PathBuf {
 }
 
 fn check(name: &str) {
-    let path = model(name);
+    check_file(&model(name));
+}
+
+fn check_file(path: &std::path::Path) {
     let file = path.file_name().unwrap().to_str().unwrap();
     let text = include_str!("fixtures/dequant_digests.json");
     let all: serde_json::Value = serde_json::from_str(text).unwrap();
     let want = all[file].as_object().expect("digests for this model");
-    let f = GgufFile::open(&path).unwrap();
+    let f = GgufFile::open(path).unwrap();
     assert_eq!(f.tensors().len(), want.len(), "tensor count");
     let bad: Vec<String> = f
         .tensors()
@@ -57,4 +61,12 @@ fn qwen25_coder_05b_dequantizes_bit_exactly() {
 #[test]
 fn gemma3_270m_dequantizes_bit_exactly() {
     check("gemma3:270m");
+}
+
+/// MXFP4 (gpt-oss's expert type) on the tiny gpt-oss file (scripts/hf_tiny_to_gguf.py
+/// --mxfp4-experts; gguf-py quantized the stacks).
+#[test]
+fn gpt_oss_mxfp4_experts_dequantize_bit_exactly() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf-tiny");
+    check_file(&dir.join("gpt_oss_mxfp4.gguf"));
 }

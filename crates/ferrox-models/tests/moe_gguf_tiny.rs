@@ -31,6 +31,47 @@ fn check_config(arch: &str) {
         (h.qk_norm, h.qkv_bias, h.post_norms, h.head_dim),
         "{arch}: attention switches"
     );
+    assert_eq!(
+        (g.o_bias, g.attn_sinks, g.sliding_window, g.activation),
+        (h.o_bias, h.attn_sinks, h.sliding_window, h.activation),
+        "{arch}: gpt-oss switches"
+    );
+}
+
+/// gpt-oss as released: expert stacks in MXFP4 (the rest F32). Against the same file with every
+/// weight dequantized to F32 (exact arithmetic): logits within 2% of the largest logit (the
+/// MXFP4 kernels round activations to Q8_0), the same argmax wherever the exact margin exceeds
+/// twice that, and the token path bit-identical to the batch. The dequantization itself is
+/// bit-exact with gguf-py (`dequant_digests.rs`).
+#[test]
+fn gpt_oss_mxfp4_experts() {
+    let path = gguf("gpt_oss_mxfp4");
+    let q = Decoder::load(&path).unwrap();
+    let exact = Decoder::load_dequantized(&path).unwrap();
+    let input = common::ids(&common::read_json(
+        &reference("gpt_oss").join("input_ids.json"),
+    ));
+    let got = q.forward_batch(&input, 0, &mut q.new_caches());
+    let want = exact.forward_batch(&input, 0, &mut exact.new_caches());
+    let top = want.iter().flatten().fold(0f32, |m, v| m.max(v.abs()));
+    let tol = 0.02 * top;
+    for (p, (a, b)) in got.iter().zip(&want).enumerate() {
+        let diff = common::max_abs_diff(a, b);
+        assert!(diff < tol, "position {p}: {diff} (largest logit {top})");
+        let mut sorted = b.clone();
+        sorted.sort_by(|x, y| y.total_cmp(x));
+        if sorted[0] - sorted[1] > 2.0 * tol {
+            assert_eq!(common::argmax(a), common::argmax(b), "argmax at {p}");
+        }
+    }
+    let mut caches = q.new_caches();
+    for (p, &t) in input.iter().enumerate() {
+        assert_eq!(
+            q.forward_token(t, p, &mut caches),
+            got[p],
+            "token path at {p}"
+        );
+    }
 }
 
 common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy, config: check_config] {
@@ -45,6 +86,7 @@ common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy,
     mixtral => "mixtral",
     qwen2_moe => "qwen2_moe",
     olmoe => "olmoe",
+    gpt_oss => "gpt_oss",
 });
 
 #[test]

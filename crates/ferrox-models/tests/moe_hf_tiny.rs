@@ -18,4 +18,5 @@ common::tiny::arch_tests!([logits: check_hf_logits, greedy: check_hf_greedy, spe
     qwen2_moe => "qwen2_moe",
     olmoe => "olmoe",
     granitemoe => "granitemoe",
+    gpt_oss => "gpt_oss",
 });

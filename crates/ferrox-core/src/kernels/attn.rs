@@ -103,7 +103,7 @@ pub(super) unsafe fn weighted_sum<const G: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{attend_group, head, HeadKv, Isa};
+    use super::super::{attend_group, head, HeadKv, Isa, Scoring};
 
     /// Grouped AVX-512 attention equals the per-head AVX2 path bit for bit, for every group
     /// size and head widths that are even and odd multiples of 16, with and without a cap.
@@ -124,8 +124,14 @@ mod tests {
             let keys: Vec<f32> = (0..positions * stride).map(|_| rnd()).collect();
             let values: Vec<f32> = (0..positions * stride).map(|_| rnd() * 10.0).collect();
             for g in 1..=8 {
-                for softcap in [None, Some(5.0)] {
+                let sinks: Vec<f32> = (0..g).map(|_| rnd() * 3.0).collect();
+                for (softcap, sink) in [(None, false), (Some(5.0), false), (None, true)] {
                     let q: Vec<f32> = (0..g * d).map(|_| rnd()).collect();
+                    let how = Scoring {
+                        scale: 0.125,
+                        softcap,
+                        sinks: sink.then_some(&sinks[..]),
+                    };
                     let kv = HeadKv {
                         keys: &keys,
                         values: &values,
@@ -136,20 +142,71 @@ mod tests {
                     let (start, len) = (3, 30);
                     let mut sc = vec![0f32; g * len];
                     let mut out = vec![0f32; g * d];
-                    attend_group(&q, kv, start, 0.125, softcap, &mut sc, &mut out);
+                    attend_group(&q, kv, start, how, &mut sc, &mut out);
                     for h in 0..g {
                         let mut sc1 = vec![0f32; len];
                         let mut o1 = vec![0f32; d];
                         let qh = &q[h * d..(h + 1) * d];
-                        head(qh, kv, start, 0.125, softcap, &mut sc1, &mut o1);
+                        let sk = sink.then(|| sinks[h]);
+                        head(qh, kv, start, 0.125, softcap, sk, &mut sc1, &mut o1);
                         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                         assert_eq!(
                             bits(&out[h * d..(h + 1) * d]),
                             bits(&o1),
-                            "d {d} g {g} head {h}"
+                            "d {d} g {g} head {h} sink {sink}"
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// A sink logit joins the softmax's denominator and takes no value (transformers'
+    /// `eager_attention_forward` of gpt-oss: softmax over `[scores, sink]`, sink column dropped).
+    #[test]
+    fn sink_matches_reference() {
+        let (d, len, g) = (16, 9, 2);
+        let f = |i: usize| ((i * 37 % 23) as f32 - 11.0) / 7.0;
+        let keys: Vec<f32> = (0..len * d).map(f).collect();
+        let values: Vec<f32> = (0..len * d).map(|i| f(i + 5) * 3.0).collect();
+        let q: Vec<f32> = (0..g * d).map(|i| f(i + 11)).collect();
+        let sinks = [2.5f32, -1.0];
+        let kv = HeadKv {
+            keys: &keys,
+            values: &values,
+            stride: d,
+            col: 0,
+            dim: d,
+        };
+        let how = Scoring {
+            scale: 0.25,
+            softcap: None,
+            sinks: Some(&sinks),
+        };
+        let mut sc = vec![0f32; g * len];
+        let mut out = vec![0f32; g * d];
+        attend_group(&q, kv, 0, how, &mut sc, &mut out);
+        for h in 0..g {
+            let mut logits: Vec<f64> = (0..len)
+                .map(|j| {
+                    (0..d)
+                        .map(|c| q[h * d + c] as f64 * keys[j * d + c] as f64)
+                        .sum::<f64>()
+                        * 0.25
+                })
+                .collect();
+            logits.push(sinks[h] as f64);
+            let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = logits.iter().map(|l| (l - max).exp()).sum();
+            for c in 0..d {
+                let want: f64 = (0..len)
+                    .map(|j| (logits[j] - max).exp() / z * values[j * d + c] as f64)
+                    .sum();
+                let got = out[h * d + c] as f64;
+                assert!(
+                    (got - want).abs() < 1e-5,
+                    "head {h} col {c}: {got} vs {want}"
+                );
             }
         }
     }

@@ -1,15 +1,22 @@
-//! Gated activations `g ← act(g) · u` for SwiGLU (SiLU) and GeGLU (GELU, tanh form; Hendrycks
-//! & Gimpel 2016), with `exp` evaluated as 2^n · p(r): n = round(x·log2 e), r = x − n·ln 2 in
+//! Gated activations `g ← act(g) · u` for SwiGLU (SiLU), gpt-oss's clamped SwiGLU and GeGLU
+//! (GELU, tanh form; Hendrycks & Gimpel 2016), with `exp` evaluated as 2^n · p(r): n = round(x·log2 e), r = x − n·ln 2 in
 //! two parts (Cody–Waite), p a degree-6 Taylor polynomial (|r| ≤ ln2/2, error < 1 ulp-ish).
 //!
 //! Every element is computed by the same function whatever its position, so a SIMD lane and
 //! the scalar tail agree bit for bit (batch invariance); rows are split across threads.
 
 /// Which activation gates the `up` projection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Glu {
     Silu,
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `g' = min(g, limit)`, `u' = clamp(u, ±limit)`,
+    /// `g' · sigmoid(alpha · g') · (u' + 1)` (OpenAI's reference `swiglu`, transformers'
+    /// `GptOssExperts._apply_gate`, llama.cpp's `swiglu_oai`).
+    SwigluOai {
+        alpha: f32,
+        limit: f32,
+    },
 }
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -49,8 +56,18 @@ fn act_ref(kind: Glu, x: f32) -> f32 {
     let z = match kind {
         Glu::Silu => x,
         Glu::GeluTanh => 2.0 * GELU_C * (GELU_K * x * x).mul_add(x, x),
+        Glu::SwigluOai { alpha, .. } => alpha * x,
     };
     x / (1.0 + exp_ref(0.0 - z))
+}
+
+/// `(g, u)` as the activation sees them: clamped for gpt-oss, the up side shifted by one.
+#[inline]
+fn clamp_ref(kind: Glu, g: f32, u: f32) -> (f32, f32) {
+    match kind {
+        Glu::SwigluOai { limit, .. } => (g.min(limit), u.max(-limit).min(limit) + 1.0),
+        _ => (g, u),
+    }
 }
 
 /// `g[i] = act(g[i]) · u[i]` for `rows` rows of `g.len() / rows` elements.
@@ -82,7 +99,8 @@ fn glu_row(kind: Glu, g: &mut [f32], u: &[f32]) {
 /// The scalar form: the same per-element arithmetic as the SIMD lanes.
 pub fn glu_row_ref(kind: Glu, g: &mut [f32], u: &[f32]) {
     for (a, &b) in g.iter_mut().zip(u) {
-        *a = act_ref(kind, *a) * b;
+        let (x, y) = clamp_ref(kind, *a, b);
+        *a = act_ref(kind, x) * y;
     }
 }
 
@@ -120,6 +138,7 @@ mod avx2 {
     fn act8(kind: Glu, x: __m256) -> __m256 {
         let z = match kind {
             Glu::Silu => x,
+            Glu::SwigluOai { alpha, .. } => _mm256_mul_ps(_mm256_set1_ps(alpha), x),
             Glu::GeluTanh => {
                 let x2 = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(GELU_K), x), x);
                 _mm256_mul_ps(_mm256_set1_ps(2.0 * GELU_C), _mm256_fmadd_ps(x2, x, x))
@@ -127,6 +146,20 @@ mod avx2 {
         };
         let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
         _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), e))
+    }
+
+    /// Eight lanes of `clamp_ref` (min/max of non-NaN floats are exact, as `f32::min`/`max`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn clamp8(kind: Glu, g: __m256, u: __m256) -> (__m256, __m256) {
+        match kind {
+            Glu::SwigluOai { limit, .. } => {
+                let lim = _mm256_set1_ps(limit);
+                let u = _mm256_min_ps(_mm256_max_ps(u, _mm256_set1_ps(-limit)), lim);
+                (_mm256_min_ps(g, lim), _mm256_add_ps(u, _mm256_set1_ps(1.0)))
+            }
+            _ => (g, u),
+        }
     }
 
     /// # Safety
@@ -138,11 +171,12 @@ mod avx2 {
         for (a, b) in (&mut gc).zip(&mut uc) {
             // SAFETY: both chunks hold 8 floats.
             unsafe {
-                let v = act8(kind, _mm256_loadu_ps(a.as_ptr()));
-                _mm256_storeu_ps(
-                    a.as_mut_ptr(),
-                    _mm256_mul_ps(v, _mm256_loadu_ps(b.as_ptr())),
+                let (x, y) = clamp8(
+                    kind,
+                    _mm256_loadu_ps(a.as_ptr()),
+                    _mm256_loadu_ps(b.as_ptr()),
                 );
+                _mm256_storeu_ps(a.as_mut_ptr(), _mm256_mul_ps(act8(kind, x), y));
             }
         }
         glu_row_ref(kind, gc.into_remainder(), uc.remainder());
@@ -192,10 +226,35 @@ mod tests {
     }
 
     #[test]
+    fn clamped_swiglu_matches_the_reference_formula() {
+        let kind = Glu::SwigluOai {
+            alpha: 1.702,
+            limit: 7.0,
+        };
+        for g in inputs().into_iter().filter(|v| v.abs() < 1e5) {
+            let u = g * 0.37 - 1.0;
+            let (gc, uc) = ((g as f64).min(7.0), (u as f64).clamp(-7.0, 7.0));
+            let want = gc / (1.0 + (-1.702 * gc).exp()) * (uc + 1.0);
+            let (mut a, b) = ([g], [u]);
+            glu_row_ref(kind, &mut a, &b);
+            let tol = 1e-6 * want.abs() + 1e-7;
+            assert!(
+                (a[0] as f64 - want).abs() <= tol,
+                "({g}, {u}): {} vs {want}",
+                a[0]
+            );
+        }
+    }
+
+    #[test]
     fn simd_lanes_equal_the_scalar_form_bit_for_bit() {
         let x = inputs();
         let u: Vec<f32> = x.iter().map(|v| 1.0 + v.abs().min(3.0)).collect();
-        for kind in [Glu::Silu, Glu::GeluTanh] {
+        let oai = Glu::SwigluOai {
+            alpha: 1.702,
+            limit: 7.0,
+        };
+        for kind in [Glu::Silu, Glu::GeluTanh, oai] {
             let mut want = x.clone();
             glu_row_ref(kind, &mut want, &u);
             for rows in [1, 16] {

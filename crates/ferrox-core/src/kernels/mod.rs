@@ -404,6 +404,33 @@ pub fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
+/// How attention scores become weights: `q·k·scale`, then `cap·tanh(s/cap)` with a soft cap
+/// (Gemma 2), and a softmax whose denominator also counts `exp(sink)` when the head has a
+/// learned sink logit (gpt-oss: attention may go "nowhere"; the sink takes no value).
+#[derive(Clone, Copy, Debug)]
+pub struct Scoring<'a> {
+    pub scale: f32,
+    pub softcap: Option<f32>,
+    /// One logit per query head of the group, or none.
+    pub sinks: Option<&'a [f32]>,
+}
+
+impl Scoring<'_> {
+    /// Plain scaled dot-product softmax.
+    pub fn scaled(scale: f32) -> Scoring<'static> {
+        Scoring {
+            scale,
+            softcap: None,
+            sinks: None,
+        }
+    }
+
+    /// This head's sink, when the group has them.
+    fn sink(&self, h: usize) -> Option<f32> {
+        self.sinks.map(|s| s[h])
+    }
+}
+
 /// One query head's view of the KV cache: key and value rows of `stride` floats, this head's
 /// `dim` columns starting at `col`.
 #[derive(Clone, Copy)]
@@ -425,8 +452,7 @@ pub fn attend_group(
     q: &[f32],
     kv: HeadKv<'_>,
     start: usize,
-    scale: f32,
-    softcap: Option<f32>,
+    how: Scoring<'_>,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
@@ -440,6 +466,10 @@ pub fn attend_group(
     assert!(scores.len().is_multiple_of(g), "attend_group: score rows");
     let len = scores.len() / g;
     assert!(kv.col + d <= kv.stride, "attend_group: head columns");
+    assert!(
+        how.sinks.is_none_or(|s| s.len() == g),
+        "attend_group: one sink per head"
+    );
     let end = (start + len) * kv.stride;
     assert!(
         len == 0 || (kv.keys.len() >= end && kv.values.len() >= end),
@@ -449,9 +479,9 @@ pub fn attend_group(
     if isa() == Isa::Avx512 && d.is_multiple_of(16) && g <= 8 {
         // SAFETY: AVX-512 F/DQ with AVX2/FMA (`Isa::Avx512` implies them; DQ is part of every
         // AVX-512 CPU with VNNI); widths and rows checked above.
-        unsafe { attn::scores(q, g, kv, start, scale, scores) };
-        for p in scores.chunks_exact_mut(len) {
-            let inv = softmax(p, softcap);
+        unsafe { attn::scores(q, g, kv, start, how.scale, scores) };
+        for (h, p) in scores.chunks_exact_mut(len).enumerate() {
+            let inv = softmax(p, how.softcap, how.sink(h));
             p.iter_mut().for_each(|v| *v *= inv);
         }
         // SAFETY: as above.
@@ -469,17 +499,19 @@ pub fn attend_group(
         }
         return;
     }
-    for ((qh, sc), o) in q
+    for (h, ((qh, sc), o)) in q
         .chunks_exact(d)
         .zip(scores.chunks_exact_mut(len))
         .zip(out.chunks_exact_mut(d))
+        .enumerate()
     {
-        head(qh, kv, start, scale, softcap, sc, o);
+        head(qh, kv, start, how.scale, how.softcap, how.sink(h), sc, o);
     }
 }
 
-/// Scores in place → unnormalised exp(s − max) (after the soft cap); returns 1 / Σ.
-fn softmax(scores: &mut [f32], softcap: Option<f32>) -> f32 {
+/// Scores in place → unnormalised exp(s − max) (after the soft cap); returns 1 / Σ, where Σ
+/// also counts the sink's exp(sink − max) (the max taken over the sink too).
+fn softmax(scores: &mut [f32], softcap: Option<f32>, sink: Option<f32>) -> f32 {
     let mut max = f32::NEG_INFINITY;
     for sv in scores.iter_mut() {
         if let Some(cap) = softcap {
@@ -487,21 +519,29 @@ fn softmax(scores: &mut [f32], softcap: Option<f32>) -> f32 {
         }
         max = max.max(*sv);
     }
+    if let Some(s) = sink {
+        max = max.max(s);
+    }
     let mut sum = 0f32;
     for sv in scores.iter_mut() {
         *sv = (*sv - max).exp();
         sum += *sv;
     }
+    if let Some(s) = sink {
+        sum += (s - max).exp();
+    }
     1.0 / sum
 }
 
 /// One head without AVX-512 (shapes checked by `attend_group`).
+#[allow(clippy::too_many_arguments)]
 fn head(
     q: &[f32],
     kv: HeadKv<'_>,
     start: usize,
     scale: f32,
     softcap: Option<f32>,
+    sink: Option<f32>,
     scores: &mut [f32],
     out: &mut [f32],
 ) {
@@ -522,7 +562,7 @@ fn head(
             *sv = f32_dot(q, &kv.keys[row(j)..row(j) + d]) * scale;
         }
     }
-    let inv = softmax(scores, softcap);
+    let inv = softmax(scores, softcap, sink);
     if simd {
         // SAFETY: `isa()` reports AVX2/FMA only when present; rows checked by the caller.
         #[cfg(target_arch = "x86_64")]

@@ -190,6 +190,8 @@ impl GgufMeta {
                     beta_slow: self.opt_f32("rope.scaling.yarn_beta_slow").unwrap_or(1.0),
                     mscale: all_dim,
                     mscale_all_dim: all_dim,
+                    // llama.cpp always rounds the ramp bounds (`ggml_rope_yarn_corr_dims`).
+                    truncate: true,
                 }
             }
             (Some(other), _) => return Err(cfg_err(format!("unsupported rope scaling `{other}`"))),
@@ -204,6 +206,48 @@ impl GgufMeta {
         if cfg.sliding_window.is_some() {
             cfg.layer_attn = vec![crate::config::AttnKind::Sliding; cfg.n_layers];
         }
+    }
+
+    /// llama.cpp's `load_swa_pattern`: the window from `attention.sliding_window`, the sliding
+    /// layers from `attention.sliding_window_pattern` — a per-layer bool array, or a period `n`
+    /// (default `default_period`) in which all but the last layer slide (`l % n < n - 1`).
+    pub fn swa_pattern(
+        &self,
+        cfg: &mut ModelConfig,
+        default_period: usize,
+    ) -> Result<(), LoadError> {
+        cfg.sliding_window = self
+            .opt_usize("attention.sliding_window")
+            .filter(|&w| w > 0);
+        if cfg.sliding_window.is_none() {
+            cfg.set_sliding_layers(|_| false);
+            return Ok(());
+        }
+        let key = self.key("attention.sliding_window_pattern");
+        if let Some(arr) = self.file.get_array(&key) {
+            let sliding = arr
+                .iter()
+                .map(|v| match v {
+                    MetaValue::Bool(b) => Some(b),
+                    other => other.as_u64().map(|x| x != 0),
+                })
+                .collect::<Option<Vec<bool>>>()
+                .filter(|s| s.len() == cfg.n_layers)
+                .ok_or_else(|| {
+                    cfg_err(format!(
+                        "`{key}` is not one bool per layer ({})",
+                        cfg.n_layers
+                    ))
+                })?;
+            cfg.set_sliding_layers(|l| sliding[l]);
+            return Ok(());
+        }
+        let n = self
+            .opt_usize("attention.sliding_window_pattern")
+            .unwrap_or(default_period)
+            .max(1);
+        cfg.set_sliding_layers(|l| l % n < n - 1);
+        Ok(())
     }
 
     /// Features llama.cpp switches on by an optional tensor's presence: q/k/v bias, per-head

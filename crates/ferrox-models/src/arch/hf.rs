@@ -59,6 +59,18 @@ impl<'a> HfConfig<'a> {
     /// Dimensions, norm epsilon, activation, embedding tying, soft-caps, q/k/v bias
     /// (`attention_bias`) and full-attention RoPE (`interleaved` pairs or halves).
     pub fn base(&self, arch: &'static str, interleaved: bool) -> Result<ModelConfig, LoadError> {
+        if let Some(q) = self.get("quantization_config") {
+            // Pre-quantized Hub checkpoints (MXFP4 gpt-oss, GPTQ, AWQ, FP8) store their own
+            // block formats under other tensor names; refuse by name instead of a missing tensor.
+            let method = q
+                .get("quant_method")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
+            return Err(invalid(format!(
+                "quantization_config \"{method}\": pre-quantized Hub checkpoints are not loaded; \
+                 use the unquantized checkpoint or a GGUF conversion"
+            )));
+        }
         let hidden = self.req("hidden_size")?;
         let n_layers = self.req("num_hidden_layers")?;
         let n_heads = self.req("num_attention_heads")?;
@@ -453,6 +465,7 @@ fn rope_scaling(
             beta_slow: f("beta_slow").unwrap_or(1.0),
             mscale: f("mscale").unwrap_or(0.0),
             mscale_all_dim: f("mscale_all_dim").unwrap_or(0.0),
+            truncate: p.get("truncate").and_then(Value::as_bool).unwrap_or(true),
         },
         "longrope" | "su" => {
             let original = f("original_max_position_embeddings")

@@ -14,6 +14,7 @@ pub mod glm4;
 pub mod glm4_moe;
 pub mod glm4_moe_lite;
 pub mod glm_moe_dsa;
+pub mod gpt_oss;
 pub mod granitemoe;
 pub mod hf;
 pub mod llama;
@@ -109,6 +110,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &qwen3::ARCH,
     &gemma3::ARCH,
     &gemma2::ARCH,
+    &gpt_oss::ARCH,
     &glm4::ARCH,
     &glm4_moe::ARCH,
     &glm4_moe_lite::ARCH,

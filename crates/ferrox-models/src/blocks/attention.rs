@@ -1,6 +1,6 @@
 //! Standard multi-head attention with grouped KV heads (GQA, Ainslie et al. 2023): optional
 //! q/k/v bias (Qwen2), per-head QK RMSNorm before RoPE (Qwen3, Gemma 3), custom softmax scale,
-//! logit soft-capping (Gemma 2) and a sliding window (key `j` visible from query `p` when
+//! logit soft-capping (Gemma 2), attention sinks and an output bias (gpt-oss) and a sliding window (key `j` visible from query `p` when
 //! `p - j < window`, as transformers' and llama.cpp's masks).
 //!
 //! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
@@ -8,7 +8,7 @@
 
 use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
-use ferrox_core::kernels::{attend_group, HeadKv};
+use ferrox_core::kernels::{attend_group, HeadKv, Scoring};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::pool;
 use std::cell::RefCell;
@@ -30,6 +30,10 @@ pub struct StandardAttention {
     pub scale: f32,
     pub window: Option<usize>,
     pub softcap: Option<f32>,
+    /// Bias of the output projection (gpt-oss).
+    pub bo: Option<Vec<f32>>,
+    /// Per query head, a learned logit in every softmax's denominator (gpt-oss's sinks).
+    pub sinks: Option<Vec<f32>>,
 }
 
 thread_local! {
@@ -84,6 +88,8 @@ impl StandardAttention {
             scale: 1.0 / (head_dim as f32).sqrt(),
             window: None,
             softcap: None,
+            bo: None,
+            sinks: None,
         }
     }
 }
@@ -138,6 +144,7 @@ impl StandardAttention {
             r0 += seg.n;
         }
         self.wo.gemm(att, n, out);
+        add_bias(out, self.bo.as_deref());
     }
 
     /// Attention of `n` query rows at positions `pos..pos + n` over `cache` (which already
@@ -168,7 +175,15 @@ impl StandardAttention {
             };
             let heads = i * qd + kvh * group * hd..i * qd + (kvh + 1) * group * hd;
             let (qh, sc) = (&q[heads], &mut sc[..group * len]);
-            attend_group(qh, kv, start, self.scale, self.softcap, sc, o);
+            let how = Scoring {
+                scale: self.scale,
+                softcap: self.softcap,
+                sinks: self
+                    .sinks
+                    .as_deref()
+                    .map(|s| &s[kvh * group..(kvh + 1) * group]),
+            };
+            attend_group(qh, kv, start, how, sc, o);
         };
         let att = &mut att[..n * qd];
         let work = n * nh * (pos + n);

@@ -1,7 +1,7 @@
 //! Gated feed-forward: `down(act(gate(x)) * up(x))` — SwiGLU (Shazeer 2020) with SiLU, GeGLU
-//! with GELU-tanh (Gemma).
+//! with GELU-tanh (Gemma), gpt-oss's clamped SwiGLU with biases on all three projections.
 
-use super::FfnBlock;
+use super::{add_bias, FfnBlock};
 use crate::config::Activation;
 use ferrox_core::kernels::glu::{glu, Glu};
 use ferrox_core::matmul::WeightMatrix;
@@ -12,6 +12,14 @@ pub struct GatedMlp {
     pub up: WeightMatrix,
     pub down: WeightMatrix,
     pub act: Activation,
+    /// Biases of the gate, up and down projections (gpt-oss's experts), or none.
+    pub biases: Option<MlpBiases>,
+}
+
+pub struct MlpBiases {
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 thread_local! {
@@ -26,6 +34,7 @@ impl GatedMlp {
             up,
             down,
             act,
+            biases: None,
         }
     }
 
@@ -45,12 +54,17 @@ impl FfnBlock for GatedMlp {
             let (g, u) = (&mut g[..n * f], &mut u[..n * f]);
             self.gate.gemm(x, n, g);
             self.up.gemm(x, n, u);
+            let b = self.biases.as_ref();
+            add_bias(g, b.map(|b| &b.gate[..]));
+            add_bias(u, b.map(|b| &b.up[..]));
             let kind = match self.act {
                 Activation::Silu => Glu::Silu,
                 Activation::GeluTanh => Glu::GeluTanh,
+                Activation::SwigluOai { alpha, limit } => Glu::SwigluOai { alpha, limit },
             };
             glu(kind, g, u, n);
             self.down.gemm(g, n, out);
+            add_bias(out, b.map(|b| &b.down[..]));
         })
     }
 }

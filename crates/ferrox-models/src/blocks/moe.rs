@@ -1,8 +1,10 @@
 //! Mixture-of-experts feed-forward block shared by every MoE family: Mixtral and Qwen3-MoE
 //! (softmax router), DeepSeek-V3 / GLM-4.5 / GLM-5 (sigmoid router, `e_score_correction_bias`
-//! for selection only, grouped top-k, `routed_scaling_factor`, shared experts) and Qwen2-MoE
-//! (sigmoid-gated shared expert). Routing follows transformers' `*TopkRouter` / `*SparseMoeBlock`
-//! (see fixtures/hf-tiny/FORWARD.md, "MoE"). A dense FFN is the one-expert case.
+//! for selection only, grouped top-k, `routed_scaling_factor`, shared experts), Qwen2-MoE
+//! (sigmoid-gated shared expert) and gpt-oss (router bias; softmax over the top-k logits, which
+//! is softmax then renormalising the chosen; experts with biases). Routing follows
+//! transformers' `*TopkRouter` / `*SparseMoeBlock` (see fixtures/hf-tiny/FORWARD.md, "MoE"). A
+//! dense FFN is the one-expert case.
 //!
 //! Batches are grouped by expert: every active expert runs once over all its tokens (one
 //! `gemm` per projection), and each token sums its experts in ascending expert order, so a
@@ -43,6 +45,8 @@ impl Routing {
 pub struct MoeBlock {
     /// `[n_experts, hidden]`; `None` only for the one-expert (dense) case.
     pub router: Option<WeightMatrix>,
+    /// Added to the router logits before routing (gpt-oss): it selects and weights.
+    pub router_bias: Option<Vec<f32>>,
     /// Added to the scores to choose experts, never to weight them.
     pub correction_bias: Option<Vec<f32>>,
     pub experts: Vec<Expert>,
@@ -82,6 +86,7 @@ impl MoeBlock {
     pub fn dense(ffn: Expert) -> Self {
         MoeBlock {
             router: None,
+            router_bias: None,
             correction_bias: None,
             experts: vec![ffn],
             shared: None,
@@ -115,6 +120,7 @@ impl MoeBlock {
         let e = self.experts.len();
         let mut logits = vec![0f32; n * e];
         router.gemm(x, n, &mut logits);
+        super::add_bias(&mut logits, self.router_bias.as_deref());
         let mut used = vec![false; e];
         for row in logits.chunks(e) {
             for (i, _) in self.route(row) {
@@ -151,6 +157,7 @@ impl MoeBlock {
             Some(router) => {
                 let logits = zeroed(logits, n * n_exp);
                 router.gemm(x, n, logits);
+                super::add_bias(logits, self.router_bias.as_deref());
                 for t in 0..n {
                     route_into(
                         &self.routing,
@@ -322,6 +329,7 @@ mod tests {
         let (d, f, e) = (12, 8, 8);
         MoeBlock {
             router: Some(mat(e, d, 99)),
+            router_bias: None,
             correction_bias: (scoring == RouterScoring::Sigmoid)
                 .then(|| (0..e).map(|i| (i as f32 - 3.5) * 0.05).collect()),
             experts: (0..e).map(|i| expert(d, f, 10 * i as u32)).collect(),

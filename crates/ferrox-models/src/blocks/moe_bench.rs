@@ -100,6 +100,7 @@ pub fn random_layer(shape: MoeShape, seed: u64) -> MoeBlock {
     let experts = (0..shape.n_experts).map(|_| expert(f)).collect();
     let shared = (shape.n_shared > 0).then(|| expert(f * shape.n_shared));
     MoeBlock {
+        router_bias: None,
         router: Some(random_f32(shape.n_experts, d, &mut rng)),
         correction_bias: Some(vec![0.0; shape.n_experts]),
         experts,

@@ -74,6 +74,7 @@ impl Rope {
                 beta_slow,
                 mscale,
                 mscale_all_dim,
+                truncate,
             } => {
                 let factor = factor as f64;
                 attn_factor = if mscale != 0.0 && mscale_all_dim != 0.0 {
@@ -88,8 +89,13 @@ impl Rope {
                     dim * (original_max_position as f64 / (rot * 2.0 * std::f64::consts::PI)).ln()
                         / (2.0 * theta.ln())
                 };
-                let low = correction(beta_fast as f64).floor().max(0.0);
-                let high = correction(beta_slow as f64).ceil().min(dim - 1.0);
+                let (low, high) = (correction(beta_fast as f64), correction(beta_slow as f64));
+                let (low, high) = if truncate {
+                    (low.floor(), high.ceil())
+                } else {
+                    (low, high)
+                };
+                let (low, high) = (low.max(0.0), high.min(dim - 1.0));
                 let high = if low == high { high + 0.001 } else { high };
                 base.iter()
                     .enumerate()
