@@ -18,6 +18,26 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
                                 transposed; `sinks` -> `attn_sinks.weight`)
   llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
                                                                     scaling as `rope_freqs`)
+  smollm3                    -> SmolLM3Model (conversion/llama.py)  (arch `smollm3`; LlamaModel
+                                                                    as is: no NoPE key is written,
+                                                                    llama.cpp fixes the interval
+                                                                    at 4, `n_no_rope_layer_step`)
+  granitemoe                 -> GraniteMoeModel (conversion/granite.py, arch `granitemoe`):
+       GraniteModel.set_gguf_parameters writes `attention_multiplier`, `embedding_multiplier`,
+       `residual_multiplier`, `logits_scaling` as `attention.scale`, `embedding_scale`,
+       `residual_scale`, `logit_scale` (each only when truthy) after dropping `head_dim`;
+       GraniteMoeModel.modify_tensors splits `input_linear` `[E, 2F, H]` at F on dim -2 into
+       `ffn_gate_exps` (first F rows) and `ffn_up_exps`; `output_linear` and `router.layer` map
+       to `ffn_down_exps` / `ffn_gate_inp`; q/k permuted as LlamaModel does.
+  phi3                       -> Phi3MiniModel (conversion/phi.py, arch `phi3`): its own
+       set_gguf_parameters (no `rope.scaling.type`; `rope.scaling.original_context_length`,
+       `rope.dimension_count` = int(partial_rotary_factor * hidden) // heads,
+       `attention.sliding_window` = 0 when null, which llama.cpp ignores for phi3 anyway);
+       generate_extra_tensors writes LongRoPE, when `long_factor` is set, as
+       `rope_factors_long.weight` / `rope_factors_short.weight` and
+       `rope.scaling.attn_factor` = sqrt(1 + ln(s) / ln(orig)) for s = max_pos / orig > 1
+       (else 1); `qkv_proj` -> `attn_qkv`, `gate_up_proj` -> `ffn_up` kept fused, q/k not
+       permuted (NeoX RoPE).
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
 `e_score_correction_bias` -> `exp_probs_b.bias`; MLA `kv_b_proj` split per head into
 `attn_k_b` `[n_head, kv_lora_rank, qk_nope]` (transposed) and `attn_v_b`
@@ -49,6 +69,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -58,9 +79,7 @@ from safetensors.numpy import load_file
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "crates/ferrox-models/tests/fixtures"
-LLAMA_CPP_GGUF_PY = Path(
-    "/work/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py"
-)
+LLAMA_CPP_GGUF_PY = Path.home() / ".cache/ferrox/llamacpp/src/gguf-py"
 
 ARCHS = {
     "deepseek_v3": "DEEPSEEK2",
@@ -77,8 +96,13 @@ ARCHS = {
     "gemma2": "GEMMA2",
     "olmoe": "OLMOE",
     "gpt_oss": "GPT_OSS",
+    "smollm3": "SMOLLM3",
+    "granitemoe": "GRANITE_MOE",
+    "phi3": "PHI3",
 }
 LLAMA_TYPES = {"mixtral", "mistral", "llama"}
+# LlamaModel subclasses: q/k rows permuted, `vocab_size` and `rope.dimension_count` written.
+LLAMA_DERIVED = LLAMA_TYPES | {"smollm3", "granitemoe"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
 ALL_FIXTURES = [
     "deepseek_v3",
@@ -96,6 +120,9 @@ ALL_FIXTURES = [
     "gemma2",
     "olmoe",
     "gpt_oss",
+    "smollm3",
+    "granitemoe",
+    "phi3",
 ]
 
 
@@ -226,13 +253,75 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
         w.add_expert_shared_feed_forward_length(h["shared_expert_intermediate_size"])
-    elif mt in LLAMA_TYPES:
+    elif mt in LLAMA_DERIVED:
         w.add_vocab_size(h["vocab_size"])
         head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
         w.add_rope_dimension_count(head_dim)
+    if mt == "granitemoe":
+        # GraniteModel.set_gguf_parameters: the multipliers as `*_scale` keys, when truthy.
+        for key, add in (
+            ("attention_multiplier", w.add_attention_scale),
+            ("embedding_multiplier", w.add_embedding_scale),
+            ("residual_multiplier", w.add_residual_scale),
+            ("logits_scaling", w.add_logit_scale),
+        ):
+            if h.get(key):
+                add(h[key])
+        if h.get("shared_intermediate_size"):
+            w.add_expert_shared_feed_forward_length(h["shared_intermediate_size"])
     if mt in ("mixtral", "mistral", "qwen3_moe") and h.get("sliding_window"):
         if mt in LLAMA_TYPES or h.get("use_sliding_window"):
             w.add_sliding_window(h["sliding_window"])
+
+
+def phi3_rope_params(h: dict) -> dict:
+    """TextModel.__init__: top-level `original_max_position_embeddings` and
+    `partial_rotary_factor` mirrored into the rope parameters when absent there."""
+    rp = rope_params(h)
+    for k in ("original_max_position_embeddings", "partial_rotary_factor"):
+        if k not in rp and h.get(k) is not None:
+            rp[k] = h[k]
+    return rp
+
+
+def write_phi3(w, gguf, h: dict) -> None:
+    """Phi3MiniModel.set_gguf_parameters (replaces TextModel's: no rope scaling type)."""
+    rp = phi3_rope_params(h)
+    n_embd, n_head = h["hidden_size"], h["num_attention_heads"]
+    w.add_context_length(h["max_position_embeddings"])
+    w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(h["intermediate_size"])
+    w.add_block_count(h["num_hidden_layers"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(h["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(h["rms_norm_eps"])
+    w.add_rope_dimension_count(int(rp.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
+    w.add_rope_freq_base(rp["rope_theta"])
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    # "use zero value of sliding_window to distinguish Phi-4 from other PHI3 models"
+    w.add_sliding_window(h.get("sliding_window") or 0)
+
+
+def phi3_rope_tensors(w, gguf, h: dict) -> list[tuple[str, np.ndarray]]:
+    """Phi3MiniModel.generate_extra_tensors: LongRoPE's factor sets and attention factor."""
+    rp = phi3_rope_params(h)
+    long_f, short_f = rp.get("long_factor"), rp.get("short_factor")
+    if not long_f:
+        return []
+    orig = rp["original_max_position_embeddings"]
+    scale = h["max_position_embeddings"] / orig
+    if rp.get("rope_type", "").lower() not in ("su", "longrope"):
+        raise ValueError(f"rope_type {rp.get('rope_type')!r} not handled here")
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+    pairs = int(rp.get("partial_rotary_factor", 1.0) * h["hidden_size"]) // h["num_attention_heads"] / 2
+    if short_f is None or len(long_f) != len(short_f) or len(long_f) != pairs:
+        raise ValueError(f"LongRoPE long and short factors must list {pairs} numbers")
+    names = gguf.TENSOR_NAMES
+    return [
+        (names[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG] + ".weight", np.array(long_f, dtype=np.float32)),
+        (names[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT] + ".weight", np.array(short_f, dtype=np.float32)),
+    ]
 
 
 def _first_dense(h: dict) -> int:
@@ -313,7 +402,10 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
             raise ValueError(f"can not map tensor {name!r}")
         return new
 
-    out_tensors: list[tuple[str, np.ndarray]] = []
+    w = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])
+    w.add_name(f"hf-tiny {src.name}")
+    # The converter yields generate_extra_tensors() before the checkpoint's own tensors.
+    out_tensors: list[tuple[str, np.ndarray]] = phi3_rope_tensors(w, gguf, h) if mt == "phi3" else []
     experts: dict[str, np.ndarray] = {}
     n_head = h["num_attention_heads"]
     n_kv = h.get("num_key_value_heads")
@@ -332,7 +424,14 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
             continue
         if mt == "gemma2" and name.endswith("norm.weight"):
             t = t + 1.0
-        if mt in LLAMA_TYPES:
+        if mt == "granitemoe" and name.endswith("block_sparse_moe.input_linear.weight"):
+            # GraniteMoeModel.modify_tensors: gate, up = split(intermediate_size, dim=-2).
+            f, bid = h["intermediate_size"], int(name.split(".")[2])
+            assert t.shape[-2] == 2 * f, "Merged FFN tensor size must be 2 * intermediate_size"
+            for tensor, part in ((gguf.MODEL_TENSOR.FFN_GATE_EXP, t[:, :f]), (gguf.MODEL_TENSOR.FFN_UP_EXP, t[:, f:])):
+                out_tensors.append((gguf.TENSOR_NAMES[tensor].format(bid=bid) + ".weight", part))
+            continue
+        if mt in LLAMA_DERIVED:
             if name.endswith("q_proj.weight"):
                 t = llama_permute(t, n_head, n_head)
             elif name.endswith("k_proj.weight"):
@@ -375,10 +474,13 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
     if mt in LLAMA_TYPES and rope_params(h).get("rope_type") == "llama3":
         out_tensors.append(("rope_freqs.weight", llama3_rope_factors(h)))
 
-    w = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[arch])
-    w.add_name(f"hf-tiny {src.name}")
-    write_common(w, gguf, h, n_layers)
-    write_arch_params(w, gguf, mt, h)
+    if mt == "phi3":
+        write_phi3(w, gguf, h)
+    else:
+        if mt == "granitemoe":
+            h.pop("head_dim", None)  # GraniteModel ignores head_dim
+        write_common(w, gguf, h, n_layers)
+        write_arch_params(w, gguf, mt, h)
     write_vocab(w, gguf, h["vocab_size"])
     for name, t in out_tensors:
         t = np.ascontiguousarray(t, dtype=np.float32)

@@ -160,16 +160,29 @@ pub fn build(
 ) -> Result<Decoder, LoadError> {
     let table = (arch.tensors)(&cfg);
     let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, GLOBAL, &table)?;
-    let rope_factors = match &cfg.rope_freq_factors {
-        Some(f) => Some(f.clone()),
-        None => b.opt_vector("rope_freqs.weight")?,
+    // The config's factors (Hub LongRoPE), else the file's: llama.cpp's `rope_freqs` (Llama
+    // 3.x) or LongRoPE's `rope_factors_short` / `rope_factors_long` (Phi-3).
+    let factors = |own: &Option<Vec<f32>>, stored: &[&str]| {
+        if own.is_some() {
+            return Ok(own.clone());
+        }
+        for name in stored {
+            if let Some(f) = b.opt_vector(name)? {
+                return Ok(Some(f));
+            }
+        }
+        Ok::<_, LoadError>(None)
     };
     let parts = Parts {
         cfg: &cfg,
         b: &b,
         src,
         experts: &arch.hf_experts,
-        rope_factors,
+        rope_factors: factors(
+            &cfg.rope_freq_factors,
+            &["rope_freqs.weight", "rope_factors_short.weight"],
+        )?,
+        rope_long: factors(&cfg.rope_long_factors, &["rope_factors_long.weight"])?,
     };
     // A tied table serves both lookups and the lm_head product, so it takes the product's
     // layout; a separate one stays zero-copy (only the looked-up rows are ever read).
@@ -203,8 +216,10 @@ struct Parts<'a> {
     b: &'a Bound,
     src: &'a dyn WeightSource,
     experts: &'a ExpertNames,
-    /// Per-pair RoPE frequency divisors: the config's (LongRoPE) or the file's `rope_freqs`.
+    /// Per-pair RoPE frequency divisors: the config's (LongRoPE short) or the file's.
     rope_factors: Option<Vec<f32>>,
+    /// LongRoPE's long factors, from `RopeScaling::Factors::original_max_position` on.
+    rope_long: Option<Vec<f32>>,
 }
 
 impl Parts<'_> {
@@ -217,24 +232,40 @@ impl Parts<'_> {
         ))
     }
 
-    /// The layer's RoPE, with llama.cpp's per-pair frequency factors when the file has them.
+    /// The layer's RoPE, with llama.cpp's per-pair frequency factors when the file has them
+    /// and LongRoPE's two sets when the scaling says so.
     fn rope(&self, cfg: &RopeConfig) -> Result<Rope, LoadError> {
-        let rope = Rope::new(cfg);
+        let mut rope = Rope::new(cfg);
+        if cfg.rotary_dim == 0 {
+            return Ok(rope);
+        }
+        let mismatch = |name: &str, n: usize| LoadError::Tensor {
+            name: name.into(),
+            msg: format!("{n} factors for {} rotated pairs", cfg.rotary_dim / 2),
+        };
+        if let RopeScaling::Factors {
+            original_max_position,
+            ..
+        } = cfg.scaling
+        {
+            let (Some(_), Some(long)) = (&self.rope_factors, self.rope_long.as_deref()) else {
+                // Only a GGUF can lack one (the Hub reader requires both sets).
+                let name = match self.rope_factors {
+                    None => "rope_factors_short.weight",
+                    Some(_) => "rope_factors_long.weight",
+                };
+                return Err(LoadError::MissingTensor(name.into()));
+            };
+            // Both sets divide the unscaled frequencies: the long one is taken first.
+            rope = rope
+                .with_long_factors(long, original_max_position)
+                .ok_or_else(|| mismatch("rope_factors_long.weight", long.len()))?;
+        }
         match self.rope_factors.as_deref() {
-            Some(f) if cfg.rotary_dim > 0 => {
-                rope.with_freq_factors(f).ok_or_else(|| LoadError::Tensor {
-                    name: "rope_freqs.weight".into(),
-                    msg: format!(
-                        "{} factors for {} rotated pairs",
-                        f.len(),
-                        cfg.rotary_dim / 2
-                    ),
-                })
-            }
-            None if matches!(cfg.scaling, RopeScaling::Factors { .. }) => Err(LoadError::Config(
-                "RoPE scaled by frequency factors, but the model has none".into(),
-            )),
-            _ => Ok(rope),
+            Some(f) => rope
+                .with_freq_factors(f)
+                .ok_or_else(|| mismatch("rope_freqs.weight", f.len())),
+            None => Ok(rope),
         }
     }
 

@@ -45,10 +45,13 @@ pub enum RopeScaling {
         high_freq_factor: f32,
         original_max_position: usize,
     },
-    /// Frequencies divided by per-pair factors (`ModelConfig::rope_freq_factors`, or a GGUF's
-    /// factor tensor) and cos/sin scaled by `attn_factor` (Phi-3's LongRoPE).
+    /// Frequencies divided by per-pair factors and cos/sin scaled by `attn_factor` (Phi-3's
+    /// LongRoPE): the short factors (`ModelConfig::rope_freq_factors`, a GGUF's
+    /// `rope_factors_short`) at positions below `original_max_position`, the long ones
+    /// (`rope_long_factors`, `rope_factors_long`) from there on.
     Factors {
         attn_factor: f32,
+        original_max_position: usize,
     },
     /// YaRN (DeepSeek-V3, gpt-oss): frequency ramp plus attention-scale correction (`mscale`).
     Yarn {
@@ -171,8 +174,10 @@ pub struct ModelConfig {
     pub layer_attn: Vec<AttnKind>,
     /// Per layer: true where the FFN is the MoE block, false where dense.
     pub layer_moe: Vec<bool>,
-    /// Per rotated pair, the divisor of its RoPE frequency (LongRoPE's chosen factors).
+    /// Per rotated pair, the divisor of its RoPE frequency (LongRoPE's short factors).
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// LongRoPE's long factors, used from `RopeScaling::Factors::original_max_position` on.
+    pub rope_long_factors: Option<Vec<f32>>,
     /// Per layer: true where attention uses no position encoding (SmolLM3's NoPE layers);
     /// layers past the end of the list use RoPE.
     pub no_rope: Vec<bool>,
@@ -263,6 +268,7 @@ impl ModelConfig {
             layer_moe: vec![false; d.n_layers],
             no_rope: Vec::new(),
             rope_freq_factors: None,
+            rope_long_factors: None,
             qkv_bias: false,
             o_bias: false,
             attn_sinks: false,

@@ -3,11 +3,13 @@
 
 mod common;
 use common::tiny::{
-    check_gguf_greedy, check_gguf_logits, check_hf_greedy as check_greedy,
-    check_hf_logits as check_logits, check_hf_speculative,
+    check_gguf_config, check_gguf_greedy, check_gguf_logits, check_gguf_speculative,
+    check_hf_greedy as check_greedy, check_hf_logits as check_logits, check_hf_speculative,
 };
 use common::*;
+use ferrox_format::gguf::GgufFile;
 use ferrox_models::decoder::Decoder;
+use std::path::Path;
 
 #[test]
 fn llama_logits() {
@@ -98,6 +100,103 @@ fn mistral_gguf() {
 fn gemma2_gguf() {
     check_gguf_logits("gemma2");
     check_gguf_greedy("gemma2");
+}
+
+/// Phi-3 as llama.cpp's converter writes it (`Phi3MiniModel`: fused `attn_qkv` / `ffn_up`,
+/// LongRoPE as `rope_factors_{short,long}` tensors and `rope.scaling.*` keys).
+#[test]
+fn phi3_gguf() {
+    check_gguf_logits("phi3");
+    check_gguf_greedy("phi3");
+}
+
+/// SmolLM3 as llama.cpp's converter writes it (`SmolLM3Model` = LlamaModel; NoPE every 4th
+/// layer implied by the architecture).
+#[test]
+fn smollm3_gguf() {
+    check_gguf_logits("smollm3");
+    check_gguf_greedy("smollm3");
+}
+
+common::tiny::arch_tests!([gguf_config: check_gguf_config, gguf_speculative: check_gguf_speculative] {
+    phi3 => "phi3",
+    smollm3 => "smollm3",
+});
+
+/// Every row of a forward over `ids` from position 0.
+fn rows(model: &Path, ids: &[usize]) -> Vec<Vec<f32>> {
+    let dec = Decoder::load(model).unwrap_or_else(|e| panic!("{}: {e}", model.display()));
+    let mut caches = dec.new_caches();
+    dec.forward_batch(ids, 0, &mut caches)
+}
+
+/// Loads `bytes` as a scratch GGUF file.
+fn load_bytes(bytes: &[u8], tag: &str) -> Result<Decoder, String> {
+    let path = std::env::temp_dir().join(format!("ferrox-dense-{}-{tag}.gguf", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let res = Decoder::load(&path).map_err(|e| e.to_string());
+    std::fs::remove_file(&path).ok();
+    res
+}
+
+fn find(hay: &[u8], needle: &str) -> usize {
+    hay.windows(needle.len())
+        .position(|w| w == needle.as_bytes())
+        .unwrap_or_else(|| panic!("{needle} not in file"))
+}
+
+/// LongRoPE's long factors are read and bound in both forms. Past the original context (32 of
+/// 64 positions) the Hub and GGUF loads still agree, and the long set alone decides those
+/// positions: a GGUF whose long factors are all 1 gives the same rows below 32 and different
+/// ones from 32 on.
+#[test]
+fn phi3_long_factors_past_the_original_context() {
+    let ids: Vec<usize> = (0..40).map(|i| (i * 37 + 11) % 512).collect();
+    let path = fixture("gguf-tiny/phi3.gguf");
+    let hf = rows(&fixture("hf-tiny/phi3"), &ids);
+    let gguf = rows(&path, &ids);
+    for (p, (h, g)) in hf.iter().zip(&gguf).enumerate() {
+        let d = max_abs_diff(h, g);
+        assert!(d < 1e-4, "position {p}: Hub and GGUF differ by {d}");
+    }
+
+    let t = GgufFile::open(&path)
+        .unwrap()
+        .tensor("rope_factors_long.weight")
+        .unwrap()
+        .clone();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = t.file_offset as usize;
+    for i in 0..t.n_elements as usize {
+        bytes[at + 4 * i..at + 4 * i + 4].copy_from_slice(&1f32.to_le_bytes());
+    }
+    let dec = load_bytes(&bytes, "long1").unwrap();
+    let mut caches = dec.new_caches();
+    let edited = dec.forward_batch(&ids, 0, &mut caches);
+    assert_eq!(edited[..32], gguf[..32], "short-factor positions changed");
+    for p in 32..ids.len() {
+        assert_ne!(edited[p], gguf[p], "position {p} ignores the long factors");
+    }
+}
+
+/// What the GGUF readers cannot do without is named when missing: the key or tensor, never a
+/// panic.
+#[test]
+fn missing_gguf_keys_are_named() {
+    for (arch, name) in [
+        ("phi3", "phi3.rope.scaling.original_context_length"),
+        ("phi3", "rope_factors_long.weight"),
+        ("granitemoe", "granitemoe.logit_scale"),
+    ] {
+        let mut bytes = std::fs::read(fixture(&format!("gguf-tiny/{arch}.gguf"))).unwrap();
+        // Rename it (same length): its last letter in upper case.
+        let at = find(&bytes, name) + name.len() - 1;
+        bytes[at] = bytes[at].to_ascii_uppercase();
+        let msg = load_bytes(&bytes, arch)
+            .err()
+            .expect("a file without it loaded");
+        assert!(msg.contains(name), "{arch} without {name}: {msg}");
+    }
 }
 
 /// The error loading the scratch model directory `tmp`, which is then removed.

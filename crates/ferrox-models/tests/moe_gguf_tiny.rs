@@ -8,35 +8,12 @@
 
 mod common;
 use common::tiny::{
-    check_gguf_greedy, check_gguf_logits, check_tiny_greedy, check_tiny_logits, tiny_gguf as gguf,
+    check_gguf_config as check_config, check_gguf_greedy, check_gguf_logits,
+    check_gguf_speculative, check_tiny_greedy, check_tiny_logits, tiny_gguf as gguf,
     tiny_reference as reference,
 };
 use ferrox_format::gguf::GgufFile;
 use ferrox_models::decoder::Decoder;
-
-/// Both loads describe the same model (the GGUF side reconstructed from llama.cpp's keys).
-fn check_config(arch: &str) {
-    let g = Decoder::load(gguf(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let h = Decoder::load(reference(arch)).unwrap();
-    let (g, h) = (&g.config, &h.config);
-    assert_eq!(g.moe, h.moe, "{arch}: MoE config");
-    assert_eq!(g.mla, h.mla, "{arch}: MLA config");
-    assert_eq!(g.dsa, h.dsa, "{arch}: DSA config");
-    assert_eq!(g.layer_moe, h.layer_moe, "{arch}: dense/MoE layers");
-    assert_eq!(g.layer_attn, h.layer_attn, "{arch}: attention kinds");
-    assert_eq!(g.rope.rotary_dim, h.rope.rotary_dim, "{arch}: rotary dim");
-    assert_eq!(g.rope.scaling, h.rope.scaling, "{arch}: rope scaling");
-    assert_eq!(
-        (g.qk_norm, g.qkv_bias, g.post_norms, g.head_dim),
-        (h.qk_norm, h.qkv_bias, h.post_norms, h.head_dim),
-        "{arch}: attention switches"
-    );
-    assert_eq!(
-        (g.o_bias, g.attn_sinks, g.sliding_window, g.activation),
-        (h.o_bias, h.attn_sinks, h.sliding_window, h.activation),
-        "{arch}: gpt-oss switches"
-    );
-}
 
 /// gpt-oss as released: expert stacks in MXFP4 (the rest F32). Against the same file with every
 /// weight dequantized to F32 (exact arithmetic): logits within 2% of the largest logit (the
@@ -87,6 +64,12 @@ common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy,
     qwen2_moe => "qwen2_moe",
     olmoe => "olmoe",
     gpt_oss => "gpt_oss",
+    granitemoe => "granitemoe",
+});
+
+common::tiny::arch_tests!([speculative: check_gguf_speculative] {
+    granitemoe => "granitemoe",
+    gpt_oss => "gpt_oss",
 });
 
 #[test]
@@ -105,6 +88,7 @@ fn files_use_llama_cpp_arch_names_and_split_mla() {
     assert_eq!(arch_of("glm4_moe"), "glm4moe");
     assert_eq!(arch_of("qwen3_moe"), "qwen3moe");
     assert_eq!(arch_of("mixtral"), "llama");
+    assert_eq!(arch_of("granitemoe"), "granitemoe");
     let f = GgufFile::open(&gguf("deepseek_v3")).unwrap();
     assert!(f.tensor("blk.1.attn_k_b.weight").is_some());
     assert!(f.tensor("blk.1.attn_kv_b.weight").is_none());

@@ -11,6 +11,10 @@
 //! - `block_count` counts appended NextN/MTP blocks (`nextn_predict_layers`); they are skipped.
 //! - Which layers are MoE: `leading_dense_block_count` when written, otherwise the layers that
 //!   carry a router (`ffn_gate_inp`).
+//! - LongRoPE (Phi-3's `Phi3MiniModel.generate_extra_tensors`) is written without a scaling
+//!   type: the `rope_factors_short` / `rope_factors_long` tensors, `rope.scaling.attn_factor`
+//!   (the cos/sin scale, 1 when absent as in llama.cpp) and
+//!   `rope.scaling.original_context_length` (where the long factors take over; required).
 
 use crate::config::{
     Dims, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig, RopeConfig, RopeScaling,
@@ -95,6 +99,10 @@ impl GgufMeta {
     pub fn opt_usize(&self, k: &str) -> Option<usize> {
         self.file.get_u64(&self.key(k)).map(|v| v as usize)
     }
+    pub fn f32(&self, k: &str) -> Result<f32, LoadError> {
+        self.opt_f32(k)
+            .ok_or_else(|| LoadError::Config(format!("GGUF: missing `{}`", self.key(k))))
+    }
     pub fn opt_f32(&self, k: &str) -> Option<f32> {
         self.file.get_f32(&self.key(k))
     }
@@ -174,7 +182,17 @@ impl GgufMeta {
 
     fn rope_scaling(&self) -> Result<RopeScaling, LoadError> {
         let factor = self.opt_f32("rope.scaling.factor");
+        let longrope = ["rope_factors_short.weight", "rope_factors_long.weight"]
+            .iter()
+            .any(|t| self.file.tensor(t).is_some());
         Ok(match (self.opt_str("rope.scaling.type"), factor) {
+            (None | Some("none" | "longrope"), _) if longrope => RopeScaling::Factors {
+                attn_factor: self.opt_f32("rope.scaling.attn_factor").unwrap_or(1.0),
+                original_max_position: self.usize("rope.scaling.original_context_length")?,
+            },
+            (Some("longrope"), _) => {
+                return Err(LoadError::MissingTensor("rope_factors_short.weight".into()))
+            }
             (None | Some("none"), _) => RopeScaling::None,
             (Some("linear"), Some(f)) if f != 1.0 => RopeScaling::Linear { factor: f },
             (Some("linear"), _) => RopeScaling::None,

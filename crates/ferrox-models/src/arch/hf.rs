@@ -98,7 +98,9 @@ impl<'a> HfConfig<'a> {
         let rope = self.rope(None, dims.head_dim, interleaved, max_pos)?;
         let mut cfg = ModelConfig::new(arch, dims, rope);
         if matches!(rope.scaling, RopeScaling::Factors { .. }) {
-            cfg.rope_freq_factors = Some(self.longrope_factors(rope.rotary_dim / 2)?);
+            let pairs = rope.rotary_dim / 2;
+            cfg.rope_freq_factors = Some(self.longrope_factors("short_factor", pairs)?);
+            cfg.rope_long_factors = Some(self.longrope_factors("long_factor", pairs)?);
         }
         cfg.max_seq_len = max_pos;
         cfg.norm_eps = self.f32("rms_norm_eps").unwrap_or(1e-6);
@@ -170,18 +172,17 @@ impl<'a> HfConfig<'a> {
         })
     }
 
-    /// LongRoPE's per-pair divisors. Like llama.cpp, one set serves the whole model: the short
-    /// one, exact for sequences within the original context (transformers' choice there);
-    /// the long set is not used.
-    fn longrope_factors(&self, pairs: usize) -> Result<Vec<f32>, LoadError> {
+    /// One of LongRoPE's per-pair divisor sets (`short_factor`, `long_factor`); which one a
+    /// position uses is `Rope`'s business (crate::blocks::rope).
+    fn longrope_factors(&self, key: &str, pairs: usize) -> Result<Vec<f32>, LoadError> {
         let (p, _) = self.rope_params(None);
         let factors: Option<Vec<f32>> = p
-            .and_then(|p| p.get("short_factor"))
+            .and_then(|p| p.get(key))
             .and_then(Value::as_array)
             .and_then(|a| a.iter().map(|v| v.as_f64().map(|f| f as f32)).collect());
         factors
             .filter(|f| f.len() == pairs)
-            .ok_or_else(|| invalid(format!("LongRoPE short_factor must list {pairs} numbers")))
+            .ok_or_else(|| invalid(format!("LongRoPE {key} must list {pairs} numbers")))
     }
 
     /// Per-layer sliding flags from a `layer_types`-style list (`*sliding*` or `sparse`).
@@ -480,6 +481,7 @@ fn rope_scaling(
             };
             RopeScaling::Factors {
                 attn_factor: attn_factor as f32,
+                original_max_position: original as usize,
             }
         }
         other => return Err(invalid(format!("unsupported rope_type \"{other}\""))),

@@ -1,18 +1,22 @@
 //! Phi-3 / 3.5 / 4-mini (`phi3`): Llama's layout with fused `qkv_proj` (`[q; k; v]` rows) and
-//! `gate_up_proj` (gate rows, then up rows), and LongRoPE: per-pair frequency divisors (short
-//! factors, or long ones past the original context) with cos/sin scaled by
+//! `gate_up_proj` (gate rows, then up rows), and LongRoPE: per-pair frequency divisors (the
+//! short set below the original context, the long set from there on; see `blocks::rope` for
+//! how that compares with transformers and llama.cpp) with cos/sin scaled by
 //! `sqrt(1 + ln(max_pos / original) / ln(original))`.
 //! Reference: transformers `modeling_phi3.py` and `_compute_longrope_parameters`; llama.cpp
-//! `LLM_ARCH_PHI3` (`attn_qkv`, fused `ffn_up`, `rope_factors_{short,long}`). LongRoPE is read
-//! by the shared config reader (`HfConfig::base`).
+//! `LLM_ARCH_PHI3` (`attn_qkv`, fused `ffn_up`, `rope_factors_{short,long}`, NeoX RoPE) and
+//! its converter's `Phi3MiniModel`. LongRoPE is read by the shared config readers
+//! (`HfConfig::base`, `GgufMeta::base`).
 
 use super::tables::{ffn2, NORMS};
-use super::{no_gguf, Architecture, HfConfig};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
-    Architecture::new("phi3", config_from_hf, no_gguf, tensors).hf(&["phi3"]);
+    Architecture::new("phi3", config_from_hf, config_from_gguf, tensors)
+        .hf(&["phi3"])
+        .gguf(&["phi3"]);
 
 fn qkv_rows(c: &ModelConfig) -> usize {
     (c.n_heads + 2 * c.n_kv_heads) * c.head_dim
@@ -33,4 +37,12 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("phi3", false)?;
     c.sliding_from_layer_types(&mut cfg)?;
     Ok(cfg)
+}
+
+/// llama.cpp's `phi3`: q/k rows not permuted (NeoX halves). The converter writes
+/// `attention.sliding_window` (0 when unset), which llama.cpp ignores for Phi-3 ("Phi SWA is
+/// currently disabled"); the Hub reader slides only with `layer_types`, which a GGUF has not,
+/// so no layer slides here either.
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    g.base("phi3", false)
 }

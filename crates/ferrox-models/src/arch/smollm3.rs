@@ -1,15 +1,24 @@
 //! SmolLM3 (`smollm3`): Llama's layout with no position encoding on some layers (every 4th by
 //! default: `no_rope_layers[l] == 0`). Reference: transformers `modeling_smollm3.py`
-//! (`use_rope = config.no_rope_layers[layer_idx]`).
+//! (`use_rope = config.no_rope_layers[layer_idx]`); llama.cpp `LLM_ARCH_SMOLLM3`
+//! (`use_rope = (il + 1) % n_no_rope_layer_step != 0`, the step fixed at 4) and its converter's
+//! `SmolLM3Model` (LlamaModel as is: q/k permuted, no NoPE key written).
 
 use super::tables::llama_layers;
-use super::{no_gguf, Architecture, HfConfig};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 use serde_json::Value;
 
 pub static ARCH: Architecture =
-    Architecture::new("smollm3", config_from_hf, no_gguf, llama_layers).hf(&["smollm3"]);
+    Architecture::new("smollm3", config_from_hf, config_from_gguf, llama_layers)
+        .hf(&["smollm3"])
+        .gguf(&["smollm3"]);
+
+/// Every `every`-th layer (1-based) without RoPE.
+fn no_rope_every(n_layers: usize, every: usize) -> Vec<bool> {
+    (0..n_layers).map(|l| (l + 1) % every == 0).collect()
+}
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("smollm3", false)?;
@@ -26,10 +35,16 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
             }
             flags.iter().map(|f| f.as_u64() == Some(0)).collect()
         }
-        None => {
-            let every = c.usize("no_rope_layer_interval").unwrap_or(4).max(1);
-            (0..n).map(|l| (l + 1) % every == 0).collect()
-        }
+        None => no_rope_every(n, c.usize("no_rope_layer_interval").unwrap_or(4).max(1)),
     };
+    Ok(cfg)
+}
+
+/// llama.cpp's `smollm3`: adjacent-pair RoPE (the converter permutes q/k), NoPE on every 4th
+/// layer. GGUF keeps no `no_rope_layers`: a checkpoint with another pattern converts to a file
+/// that llama.cpp, and this reader, run with the fixed one.
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("smollm3", true)?;
+    cfg.no_rope = no_rope_every(cfg.n_layers, 4);
     Ok(cfg)
 }

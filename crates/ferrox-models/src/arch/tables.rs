@@ -85,6 +85,9 @@ pub const GLOBAL: &[TensorSpec] = &[
     o("output.weight", "lm_head.weight", &[Vocab, Hidden]),
     // llama.cpp's Llama 3.x frequency factors, one per rotated pair.
     o("rope_freqs.weight", "-", &[Of(rope_pairs)]),
+    // LongRoPE's two sets (llama.cpp's Phi-3): short within the original context, long past it.
+    o("rope_factors_short.weight", "-", &[Of(rope_pairs)]),
+    o("rope_factors_long.weight", "-", &[Of(rope_pairs)]),
 ];
 
 /// The norms before attention and before the FFN (Llama's names).

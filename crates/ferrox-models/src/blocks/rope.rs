@@ -2,6 +2,15 @@
 //! transformers' `ROPE_INIT_FUNCTIONS`: default, linear, llama3 and YaRN (DeepSeek-V3).
 //! Rotates the first `rotary_dim` dims of each head, either as two halves (NeoX,
 //! `rotate_half`) or as adjacent pairs (GPT-J / interleaved).
+//!
+//! LongRoPE (Phi-3) has two per-pair factor sets. transformers picks one per forward call by
+//! the call's last position (`seq_len > original_max_position_embeddings`: long), llama.cpp
+//! one per context by its size (`n_ctx_seq > n_ctx_orig_yarn`). Here the choice is by each
+//! position: short below the original context, long from there on. That is transformers'
+//! choice whenever tokens arrive one at a time (generation) and for any prompt within the
+//! original context, keeps batched and token-by-token rows identical, and differs from
+//! transformers only for a single prompt forward that crosses the original context (there
+//! transformers rotates the whole prompt with the long factors).
 
 use super::Real;
 use crate::config::{RopeConfig, RopeScaling};
@@ -19,6 +28,8 @@ pub fn yarn_mscale<F: Real>(scale: F, m: F) -> F {
 #[derive(Debug, Clone)]
 pub struct Rope {
     inv_freq: Vec<f32>,
+    /// LongRoPE: from this position on, these frequencies instead of `inv_freq`.
+    long: Option<(usize, Vec<f32>)>,
     rotary_dim: usize,
     interleaved: bool,
     /// Multiplies cos and sin (YaRN's attention factor; 1 otherwise).
@@ -34,7 +45,7 @@ impl Rope {
         let mut attn_factor = 1.0f32;
         let inv: Vec<f64> = match cfg.scaling {
             RopeScaling::None => base,
-            RopeScaling::Factors { attn_factor: a } => {
+            RopeScaling::Factors { attn_factor: a, .. } => {
                 attn_factor = a;
                 base
             }
@@ -109,6 +120,7 @@ impl Rope {
         };
         Rope {
             inv_freq: inv.iter().map(|&f| f as f32).collect(),
+            long: None,
             rotary_dim: d,
             interleaved: cfg.interleaved,
             attn_factor,
@@ -128,6 +140,19 @@ impl Rope {
         Some(self)
     }
 
+    /// LongRoPE's long factors: from position `from` on, each pair's frequency divided by its
+    /// long factor. Divides the frequencies as they stand, so call it before
+    /// [`with_freq_factors`](Self::with_freq_factors) applies the short ones. `None` when the
+    /// factor count is not the pair count.
+    pub fn with_long_factors(mut self, factors: &[f32], from: usize) -> Option<Self> {
+        if factors.len() != self.inv_freq.len() {
+            return None;
+        }
+        let long = self.inv_freq.iter().zip(factors).map(|(f, k)| f / k);
+        self.long = Some((from, long.collect()));
+        Some(self)
+    }
+
     pub fn rotary_dim(&self) -> usize {
         self.rotary_dim
     }
@@ -136,7 +161,11 @@ impl Rope {
     pub fn apply(&self, x: &mut [f32], n_heads: usize, head_dim: usize, pos: usize) {
         let half = self.rotary_dim / 2;
         let p = pos as f32;
-        for (i, &f) in self.inv_freq.iter().enumerate() {
+        let inv_freq = match &self.long {
+            Some((from, long)) if pos >= *from => long,
+            _ => &self.inv_freq,
+        };
+        for (i, &f) in inv_freq.iter().enumerate() {
             let (s, c) = (p * f).sin_cos();
             let (s, c) = (s * self.attn_factor, c * self.attn_factor);
             for h in 0..n_heads {
@@ -151,5 +180,46 @@ impl Rope {
                 head[b] = xb * c + xa * s;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rotated(rope: &Rope, pos: usize) -> Vec<f32> {
+        let mut x: Vec<f32> = (0..8).map(|i| 0.25 + i as f32).collect();
+        rope.apply(&mut x, 1, 8, pos);
+        x
+    }
+
+    /// Short factors below the original context, long ones from it on; both sets divide the
+    /// unscaled frequencies.
+    #[test]
+    fn long_factors_from_the_original_context_on() {
+        let cfg = RopeConfig {
+            theta: 10_000.0,
+            scaling: RopeScaling::Factors {
+                attn_factor: 1.2,
+                original_max_position: 32,
+            },
+            rotary_dim: 8,
+            interleaved: false,
+        };
+        let (short, long) = ([1.0, 1.5, 2.0, 4.0], [2.0, 3.0, 5.0, 8.0]);
+        let both = Rope::new(&cfg)
+            .with_long_factors(&long, 32)
+            .and_then(|r| r.with_freq_factors(&short))
+            .unwrap();
+        let only_short = Rope::new(&cfg).with_freq_factors(&short).unwrap();
+        let only_long = Rope::new(&cfg).with_freq_factors(&long).unwrap();
+        for pos in [0, 5, 31] {
+            assert_eq!(rotated(&both, pos), rotated(&only_short, pos), "at {pos}");
+        }
+        for pos in [32, 33, 100] {
+            assert_eq!(rotated(&both, pos), rotated(&only_long, pos), "at {pos}");
+        }
+        assert_ne!(rotated(&only_short, 40), rotated(&only_long, 40));
+        assert!(Rope::new(&cfg).with_long_factors(&long[..3], 32).is_none());
     }
 }

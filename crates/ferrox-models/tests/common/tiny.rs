@@ -61,14 +61,25 @@ pub fn check_hf_greedy(arch: &str) {
     check_tiny_greedy(&dir, &dir);
 }
 
-/// Speculative decoding (the seed's prompt lookup, drafts verified in one batched forward)
-/// continues `hf-tiny/{arch}` exactly as plain greedy decoding does, on a prompt whose second
-/// half repeats its first so drafts are proposed and some accepted, some rejected.
+/// [`check_speculative`] on the `hf-tiny/{arch}` checkpoint.
 pub fn check_hf_speculative(arch: &str) {
+    check_speculative(&tiny_reference(arch), &tiny_reference(arch));
+}
+
+/// [`check_speculative`] on `gguf-tiny/{arch}.gguf`.
+pub fn check_gguf_speculative(arch: &str) {
+    check_speculative(&tiny_gguf(arch), &tiny_reference(arch));
+}
+
+/// Speculative decoding (the seed's prompt lookup, drafts verified in one batched forward)
+/// continues `model` exactly as plain greedy decoding does, on a prompt (from `reference`)
+/// whose second half repeats its first so drafts are proposed and some accepted, some
+/// rejected.
+pub fn check_speculative(model: &Path, reference: &Path) {
     use ferrox_models::speculative::{speculative_decode, PromptLookupSpeculator};
-    let dir = fixture(&format!("hf-tiny/{arch}"));
-    let dec = Decoder::load(&dir).unwrap_or_else(|e| panic!("{arch}: {e}"));
-    let input = ids(&read_json(&dir.join("input_ids.json")));
+    let arch = model.display();
+    let dec = Decoder::load(model).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let input = ids(&read_json(&reference.join("input_ids.json")));
     let mut prompt = input.clone();
     prompt.extend_from_slice(&input[..input.len() / 2]);
     let n = 24;
@@ -109,6 +120,49 @@ pub fn check_gguf_logits(arch: &str) {
 /// [`check_tiny_greedy`] on `gguf-tiny/{arch}.gguf` against the `hf-tiny/{arch}` reference.
 pub fn check_gguf_greedy(arch: &str) {
     check_tiny_greedy(&tiny_gguf(arch), &tiny_reference(arch));
+}
+
+/// Both loads describe the same model (the GGUF side reconstructed from llama.cpp's keys).
+pub fn check_gguf_config(arch: &str) {
+    let g = Decoder::load(tiny_gguf(arch)).unwrap_or_else(|e| panic!("{arch}: {e}"));
+    let h = Decoder::load(tiny_reference(arch)).unwrap();
+    let (g, h) = (&g.config, &h.config);
+    assert_eq!(g.moe, h.moe, "{arch}: MoE config");
+    assert_eq!(g.mla, h.mla, "{arch}: MLA config");
+    assert_eq!(g.dsa, h.dsa, "{arch}: DSA config");
+    assert_eq!(g.layer_moe, h.layer_moe, "{arch}: dense/MoE layers");
+    assert_eq!(g.layer_attn, h.layer_attn, "{arch}: attention kinds");
+    assert_eq!(g.no_rope, h.no_rope, "{arch}: NoPE layers");
+    assert_eq!(g.rope.rotary_dim, h.rope.rotary_dim, "{arch}: rotary dim");
+    assert_eq!(g.rope.scaling, h.rope.scaling, "{arch}: rope scaling");
+    assert_eq!(
+        (g.qk_norm, g.qkv_bias, g.post_norms, g.head_dim),
+        (h.qk_norm, h.qkv_bias, h.post_norms, h.head_dim),
+        "{arch}: attention switches"
+    );
+    assert_eq!(
+        (
+            g.embedding_multiplier,
+            g.residual_multiplier,
+            g.logit_divisor
+        ),
+        (
+            h.embedding_multiplier,
+            h.residual_multiplier,
+            h.logit_divisor
+        ),
+        "{arch}: multipliers"
+    );
+    assert_eq!(
+        (g.attn_scale, g.tie_embeddings),
+        (h.attn_scale, h.tie_embeddings),
+        "{arch}: attention scale, tied embeddings"
+    );
+    assert_eq!(
+        (g.o_bias, g.attn_sinks, g.sliding_window, g.activation),
+        (h.o_bias, h.attn_sinks, h.sliding_window, h.activation),
+        "{arch}: output bias, sinks, window, activation"
+    );
 }
 
 /// One module per `module: check` pair, holding a `#[test]` per `name => "fixture"` that calls
