@@ -53,6 +53,37 @@ def chat_once(_):
 with ThreadPoolExecutor(4) as pool:
     out["chat_concurrent"] = list(pool.map(chat_once, range(4)))
 
+# Log-probabilities of a greedy completion, tokens named by id (vLLM's
+# return_tokens_as_token_ids) so the test can recompute them with `ferrox logits`.
+r = client.completions.create(model=model, prompt=prompt, max_tokens=8, temperature=0, logprobs=5,
+                              extra_body={"return_tokens_as_token_ids": True})
+lp = r.choices[0].logprobs
+out["completion_logprobs"] = {"tokens": lp.tokens, "token_logprobs": lp.token_logprobs,
+                              "top_logprobs": lp.top_logprobs}
+r = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0,
+                                   logprobs=True, top_logprobs=3)
+out["chat_logprobs"] = [[e.token, e.logprob, [[t.token, t.logprob] for t in e.top_logprobs]]
+                        for e in r.choices[0].logprobs.content]
+streamed = []
+for c in client.chat.completions.create(model=model, messages=msgs, max_tokens=8, temperature=0,
+                                        logprobs=True, top_logprobs=3, stream=True):
+    for ch in c.choices:
+        if ch.logprobs and ch.logprobs.content:
+            streamed += [[e.token, e.logprob] for e in ch.logprobs.content]
+out["chat_stream_logprobs"] = streamed
+
+# Seeds: two unseeded temperature-1 requests differ; two with one seed are equal.
+def sampled(**kw):
+    r = client.chat.completions.create(model=model, messages=msgs, max_tokens=24, temperature=1.0,
+                                       **kw)
+    return r.choices[0].message.content
+
+
+out["unseeded"] = [sampled(), sampled()]
+out["seeded"] = [sampled(seed=7), sampled(seed=7)]
+r = client.chat.completions.create(model=model, messages=msgs, max_tokens=n, temperature=0, n=2)
+out["n2"] = [c.message.content for c in r.choices]
+
 out["models"] = [m.id for m in client.models.list().data]
 try:
     client.chat.completions.create(model="no-such-model", messages=msgs, max_tokens=1)

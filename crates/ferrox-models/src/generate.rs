@@ -12,7 +12,7 @@ pub use crate::engine::{GenerateParams, StopReason};
 
 use crate::decoder::Decoder;
 use crate::engine::{BatchEngine, JobEnd, Sink};
-use crate::sampling::{Sampler, SamplerConfig};
+use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{SpecStats, Speculation};
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::{TokenId, Tokenizer};
@@ -164,7 +164,7 @@ struct Collect<'o, F> {
 }
 
 impl<F: FnMut(&str) -> bool> Sink for Collect<'_, F> {
-    fn token(&mut self, _: u64, token: usize, text: String) -> bool {
+    fn token(&mut self, _: u64, token: usize, _: Option<TokenLogprob>, text: String) -> bool {
         self.out.tokens.push(token);
         if text.is_empty() {
             return true;

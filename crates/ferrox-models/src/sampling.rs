@@ -1,4 +1,5 @@
-//! Token sampling as a chain of small stages, in this order: repetition / presence / frequency
+//! Token sampling as a chain of small stages, in this order: logit biases (OpenAI's
+//! `logit_bias`, added to the raw logits) → repetition / presence / frequency
 //! penalties over a window of recent tokens (llama.cpp's `penalties` sampler rules) →
 //! temperature → top-k → top-p (nucleus, Holtzman et al. 2019) → min-p (Nguyen et al. 2024) →
 //! a seeded draw. Temperature 0 is greedy (argmax after penalties).
@@ -25,6 +26,9 @@ pub struct SamplerConfig {
     /// How many of the most recent tokens the penalties look at.
     pub penalty_last_n: usize,
     pub seed: u64,
+    /// Added to these tokens' logits before anything else (OpenAI's `logit_bias`; -100 bans
+    /// a token, +100 all but forces it). Ids outside the vocabulary are ignored.
+    pub logit_bias: Vec<(TokenId, f32)>,
 }
 
 impl Default for SamplerConfig {
@@ -39,6 +43,7 @@ impl Default for SamplerConfig {
             frequency_penalty: 0.0,
             penalty_last_n: 64,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -105,7 +110,7 @@ impl Sampler {
     /// Picks the next token from `logits` given the `history` of tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[TokenId]) -> TokenId {
         if self.config.is_greedy() {
-            if !self.penalizes() {
+            if !self.penalizes() && self.config.logit_bias.is_empty() {
                 return argmax(logits);
             }
             let mut l = std::mem::take(&mut self.cands);
@@ -157,8 +162,14 @@ impl Sampler {
                 || cfg.frequency_penalty != 0.0)
     }
 
-    /// Penalties over the last `penalty_last_n` tokens of `history` (in logit space).
+    /// Logit biases, then penalties over the last `penalty_last_n` tokens of `history` (in
+    /// logit space). `c` is indexed by token id here (before any sorting).
     fn penalize(&mut self, c: &mut [Candidate], history: &[TokenId]) {
+        for &(t, b) in &self.config.logit_bias {
+            if let Some(slot) = c.get_mut(t) {
+                slot.1 += b;
+            }
+        }
         if !self.penalizes() {
             return;
         }
@@ -269,6 +280,41 @@ fn renormalize(c: &mut [Candidate]) {
 }
 
 /// Draws from a normalized distribution.
+/// A committed token's log-probability under the model (log-softmax of the raw logits, before
+/// biases, penalties and temperature: what the model said, as OpenAI's and vLLM's default
+/// `logprobs` report it) with the `top` most likely tokens, most likely first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: TokenId,
+    pub logprob: f32,
+    pub top: Vec<(TokenId, f32)>,
+}
+
+/// [`TokenLogprob`] of `token` in `logits`, with the `top` best tokens (ties by lower id).
+pub fn logprob(logits: &[f32], token: TokenId, top: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let log_z = max as f64 + sum.ln();
+    let lp = |t: TokenId| (logits[t] as f64 - log_z) as f32;
+    let mut best: Vec<TokenId> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        // One pass keeping the `top` largest (top is small: OpenAI allows up to 20).
+        for (t, &l) in logits.iter().enumerate() {
+            if best.len() == top && l <= logits[best[top - 1]] {
+                continue;
+            }
+            let at = best.partition_point(|&b| logits[b] >= l);
+            best.insert(at, t);
+            best.truncate(top);
+        }
+    }
+    TokenLogprob {
+        token,
+        logprob: lp(token),
+        top: best.into_iter().map(|t| (t, lp(t))).collect(),
+    }
+}
+
 pub fn draw(c: &[Candidate], rng: &mut Rng) -> TokenId {
     let u = rng.next_f64();
     let mut cum = 0f64;
@@ -283,6 +329,36 @@ pub fn draw(c: &[Candidate], rng: &mut Rng) -> TokenId {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn logprob_is_log_softmax_with_sorted_top() {
+        let logits = [1.0f32, 3.0, -2.0, 3.0, 0.5];
+        let z: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
+        let got = logprob(&logits, 4, 3);
+        assert!((got.logprob as f64 - (0.5 - z.ln())).abs() < 1e-6);
+        let ids: Vec<usize> = got.top.iter().map(|t| t.0).collect();
+        assert_eq!(ids, vec![1, 3, 0], "descending, ties by lower id");
+        assert!(got.top.windows(2).all(|w| w[0].1 >= w[1].1));
+        assert!(logprob(&logits, 2, 0).top.is_empty());
+    }
+
+    #[test]
+    fn logit_bias_bans_and_forces() {
+        let logits = [1.0f32, 3.0, 2.0];
+        let mut s = Sampler::new(SamplerConfig {
+            logit_bias: vec![(1, -100.0)],
+            ..SamplerConfig::greedy()
+        });
+        assert_eq!(s.sample(&logits, &[]), 2);
+        let mut s = Sampler::new(SamplerConfig {
+            logit_bias: vec![(0, 100.0), (99, 5.0)],
+            seed: 7,
+            ..SamplerConfig::default()
+        });
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits, &[]), 0);
+        }
+    }
     use super::*;
 
     fn logits() -> Vec<f32> {

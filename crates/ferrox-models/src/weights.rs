@@ -452,3 +452,59 @@ impl WeightSource for GgufSource {
         self.file.tensors().iter().map(|t| t.name.clone()).collect()
     }
 }
+
+/// Splits a tensor's rows (flattened over all but the last dim) into `parts` equal matrices.
+pub fn split_rows(t: &TensorRef, parts: usize) -> Result<Vec<WeightMatrix>, LoadError> {
+    let cols = *t.shape.last().unwrap_or(&1);
+    let rows = t.numel() / cols.max(1);
+    if parts == 0 || !rows.is_multiple_of(parts) {
+        return Err(LoadError::Tensor {
+            name: t.name.clone(),
+            msg: format!("{rows} rows do not split into {parts} parts"),
+        });
+    }
+    split_rows_at(t, &vec![rows / parts; parts])
+}
+
+/// Splits a tensor's rows (flattened over all but the last dim) into matrices of `sizes` rows,
+/// zero-copy in the stored layout.
+pub fn split_rows_at(t: &TensorRef, sizes: &[usize]) -> Result<Vec<WeightMatrix>, LoadError> {
+    let err = |msg: String| LoadError::Tensor {
+        name: t.name.clone(),
+        msg,
+    };
+    let cols = *t.shape.last().unwrap_or(&1);
+    let rows = t.numel() / cols.max(1);
+    if sizes.iter().sum::<usize>() != rows {
+        return Err(err(format!("{rows} rows do not split into {sizes:?}")));
+    }
+    let rb =
+        t.ty.row_bytes(cols)
+            .ok_or_else(|| err(format!("{cols} columns do not fit {:?} blocks", t.ty)))?;
+    let mut start = 0;
+    sizes
+        .iter()
+        .map(|&per| {
+            let bytes = t
+                .data
+                .slice(start * rb, per * rb)
+                .ok_or_else(|| err("data shorter than its shape".into()))?;
+            start += per;
+            WeightMatrix::new(t.ty, per, cols, bytes).map_err(|e| err(e.to_string()))
+        })
+        .collect()
+}
+
+/// Resolves table dimensions against a config.
+pub fn resolver(cfg: &crate::config::ModelConfig) -> impl Fn(Dim) -> usize + '_ {
+    move |d| match d {
+        Dim::Hidden => cfg.hidden_dim,
+        Dim::Vocab => cfg.vocab_size,
+        Dim::QDim => cfg.n_heads * cfg.head_dim,
+        Dim::KvDim => cfg.n_kv_heads * cfg.head_dim,
+        Dim::HeadDim => cfg.head_dim,
+        Dim::Ffn => cfg.ffn_dim,
+        Dim::Fixed(n) => n,
+        Dim::Of(f) => f(cfg),
+    }
+}

@@ -5,7 +5,7 @@
 use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{AdmitError, BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
-use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::collections::HashMap;
 
@@ -37,6 +37,7 @@ fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
         },
         max_tokens: max,
         stop: vec!["\n\n\n".into()],
+        logprobs: Some(2),
     }
 }
 
@@ -56,18 +57,22 @@ fn alone(
     (out.text, out.stop)
 }
 
+/// Each prompt's text and stop, and the log-probabilities of its tokens.
+type Outcome = (Vec<(String, StopReason)>, Vec<Vec<TokenLogprob>>);
+
 fn batched(
     dec: &Decoder,
     tok: &Tokenizer,
     prompts: &[Vec<usize>],
     p: &BatchParams,
     max_draft: usize,
-) -> Vec<(String, StopReason)> {
+) -> Outcome {
     let mut eng = BatchEngine::new(dec, tok, 3, 512);
     eng.max_draft = max_draft;
     eng.prefill_chunk = 16;
     let mut text: HashMap<u64, String> = HashMap::new();
     let mut done: HashMap<u64, StopReason> = HashMap::new();
+    let mut lps: HashMap<u64, Vec<TokenLogprob>> = HashMap::new();
     let mut waiting: Vec<u64> = (0..prompts.len() as u64).collect();
     let mut step = 0;
     while done.len() < prompts.len() {
@@ -82,6 +87,7 @@ fn batched(
             }
         }
         eng.step(|id, ev| match ev {
+            BatchEvent::Logprob(l) => lps.entry(id).or_default().push(l),
             BatchEvent::Text(t) => text.entry(id).or_default().push_str(&t),
             BatchEvent::Done { stop, .. } => {
                 done.insert(id, stop);
@@ -90,9 +96,13 @@ fn batched(
         step += 1;
         assert!(step < 10_000, "engine does not finish");
     }
-    (0..prompts.len() as u64)
-        .map(|id| (text.remove(&id).unwrap_or_default(), done[&id]))
-        .collect()
+    let ids = 0..prompts.len() as u64;
+    (
+        ids.clone()
+            .map(|id| (text.remove(&id).unwrap_or_default(), done[&id]))
+            .collect(),
+        ids.map(|id| lps.remove(&id).unwrap_or_default()).collect(),
+    )
 }
 
 #[test]
@@ -102,9 +112,19 @@ fn batched_generation_equals_a_lone_session() {
     for (temp, seed) in [(0.0, 0), (0.9, 42)] {
         let p = params(temp, seed, 40);
         let want: Vec<_> = prompts.iter().map(|q| alone(&dec, &tok, q, &p)).collect();
+        let mut plain_lps = None;
         for draft in [0, 8] {
-            let got = batched(&dec, &tok, &prompts, &p, draft);
+            let (got, lps) = batched(&dec, &tok, &prompts, &p, draft);
             assert_eq!(got, want, "temperature {temp}, max draft {draft}");
+            // One log-probability per committed token, the same bits with drafts as without.
+            for (l, (text, _)) in lps.iter().zip(&got) {
+                assert!(!l.is_empty() || text.is_empty());
+                assert!(l.iter().all(|t| t.top.len() == 2 && t.logprob <= 0.0));
+            }
+            match &plain_lps {
+                None => plain_lps = Some(lps),
+                Some(p) => assert_eq!(p, &lps, "temperature {temp}: log-probabilities"),
+            }
         }
     }
 }

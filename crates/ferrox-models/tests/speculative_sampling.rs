@@ -34,6 +34,7 @@ fn config(seed: u64) -> SamplerConfig {
         frequency_penalty: 0.05,
         penalty_last_n: 8,
         seed,
+        logit_bias: vec![(3, 1.5), (5, -2.0)],
     }
 }
 

@@ -95,6 +95,21 @@ pub struct CommonParams {
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
+    /// Chat: `true` for per-token log-probabilities; completions: the number of alternatives.
+    pub logprobs: Option<Value>,
+    /// Chat: alternatives per token (0–20), with `logprobs: true`.
+    pub top_logprobs: Option<i64>,
+    /// Token id (as a string) → bias in [-100, 100] added to its logit.
+    pub logit_bias: Option<serde_json::Map<String, Value>>,
+    /// llama-server's repetition penalty (1 = off) and its window (`repeat_last_n`; -1 = the
+    /// context).
+    pub repeat_penalty: Option<f32>,
+    pub repeat_last_n: Option<i64>,
+    /// vLLM's: log-probability tokens as `token_id:N` instead of their text.
+    pub return_tokens_as_token_ids: Option<bool>,
+    /// Fields not named above, checked by `http::params` (refused unless known harmless).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -147,7 +162,7 @@ pub struct ErrorDetail {
     pub message: String,
     #[serde(rename = "type")]
     pub kind: &'static str,
-    pub param: Option<&'static str>,
+    pub param: Option<String>,
     pub code: Option<&'static str>,
 }
 

@@ -12,6 +12,26 @@ use std::time::Instant;
 use crate::api::ChatMessage;
 use ferrox_tokenizer::TokenId;
 
+/// The sampler a request gets for the fields it leaves out: llama.cpp's defaults (as
+/// llama-server applies them to OpenAI requests), the same as `ferrox run`'s flags (a test in
+/// ferrox-cli keeps them equal to `SamplerConfig::default()`). `logit_bias`, penalties off.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingDefaults {
+    pub temperature: f32,
+    pub top_k: usize,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_last_n: usize,
+}
+
+pub const DEFAULT_SAMPLING: SamplingDefaults = SamplingDefaults {
+    temperature: 0.8,
+    top_k: 40,
+    top_p: 0.95,
+    min_p: 0.05,
+    repeat_last_n: 64,
+};
+
 /// Sampling and length settings of one request, already validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenParams {
@@ -23,13 +43,23 @@ pub struct GenParams {
     pub min_p: f32,
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
+    /// 1 = off; over the last `repeat_last_n` tokens (as are the other penalties).
+    pub repeat_penalty: f32,
+    pub repeat_last_n: usize,
     pub seed: u64,
+    pub logit_bias: Vec<(TokenId, f32)>,
+    /// Report each token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
+    /// Name log-probability tokens `token_id:N` (vLLM's `return_tokens_as_token_ids`).
+    pub tokens_as_ids: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReason {
     Stop,
     Length,
+    /// The engine failed (the request gets a 5xx, or an SSE error event mid-stream).
+    Error,
 }
 
 impl FinishReason {
@@ -37,8 +67,18 @@ impl FinishReason {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::Error => "error",
         }
     }
+}
+
+/// One token's log-probability as the API reports it: its text and bytes, with alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    pub top: Vec<(String, Vec<u8>, f32)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +124,8 @@ pub trait Backend: Send + Sync + 'static {
         Vec::new()
     }
     fn ctx_size(&self) -> usize;
+    /// Token ids run from 0 to this (exclusive).
+    fn vocab_size(&self) -> usize;
     /// Prompt tokens of a chat (rendered through the model's chat template).
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError>;
     /// Prompt tokens of a plain completion.
@@ -97,8 +139,12 @@ pub trait Backend: Send + Sync + 'static {
 /// What a running generation reports to its HTTP handler.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// A committed token's log-probability (before the text it releases).
+    Logprob(TokenLogprob),
     Text(String),
     Done(GenSummary),
+    /// The generation could not run or continue; nothing follows.
+    Failed(String),
 }
 
 pub struct Job {
@@ -203,10 +249,16 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
             engine.step(&mut |id, ev| {
                 let Some(tx) = running.get(&id) else { return };
                 match ev {
-                    Event::Text(t) => {
-                        if tx.send(Event::Text(t)).is_err() {
+                    Event::Text(_) | Event::Logprob(_) => {
+                        if tx.send(ev).is_err() {
                             gone.push(id);
                         }
+                    }
+                    Event::Failed(msg) => {
+                        m.errors.fetch_add(1, Ordering::Relaxed);
+                        let _ = tx.send(Event::Failed(msg));
+                        running.remove(&id);
+                        m.busy_slots.fetch_sub(1, Ordering::SeqCst);
                     }
                     Event::Done(summary) => {
                         m.completion_tokens
@@ -231,13 +283,11 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
                 running.len()
             );
             for (_, tx) in running.drain() {
-                m.cancelled.fetch_add(1, Ordering::Relaxed);
+                m.errors.fetch_add(1, Ordering::Relaxed);
                 m.busy_slots.fetch_sub(1, Ordering::SeqCst);
-                let _ = tx.send(Event::Done(GenSummary {
-                    finish: FinishReason::Stop,
-                    completion_tokens: 0,
-                    cancelled: true,
-                }));
+                let _ = tx.send(Event::Failed(
+                    "the engine failed while generating; the request was ended".into(),
+                ));
             }
             gone.clear();
             engine = backend.new_engine(parallel);
@@ -281,11 +331,9 @@ fn admit_waiting(
             Err(e) => {
                 tracing::warn!("request refused by the engine: {e}");
                 m.errors.fetch_add(1, Ordering::Relaxed);
-                let _ = job.events.send(Event::Done(GenSummary {
-                    finish: FinishReason::Length,
-                    completion_tokens: 0,
-                    cancelled: false,
-                }));
+                let _ = job.events.send(Event::Failed(format!(
+                    "the engine refused the request: {e}"
+                )));
             }
         }
     }

@@ -113,7 +113,31 @@ async fn bad_chat_fields() {
             400,
             "at least 1",
         ),
-        ("n > 1", chat(json!({"n": 2})), 400, "n = 2"),
+        ("n too large", chat(json!({"n": 9})), 400, "n = 9"),
+        (
+            "unsupported parameter",
+            chat(json!({"tools": []})),
+            400,
+            "unsupported parameter `tools`",
+        ),
+        (
+            "logit_bias outside the vocabulary",
+            chat(json!({"logit_bias": {"300": 1}})),
+            400,
+            "outside the vocabulary",
+        ),
+        (
+            "logit_bias too strong",
+            chat(json!({"logit_bias": {"3": 101}})),
+            400,
+            "[-100, 100]",
+        ),
+        (
+            "top_logprobs without logprobs",
+            chat(json!({"top_logprobs": 2})),
+            400,
+            "top_logprobs",
+        ),
         (
             "temperature",
             chat(json!({"temperature": 7})),

@@ -16,16 +16,16 @@ use std::io::Write;
 #[derive(clap::Args, Clone)]
 pub struct GenFlags {
     /// Temperature (0 = greedy).
-    #[arg(long = "temp", default_value_t = 0.8)]
+    #[arg(long = "temp", default_value_t = SamplerConfig::default().temperature)]
     pub temp: f32,
     /// Top-k (0 = off).
-    #[arg(long = "top-k", default_value_t = 40)]
+    #[arg(long = "top-k", default_value_t = SamplerConfig::default().top_k)]
     pub top_k: usize,
     /// Top-p (1 = off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    #[arg(long = "top-p", default_value_t = SamplerConfig::default().top_p)]
     pub top_p: f32,
     /// Min-p (0 = off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
+    #[arg(long = "min-p", default_value_t = SamplerConfig::default().min_p)]
     pub min_p: f32,
     /// Repetition penalty over the last 64 tokens (1 = off).
     #[arg(long = "repeat-penalty", default_value_t = 1.0)]

@@ -10,7 +10,7 @@ use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
 use ferrox_server::api::ChatMessage;
 use ferrox_server::backend::{
-    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
+    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary, TokenLogprob,
 };
 use ferrox_tokenizer::template::{render_prompt, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
@@ -59,6 +59,9 @@ struct ModelBackend {
 
 struct ModelEngine {
     engine: BatchEngine<'static>,
+    tokenizer: &'static Tokenizer,
+    /// Generations whose log-probability tokens are named by id.
+    tokens_as_ids: std::collections::HashSet<u64>,
 }
 
 impl Backend for ModelBackend {
@@ -70,6 +73,10 @@ impl Backend for ModelBackend {
     }
     fn ctx_size(&self) -> usize {
         self.ctx
+    }
+    fn vocab_size(&self) -> usize {
+        // Ids the model has logits for (the tokenizer may list fewer).
+        self.decoder.vocab_size()
     }
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError> {
         let msgs: Vec<Message> = messages
@@ -100,7 +107,11 @@ impl Backend for ModelBackend {
         if self.no_spec {
             engine.max_draft = 0;
         }
-        Box::new(ModelEngine { engine })
+        Box::new(ModelEngine {
+            engine,
+            tokenizer: self.tokenizer,
+            tokens_as_ids: Default::default(),
+        })
     }
 }
 
@@ -120,33 +131,74 @@ impl Engine for ModelEngine {
                 min_p: p.min_p,
                 presence_penalty: p.presence_penalty,
                 frequency_penalty: p.frequency_penalty,
+                repeat_penalty: p.repeat_penalty,
+                penalty_last_n: p.repeat_last_n,
                 seed: p.seed,
-                ..SamplerConfig::default()
+                logit_bias: p.logit_bias.clone(),
             },
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
+            logprobs: p.logprobs,
         };
         self.engine
             .admit(id, prompt, &params)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        if p.tokens_as_ids {
+            self.tokens_as_ids.insert(id);
+        }
+        Ok(())
     }
     fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
+        let (tok, by_id) = (self.tokenizer, &mut self.tokens_as_ids);
         self.engine.step(|id, ev| match ev {
+            BatchEvent::Logprob(l) => {
+                let as_id = by_id.contains(&id);
+                let piece = |t: TokenId| {
+                    let b = tok.token_to_piece(t).to_vec();
+                    let s = match as_id {
+                        true => format!("token_id:{t}"),
+                        false => String::from_utf8_lossy(&b).into_owned(),
+                    };
+                    (s, b)
+                };
+                let (token, bytes) = piece(l.token);
+                let top = l
+                    .top
+                    .iter()
+                    .map(|&(t, lp)| {
+                        let (s, b) = piece(t);
+                        (s, b, lp)
+                    })
+                    .collect();
+                events(
+                    id,
+                    Event::Logprob(TokenLogprob {
+                        token,
+                        bytes,
+                        logprob: l.logprob,
+                        top,
+                    }),
+                )
+            }
             BatchEvent::Text(t) => events(id, Event::Text(t)),
-            BatchEvent::Done { stop, tokens } => events(
-                id,
-                Event::Done(GenSummary {
-                    finish: match stop {
-                        StopReason::MaxTokens | StopReason::Context => FinishReason::Length,
-                        _ => FinishReason::Stop,
-                    },
-                    completion_tokens: tokens,
-                    cancelled: stop == StopReason::Cancelled,
-                }),
-            ),
+            BatchEvent::Done { stop, tokens } => {
+                by_id.remove(&id);
+                events(
+                    id,
+                    Event::Done(GenSummary {
+                        finish: match stop {
+                            StopReason::MaxTokens | StopReason::Context => FinishReason::Length,
+                            _ => FinishReason::Stop,
+                        },
+                        completion_tokens: tokens,
+                        cancelled: stop == StopReason::Cancelled,
+                    }),
+                )
+            }
         });
     }
     fn cancel(&mut self, id: u64) {
+        self.tokens_as_ids.remove(&id);
         self.engine.cancel(id);
     }
     fn spec_counts(&self) -> (u64, u64) {
@@ -213,4 +265,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ferrox_server::serve(listener, backend, args.parallel, args.queue, options).await?;
         anyhow::Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrox_server::backend::DEFAULT_SAMPLING;
+
+    /// A request that names no sampler settings samples as `ferrox run` does by default.
+    #[test]
+    fn server_and_cli_default_samplers_agree() {
+        let c = SamplerConfig::default();
+        let d = DEFAULT_SAMPLING;
+        assert_eq!(
+            (c.temperature, c.top_k, c.top_p, c.min_p, c.penalty_last_n),
+            (d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_last_n)
+        );
+    }
 }

@@ -19,7 +19,7 @@ mod stop;
 pub use stop::{GenerateParams, StopReason};
 
 use crate::decoder::{Decoder, SeqBatch};
-use crate::sampling::{Sampler, SamplerConfig};
+use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
@@ -33,12 +33,20 @@ pub struct BatchParams {
     pub sampler: SamplerConfig,
     pub max_tokens: usize,
     pub stop: Vec<String>,
+    /// Report each committed token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum BatchEvent {
+    /// A committed token's log-probability (before the text it releases, which stop strings
+    /// may hold back).
+    Logprob(TokenLogprob),
     Text(String),
-    Done { stop: StopReason, tokens: usize },
+    Done {
+        stop: StopReason,
+        tokens: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,8 +85,9 @@ pub(crate) struct JobEnd {
 
 /// Where a step's results go.
 pub(crate) trait Sink {
-    /// A committed token and the text it releases; false cancels the generation after it.
-    fn token(&mut self, id: u64, token: usize, text: String) -> bool;
+    /// A committed token (with its log-probability when asked for) and the text it releases;
+    /// false cancels the generation after it.
+    fn token(&mut self, id: u64, token: usize, lp: Option<TokenLogprob>, text: String) -> bool;
     fn done(&mut self, id: u64, end: JobEnd);
 }
 
@@ -187,6 +196,9 @@ impl<'m> BatchEngine<'m> {
             ignore_eog: false,
         };
         self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &limits);
+        if let Some(job) = self.slots[slot].job.as_mut() {
+            job.logprobs = p.logprobs;
+        }
         Ok(())
     }
 
@@ -232,6 +244,7 @@ impl<'m> BatchEngine<'m> {
             first_logit_row: 0,
             prompt_tokens: prompt.len() - fed,
             prompt_secs: 0.0,
+            logprobs: None,
         });
     }
 
@@ -340,7 +353,10 @@ impl<'m> BatchEngine<'m> {
 struct Events<F>(F);
 
 impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
-    fn token(&mut self, id: u64, _: usize, text: String) -> bool {
+    fn token(&mut self, id: u64, _: usize, lp: Option<TokenLogprob>, text: String) -> bool {
+        if let Some(lp) = lp {
+            (self.0)(id, BatchEvent::Logprob(lp));
+        }
         if !text.is_empty() {
             (self.0)(id, BatchEvent::Text(text));
         }

@@ -5,7 +5,7 @@
 use super::stop::{StopReason, StopRules};
 use super::{JobEnd, Sink};
 use crate::decoder::SeqBatch;
-use crate::sampling::Sampler;
+use crate::sampling::{logprob, Sampler, TokenLogprob};
 use crate::speculative::{verify_rows, Speculation};
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
@@ -26,6 +26,8 @@ pub(super) struct Job<'t> {
     /// Prompt tokens evaluated and the forward time they took.
     pub prompt_tokens: usize,
     pub prompt_secs: f64,
+    /// Alternatives to report with each committed token's log-probability; `None`: none.
+    pub logprobs: Option<usize>,
 }
 
 pub(super) struct Slot<'t> {
@@ -159,15 +161,16 @@ impl<'t> Slot<'t> {
         // Every input row after the fed token is a draft token.
         let n_draft = if decoding { job.input.len() - 1 } else { 0 };
         let draft = &job.input[job.input.len() - n_draft..];
-        let (id, rules) = (job.id, &mut job.rules);
+        let (id, rules, top) = (job.id, &mut job.rules, job.logprobs);
         let mut stop = None;
         let verdict = verify_rows(
             logits.chunks_exact(vocab),
             draft,
             &mut job.sampler,
             &self.history,
-            |tok| {
-                stop = push_token(rules, id, tok, sink);
+            |tok, row| {
+                let lp = top.map(|n| logprob(row, tok, n));
+                stop = push_token(rules, id, tok, lp, sink);
                 stop.is_none()
             },
         );
@@ -219,12 +222,13 @@ fn push_token(
     rules: &mut StopRules<'_>,
     id: u64,
     tok: usize,
+    lp: Option<TokenLogprob>,
     sink: &mut impl Sink,
 ) -> Option<StopReason> {
     let (text, stop) = rules.push(tok);
     if matches!(stop, Some(StopReason::MaxTokens | StopReason::Eog)) {
         return stop;
     }
-    let keep_going = sink.token(id, tok, text);
+    let keep_going = sink.token(id, tok, lp, text);
     stop.or((!keep_going).then_some(StopReason::Cancelled))
 }

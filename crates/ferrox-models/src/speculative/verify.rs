@@ -17,8 +17,9 @@ pub struct Verdict {
 /// The one verification loop. `rows[i]` are the logits after `context[..base + i]`, where
 /// `context` ends with the fed token followed by `draft` and `base = context.len() -
 /// draft.len()`. Row by row the sampler draws its own token `x`, exactly as plain decoding
-/// would (same history, same random draw), hands it to `commit` (stop rules, streaming; false
-/// stops here), and the draft token is kept iff it equals `x`.
+/// would (same history, same random draw), hands it with its row to `commit` (stop rules,
+/// streaming, log-probabilities; false stops here), and the draft token is kept iff it equals
+/// `x`.
 ///
 /// With `p` the sampler's final distribution at a row, a draft token `t` is then accepted with
 /// probability `p(t)`, and after a rejection `x` is distributed as `p` without `t`,
@@ -32,7 +33,7 @@ pub fn verify_rows<'r>(
     draft: &[TokenId],
     sampler: &mut Sampler,
     context: &[usize],
-    mut commit: impl FnMut(usize) -> bool,
+    mut commit: impl FnMut(usize, &[f32]) -> bool,
 ) -> Verdict {
     let base = context.len() - draft.len();
     let mut rows = rows.into_iter();
@@ -41,7 +42,7 @@ pub fn verify_rows<'r>(
             .next()
             .expect("verify needs one logits row per draft token plus one");
         let x = sampler.sample(row, &context[..base + i]);
-        if !commit(x) {
+        if !commit(x, row) {
             return Verdict {
                 accepted: i,
                 next: None,
@@ -81,7 +82,7 @@ pub fn verify<R: AsRef<[f32]>>(
         draft,
         sampler,
         &context,
-        |x| {
+        |x, _| {
             out.push(x);
             true
         },

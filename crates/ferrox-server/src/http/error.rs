@@ -43,8 +43,8 @@ impl ApiError {
     pub(super) fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
-    pub(super) fn param(mut self, p: &'static str) -> ApiError {
-        self.body.error.param = Some(p);
+    pub(super) fn param(mut self, p: impl Into<String>) -> ApiError {
+        self.body.error.param = Some(p.into());
         self
     }
     pub(super) fn code(mut self, c: &'static str) -> ApiError {

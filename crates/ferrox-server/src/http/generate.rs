@@ -7,17 +7,15 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use ferrox_tokenizer::TokenId;
-use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::error::{check_auth, parse_body};
 use super::params::validate;
+use super::response::{collect_response, Meta};
 use super::stream::stream_response;
 use super::{new_id, unix_now, ApiError, AppState, Shared};
-use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField, Usage};
-use crate::backend::{Event, GenParams, GenSummary, Job, SubmitError};
+use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField};
+use crate::backend::{GenParams, Job, SubmitError};
 
 #[derive(Clone, Copy)]
 pub(super) enum Kind {
@@ -51,7 +49,7 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             .backend
             .chat_prompt(&req.messages)
             .map_err(|e| ApiError::bad(e.to_string()).param("messages"))?;
-        let params = validate(&s, &req.common, prompt.len())?;
+        let params = validate(&s, Kind::Chat, &req.common, prompt.len())?;
         start(&s, Kind::Chat, &req.common, prompt, params).await
     }
     .await;
@@ -77,7 +75,7 @@ pub(super) async fn completions(
             return Err(ApiError::bad("the prompt is empty").param("prompt"));
         }
         let prompt = s.backend.text_prompt(&text);
-        let params = validate(&s, &req.common, prompt.len())?;
+        let params = validate(&s, Kind::Completion, &req.common, prompt.len())?;
         start(&s, Kind::Completion, &req.common, prompt, params).await
     }
     .await;
@@ -101,22 +99,33 @@ async fn start(
     prompt: Vec<TokenId>,
     params: GenParams,
 ) -> Result<Response, ApiError> {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let prompt_tokens = prompt.len();
-    s.scheduler
-        .submit(Job {
-            prompt,
-            params,
-            events: tx,
-        })
-        .map_err(|SubmitError::QueueFull| {
-            let mut e = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the server is busy; retry shortly",
-            );
-            e.retry_after = Some(1);
-            e
-        })?;
+    let want_logprobs = params.logprobs.is_some();
+    // `n` choices are `n` generations of the same prompt; the engine shares the prompt's keys
+    // and values between them. Seeds differ per choice (a given seed still reproduces).
+    let n = c.n.unwrap_or(1).max(1) as usize;
+    let mut rxs = Vec::with_capacity(n);
+    for i in 0..n {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut params = params.clone();
+        params.seed = params.seed.wrapping_add(i as u64);
+        // A refusal drops the receivers already made: their jobs are cancelled unrun.
+        s.scheduler
+            .submit(Job {
+                prompt: prompt.clone(),
+                params,
+                events: tx,
+            })
+            .map_err(|SubmitError::QueueFull| {
+                let mut e = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the server is busy; retry shortly",
+                );
+                e.retry_after = Some(1);
+                e
+            })?;
+        rxs.push(rx);
+    }
     let m = &s.scheduler.metrics;
     m.requests.fetch_add(1, Ordering::Relaxed);
     m.prompt_tokens
@@ -131,94 +140,11 @@ async fn start(
         kind,
         prompt_tokens,
         include_usage: c.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        want_logprobs,
     };
     if c.stream {
-        Ok(stream_response(meta, rx).into_response())
+        Ok(stream_response(meta, rxs).into_response())
     } else {
-        Ok(collect_response(meta, rx).await)
+        Ok(collect_response(meta, rxs).await)
     }
-}
-
-/// What every response or chunk of one generation repeats.
-pub(super) struct Meta {
-    id: String,
-    created: u64,
-    model: String,
-    pub(super) kind: Kind,
-    prompt_tokens: usize,
-    pub(super) include_usage: bool,
-}
-
-impl Meta {
-    pub(super) fn usage(&self, s: &GenSummary) -> Value {
-        serde_json::to_value(Usage::new(self.prompt_tokens, s.completion_tokens))
-            .unwrap_or(Value::Null)
-    }
-
-    /// One streamed chunk; `delta` is text (None for the role or final chunk).
-    pub(super) fn chunk(&self, first: bool, text: Option<&str>, finish: Option<&str>) -> Value {
-        let mut v = match self.kind {
-            Kind::Chat => {
-                let mut delta = serde_json::Map::new();
-                if first {
-                    delta.insert("role".into(), json!("assistant"));
-                }
-                if let Some(t) = text {
-                    delta.insert("content".into(), json!(t));
-                }
-                json!({
-                    "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                    "model": self.model, "system_fingerprint": "ferrox",
-                    "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-                })
-            }
-            Kind::Completion => json!({
-                "id": self.id, "object": "text_completion", "created": self.created,
-                "model": self.model, "system_fingerprint": "ferrox",
-                "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}],
-            }),
-        };
-        if self.include_usage {
-            v["usage"] = Value::Null;
-        }
-        v
-    }
-}
-
-async fn collect_response(meta: Meta, mut rx: UnboundedReceiver<Event>) -> Response {
-    let mut text = String::new();
-    let mut summary = None;
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            Event::Text(t) => text.push_str(&t),
-            Event::Done(s) => {
-                summary = Some(s);
-                break;
-            }
-        }
-    }
-    let Some(summary) = summary else {
-        return ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "generation ended unexpectedly",
-        )
-        .into_response();
-    };
-    let finish = summary.finish.as_str();
-    let body = match meta.kind {
-        Kind::Chat => json!({
-            "id": meta.id, "object": "chat.completion", "created": meta.created, "model": meta.model,
-            "system_fingerprint": "ferrox",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null},
-                         "logprobs": null, "finish_reason": finish}],
-            "usage": meta.usage(&summary),
-        }),
-        Kind::Completion => json!({
-            "id": meta.id, "object": "text_completion", "created": meta.created, "model": meta.model,
-            "system_fingerprint": "ferrox",
-            "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": finish}],
-            "usage": meta.usage(&summary),
-        }),
-    };
-    Json(body).into_response()
 }

@@ -5,6 +5,7 @@ mod error;
 mod generate;
 mod metrics;
 mod params;
+mod response;
 mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};

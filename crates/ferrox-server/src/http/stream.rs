@@ -1,5 +1,8 @@
-//! The SSE form of a generation: a role chunk (chat), one chunk per piece of text, the
-//! finish chunk, the usage chunk when asked for, then `[DONE]`.
+//! The SSE form of a request's generations: per choice a role chunk (chat), one chunk per
+//! piece of text (with the log-probabilities of its tokens), the finish chunk; then the usage
+//! chunk when asked for, then `[DONE]`. With `n` > 1 the choices' chunks interleave as their
+//! tokens come, each carrying its `index` (OpenAI's streaming format). An engine failure is an
+//! OpenAI-format error event followed by `finish_reason: "error"` for that choice.
 
 use std::convert::Infallible;
 
@@ -8,75 +11,137 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::generate::{Kind, Meta};
-use crate::backend::{Event, GenSummary};
+use super::generate::Kind;
+use super::response::Meta;
+use crate::backend::{Event, FinishReason, TokenLogprob};
+
+/// One choice's progress in the stream.
+#[derive(Default)]
+struct ChoiceState {
+    /// Log-probabilities arrive before the text of their tokens (which stop strings may hold
+    /// back); they ride on the choice's next chunk.
+    pending: Vec<TokenLogprob>,
+    /// Text streamed so far (completions' `text_offset`).
+    text_len: usize,
+}
+
+/// Everything the stream carries between events.
+struct St {
+    meta: Meta,
+    choices: Vec<ChoiceState>,
+    completion_tokens: usize,
+}
+
+fn data(v: Value) -> SseEvent {
+    SseEvent::default().data(v.to_string())
+}
+
+/// One choice's events, tagged with its index, ending with `None` (the channel closed early).
+fn tagged(
+    index: usize,
+    rx: UnboundedReceiver<Event>,
+) -> impl Stream<Item = (usize, Option<Event>)> {
+    stream::unfold(Some(rx), move |rx| async move {
+        let mut rx = rx?;
+        match rx.recv().await {
+            Some(ev @ (Event::Done(_) | Event::Failed(_))) => Some(((index, Some(ev)), None)),
+            Some(ev) => Some(((index, Some(ev)), Some(rx))),
+            None => Some(((index, None), None)),
+        }
+    })
+}
+
+impl St {
+    /// The SSE events one generation event becomes.
+    fn on(&mut self, index: usize, ev: Option<Event>) -> Vec<SseEvent> {
+        let (meta, c) = (&self.meta, &mut self.choices[index]);
+        match ev {
+            Some(Event::Logprob(l)) => {
+                c.pending.push(l);
+                Vec::new()
+            }
+            Some(Event::Text(t)) => {
+                let lps = meta.logprobs(&c.pending, c.text_len);
+                c.pending.clear();
+                c.text_len += t.len();
+                vec![data(meta.chunk(index, false, Some(&t), lps, None))]
+            }
+            Some(Event::Done(summary)) => {
+                self.completion_tokens += summary.completion_tokens;
+                let lps = if c.pending.is_empty() {
+                    Value::Null
+                } else {
+                    meta.logprobs(&c.pending, c.text_len)
+                };
+                let fin = summary.finish.as_str();
+                vec![data(meta.chunk(index, false, None, lps, Some(fin)))]
+            }
+            Some(Event::Failed(msg)) => failed(meta, index, &msg),
+            None => failed(meta, index, "generation ended unexpectedly"),
+        }
+    }
+}
+
+/// An engine failure mid-stream: an OpenAI-format error event, then the choice finishes with
+/// `finish_reason: "error"`.
+fn failed(meta: &Meta, index: usize, msg: &str) -> Vec<SseEvent> {
+    vec![
+        data(
+            json!({"error": {"message": msg, "type": "server_error", "param": null, "code": null}}),
+        ),
+        data(meta.chunk(
+            index,
+            false,
+            None,
+            Value::Null,
+            Some(FinishReason::Error.as_str()),
+        )),
+    ]
+}
 
 pub(super) fn stream_response(
     meta: Meta,
-    rx: UnboundedReceiver<Event>,
+    rxs: Vec<UnboundedReceiver<Event>>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    enum St {
-        Start,
-        Running,
-        Usage(GenSummary),
-        Done,
-        End,
-    }
-    let data = |v: Value| SseEvent::default().data(v.to_string());
-    let s = stream::unfold((St::Start, rx, meta), move |(st, rx, meta)| async move {
-        match st {
-            St::Start => {
-                let ev = match meta.kind {
-                    Kind::Chat => data(meta.chunk(true, Some(""), None)),
-                    Kind::Completion => {
-                        // Completions have no role chunk; go straight to text.
-                        return next_text(rx, meta).await;
-                    }
-                };
-                Some((vec![ev], (St::Running, rx, meta)))
+    let n = rxs.len();
+    // Chat streams open every choice with its role chunk; completions go straight to text.
+    let opening: Vec<SseEvent> = match meta.kind {
+        Kind::Chat => (0..n)
+            .map(|i| data(meta.chunk(i, true, Some(""), Value::Null, None)))
+            .collect(),
+        Kind::Completion => Vec::new(),
+    };
+    let events = stream::select_all(
+        rxs.into_iter()
+            .enumerate()
+            .map(|(i, rx)| tagged(i, rx).boxed()),
+    );
+    let st = St {
+        meta,
+        choices: (0..n).map(|_| ChoiceState::default()).collect(),
+        completion_tokens: 0,
+    };
+    // Every choice's events, then the closing events once all have ended.
+    let body = stream::unfold((Some(events), st), |(events, mut st)| async move {
+        let mut events = events?;
+        match events.next().await {
+            Some((i, ev)) => {
+                let out = st.on(i, ev);
+                Some((out, (Some(events), st)))
             }
-            St::Running => next_text(rx, meta).await,
-            St::Usage(summary) => {
-                let mut v = meta.chunk(false, None, None);
-                v["choices"] = json!([]);
-                v["usage"] = meta.usage(&summary);
-                Some((vec![data(v)], (St::Done, rx, meta)))
+            None => {
+                let mut out = Vec::new();
+                if st.meta.include_usage {
+                    let mut v = st.meta.chunk(0, false, None, Value::Null, None);
+                    v["choices"] = json!([]);
+                    v["usage"] = st.meta.usage(st.completion_tokens);
+                    out.push(data(v));
+                }
+                out.push(SseEvent::default().data("[DONE]"));
+                Some((out, (None, st)))
             }
-            St::Done => Some((
-                vec![SseEvent::default().data("[DONE]")],
-                (St::End, rx, meta),
-            )),
-            St::End => None,
         }
     });
-
-    async fn next_text(
-        mut rx: UnboundedReceiver<Event>,
-        meta: Meta,
-    ) -> Option<(Vec<SseEvent>, (St, UnboundedReceiver<Event>, Meta))> {
-        let data = |v: Value| SseEvent::default().data(v.to_string());
-        match rx.recv().await {
-            Some(Event::Text(t)) => Some((
-                vec![data(meta.chunk(false, Some(&t), None))],
-                (St::Running, rx, meta),
-            )),
-            Some(Event::Done(summary)) => {
-                let fin = data(meta.chunk(false, None, Some(summary.finish.as_str())));
-                let next = if meta.include_usage {
-                    St::Usage(summary)
-                } else {
-                    St::Done
-                };
-                Some((vec![fin], (next, rx, meta)))
-            }
-            None => Some((
-                vec![data(
-                    json!({"error": {"message": "generation ended unexpectedly", "type": "server_error", "param": null, "code": null}}),
-                )],
-                (St::Done, rx, meta),
-            )),
-        }
-    }
-
-    Sse::new(s.flat_map(|evs| stream::iter(evs.into_iter().map(Ok))))
+    let all = stream::iter([opening]).chain(body);
+    Sse::new(all.flat_map(|evs| stream::iter(evs.into_iter().map(Ok))))
 }

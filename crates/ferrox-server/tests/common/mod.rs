@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ferrox_server::api::ChatMessage;
 use ferrox_server::backend::{
-    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary,
+    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary, TokenLogprob,
 };
 use ferrox_server::Options;
 use ferrox_tokenizer::TokenId;
@@ -16,7 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A backend whose tokens are bytes and whose engine writes `w0 w1 ...`, one word a step
-/// (50 ms a step while a prompt containing "slow" runs).
+/// (50 ms a step while a prompt containing "slow" runs). A prompt containing "panic" makes the
+/// step panic after two words, "refuse" is refused at admission, "seed" writes `seed=N `
+/// first; with log-probabilities asked for, word `i` has log-probability `-i/10`.
 pub struct Fake;
 
 /// One running fake generation: emits `w0 `, `w1 `, ... one word per step.
@@ -24,6 +26,7 @@ struct FakeGen {
     id: u64,
     i: usize,
     slow: bool,
+    panic: bool,
     text: String,
     params: GenParams,
 }
@@ -42,13 +45,21 @@ impl Engine for FakeEngine {
     }
     fn admit(&mut self, id: u64, prompt: &[TokenId], params: &GenParams) -> Result<(), String> {
         assert!(self.running.len() < self.slots, "admitted past capacity");
-        let slow = String::from_utf8_lossy(&prompt.iter().map(|&t| t as u8).collect::<Vec<_>>())
-            .contains("slow");
+        let text = String::from_utf8_lossy(&prompt.iter().map(|&t| t as u8).collect::<Vec<_>>())
+            .into_owned();
+        if text.contains("refuse") {
+            return Err("refused on purpose".into());
+        }
         self.running.push(FakeGen {
             id,
             i: 0,
-            slow,
-            text: String::new(),
+            slow: text.contains("slow"),
+            panic: text.contains("panic"),
+            text: if text.contains("seed") {
+                format!("seed={} ", params.seed)
+            } else {
+                String::new()
+            },
             params: params.clone(),
         });
         Ok(())
@@ -56,6 +67,9 @@ impl Engine for FakeEngine {
     fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
         if self.running.iter().any(|g| g.slow) {
             std::thread::sleep(Duration::from_millis(50));
+        }
+        if self.running.iter().any(|g| g.panic && g.i >= 2) {
+            panic!("fake engine failure");
         }
         self.running.retain_mut(|g| {
             let done = |finish, completion_tokens| {
@@ -69,7 +83,24 @@ impl Engine for FakeEngine {
                 events(g.id, done(FinishReason::Length, g.i));
                 return false;
             }
-            let piece = format!("w{} ", g.i);
+            let piece = if g.i == 0 && !g.text.is_empty() {
+                g.text.clone()
+            } else {
+                format!("w{} ", g.i)
+            };
+            if let Some(n) = g.params.logprobs {
+                let lp = -(g.i as f32) / 10.0;
+                let alt = |k: usize| (format!("a{k}"), vec![b'a'], lp - 1.0 - k as f32);
+                events(
+                    g.id,
+                    Event::Logprob(TokenLogprob {
+                        token: piece.clone(),
+                        bytes: piece.clone().into_bytes(),
+                        logprob: lp,
+                        top: (0..n).map(alt).collect(),
+                    }),
+                );
+            }
             g.i += 1;
             g.text.push_str(&piece);
             if g.params.stop.iter().any(|s| g.text.contains(s.as_str())) {
@@ -94,6 +125,9 @@ impl Backend for Fake {
     }
     fn ctx_size(&self) -> usize {
         64
+    }
+    fn vocab_size(&self) -> usize {
+        256
     }
     fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError> {
         let mut s = String::new();
