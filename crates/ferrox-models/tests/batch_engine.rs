@@ -159,3 +159,42 @@ fn drafts_are_accepted_on_repetitive_text_and_slots_free_up() {
         Err(AdmitError::TooLong { .. })
     ));
 }
+
+/// Three requests of one prompt admitted together (`n` = 3): the prompt is evaluated once and
+/// copied into the other slots, and every text equals a lone session's (greedy and seeded).
+#[test]
+fn same_prompt_requests_share_the_prefill() {
+    let (dec, tok) = model();
+    let prompt = ids(&tok, PROMPTS[2]);
+    for (temp, seed) in [(0.0, 0), (0.9, 5)] {
+        let p = params(temp, seed, 12);
+        let want = alone(&dec, &tok, &prompt, &p);
+        let mut eng = BatchEngine::new(&dec, &tok, 3, 512);
+        eng.max_draft = 0;
+        for id in 0..3 {
+            eng.admit(id, &prompt, &p).unwrap();
+        }
+        let mut text: HashMap<u64, String> = HashMap::new();
+        let mut stops = HashMap::new();
+        while eng.active() > 0 {
+            eng.step(|id, ev| match ev {
+                BatchEvent::Text(t) => text.entry(id).or_default().push_str(&t),
+                BatchEvent::Done { stop, .. } => {
+                    stops.insert(id, stop);
+                }
+                BatchEvent::Logprob(_) => {}
+            });
+        }
+        for id in 0..3 {
+            let got = (text.remove(&id).unwrap_or_default(), stops[&id]);
+            assert_eq!(got, want, "request {id}, temperature {temp}");
+        }
+        // One full prefill plus each fork's last prompt token, then at most 12 decode rows each.
+        let rows = eng.stats.rows as usize;
+        assert!(
+            rows <= prompt.len() + 2 + 3 * 12,
+            "{rows} rows for a {}-token prompt",
+            prompt.len()
+        );
+    }
+}

@@ -24,7 +24,7 @@ use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
-use slot::{Job, Slot};
+use slot::{Fork, Job, Slot};
 use std::time::Instant;
 use stop::StopRules;
 
@@ -93,6 +93,9 @@ pub(crate) trait Sink {
 
 /// Longest draft a server slot may verify in one step.
 const MAX_DRAFT: usize = 12;
+
+/// Fewest prompt tokens worth copying from another slot rather than evaluating.
+const FORK_MIN: usize = 16;
 
 pub struct BatchEngine<'m> {
     decoder: &'m Decoder,
@@ -196,8 +199,10 @@ impl<'m> BatchEngine<'m> {
             ignore_eog: false,
         };
         self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &limits);
+        let fork = self.fork_source(slot, prompt);
         if let Some(job) = self.slots[slot].job.as_mut() {
             job.logprobs = p.logprobs;
+            job.fork = fork;
         }
         Ok(())
     }
@@ -245,7 +250,61 @@ impl<'m> BatchEngine<'m> {
             prompt_tokens: prompt.len() - fed,
             prompt_secs: 0.0,
             logprobs: None,
+            fork: None,
         });
+    }
+
+    /// Another slot whose prompt shares a longer prefix with `prompt` than slot `slot`'s cache
+    /// does (by at least [`FORK_MIN`] tokens): `n` choices of one request, or concurrent
+    /// requests with one long system prompt, evaluate that prefix once.
+    fn fork_source(&self, slot: usize, prompt: &[TokenId]) -> Option<Fork> {
+        let own = self.slots[slot].history.len();
+        let common = |a: &[TokenId]| a.iter().zip(prompt).take_while(|(x, y)| x == y).count();
+        (0..self.slots.len())
+            .filter(|&i| i != slot)
+            .filter_map(|i| {
+                let s = &self.slots[i];
+                let held = common(&s.history);
+                let coming = s.job.as_ref().map_or(0, |j| common(&j.prompt));
+                // The last prompt token is always evaluated (its logits are the first sample's).
+                let len = held.max(coming).min(prompt.len() - 1);
+                (len >= own + FORK_MIN).then_some(Fork { from: i, len })
+            })
+            .max_by_key(|f| f.len)
+    }
+
+    /// Forks whose prefix is now in its source slot copy it; a source that will not hold it
+    /// (cancelled, or reused for another prompt) lets the fork prefill by itself.
+    fn resolve_forks(&mut self) {
+        for i in 0..self.slots.len() {
+            let Some(f) = self.slots[i].job.as_ref().and_then(|j| j.fork) else {
+                continue;
+            };
+            let prompt = &self.slots[i]
+                .job
+                .as_ref()
+                .map_or(&[][..], |j| &j.prompt[..f.len]);
+            let src = &self.slots[f.from];
+            let held = src.common_prefix(prompt);
+            let coming = src.job.as_ref().is_some_and(|j| {
+                j.next.is_none() && j.prompt.len() >= f.len && j.prompt[..f.len] == prompt[..]
+            });
+            let ready = held >= f.len;
+            if !ready && coming {
+                continue;
+            }
+            let copied = ready.then(|| (src.caches.clone(), src.history.clone()));
+            let dst = &mut self.slots[i];
+            if let Some((caches, history)) = copied {
+                dst.copy_prefix(&caches, &history, f.len);
+            }
+            let fed = dst.history.len();
+            if let Some(job) = dst.job.as_mut() {
+                job.fork = None;
+                job.fed = fed;
+                job.prompt_tokens = job.prompt.len() - fed;
+            }
+        }
     }
 
     /// Drops generation `id` (the client went away); its slot is free after this.
@@ -270,6 +329,7 @@ impl<'m> BatchEngine<'m> {
 
     /// The step: plan every slot's rows, one forward, commit every slot's rows.
     pub(crate) fn step_with(&mut self, sink: &mut impl Sink) {
+        self.resolve_forks();
         let decoding = self
             .slots
             .iter()
@@ -303,7 +363,8 @@ impl<'m> BatchEngine<'m> {
     /// slot had it to itself.
     fn forward(&mut self) -> (f64, bool) {
         let t = Instant::now();
-        let alone = self.active() == 1;
+        let feeding = |s: &&Slot<'_>| s.job.as_ref().is_some_and(|j| !j.input.is_empty());
+        let alone = self.slots.iter().filter(feeding).count() == 1;
         if alone {
             // The common lone-sequence step: no list to allocate.
             let seq = self.slots.iter_mut().find_map(Slot::seq);

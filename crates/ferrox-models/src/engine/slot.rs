@@ -28,6 +28,16 @@ pub(super) struct Job<'t> {
     pub prompt_secs: f64,
     /// Alternatives to report with each committed token's log-probability; `None`: none.
     pub logprobs: Option<usize>,
+    /// Waiting to copy this many prompt tokens' keys and values from another slot instead of
+    /// evaluating them (see `BatchEngine::resolve_forks`).
+    pub fork: Option<Fork>,
+}
+
+/// A prompt prefix another slot holds (or is prefilling): `len` tokens from slot `from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Fork {
+    pub from: usize,
+    pub len: usize,
 }
 
 pub(super) struct Slot<'t> {
@@ -64,6 +74,14 @@ impl<'t> Slot<'t> {
             .count()
     }
 
+    /// Takes `len` positions of keys and values (and their tokens) from `src` instead of
+    /// evaluating them: a fork of another slot's prompt prefix.
+    pub fn copy_prefix(&mut self, src_caches: &[KvCache], src_history: &[TokenId], len: usize) {
+        self.caches = src_caches.to_vec();
+        self.history = src_history.to_vec();
+        self.truncate(len);
+    }
+
     /// The one place the cache loses positions: prefix reuse, rejected drafts and stops all
     /// cut history and caches together, so they always agree.
     pub fn truncate(&mut self, len: usize) {
@@ -86,6 +104,10 @@ impl<'t> Slot<'t> {
             return 0;
         };
         job.input.clear();
+        if job.fork.is_some() {
+            // Its prefix is still being prefilled elsewhere.
+            return 0;
+        }
         let Some(next) = job.next else {
             let end = job.fed.saturating_add(chunk.max(1)).min(job.prompt.len());
             job.input.extend_from_slice(&job.prompt[job.fed..end]);
@@ -113,7 +135,7 @@ impl<'t> Slot<'t> {
 
     /// This slot's part of the batched forward.
     pub fn seq(&mut self) -> Option<SeqBatch<'_>> {
-        let job = self.job.as_ref()?;
+        let job = self.job.as_ref().filter(|j| !j.input.is_empty())?;
         Some(SeqBatch {
             tokens: &job.input,
             pos: self.history.len(),
