@@ -11,6 +11,17 @@ pub struct ChatMessage {
     /// A string, or an array of content parts of which the text parts are used.
     #[serde(default)]
     pub content: MessageContent,
+    /// An assistant turn's calls: `[{id, type: "function", function: {name, arguments}}]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Value>,
+    /// A tool turn's answer to this call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An assistant turn's reasoning (accepted; templates that show it get it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
@@ -115,8 +126,24 @@ pub struct CommonParams {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
+    /// `[{type: "function", function: {name, description, parameters}}]`.
+    pub tools: Option<Vec<Value>>,
+    /// `"auto"`, `"none"`, `"required"` or `{type: "function", function: {name}}`.
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    /// Extra variables for the chat template (e.g. `{"enable_thinking": false}`).
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
     #[serde(flatten)]
     pub common: CommonParams,
+}
+
+/// A chat as the model's template gets it.
+#[derive(Debug, Clone, Default)]
+pub struct ChatPrompt<'a> {
+    pub messages: &'a [ChatMessage],
+    /// Tool definitions to show the model (none when `tool_choice` is `"none"`).
+    pub tools: Option<&'a [Value]>,
+    pub kwargs: Option<&'a serde_json::Map<String, Value>>,
 }
 
 /// `prompt`: a string or a list with one string.

@@ -9,7 +9,17 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendE
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::api::ChatMessage;
+use crate::api::ChatPrompt;
+use ferrox_tokenizer::chat_output::ToolFormat;
+
+/// A rendered chat: its tokens, the tool-call format the template teaches, and whether the
+/// prompt left the model inside a `<think>` block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedChat {
+    pub tokens: Vec<TokenId>,
+    pub tool_format: ToolFormat,
+    pub in_reasoning: bool,
+}
 use ferrox_tokenizer::TokenId;
 
 /// The sampler a request gets for the fields it leaves out: llama.cpp's defaults (as
@@ -126,8 +136,9 @@ pub trait Backend: Send + Sync + 'static {
     fn ctx_size(&self) -> usize;
     /// Token ids run from 0 to this (exclusive).
     fn vocab_size(&self) -> usize;
-    /// Prompt tokens of a chat (rendered through the model's chat template).
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError>;
+    /// Prompt tokens of a chat (rendered through the model's chat template), with how the
+    /// model will write back.
+    fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError>;
     /// Prompt tokens of a plain completion.
     fn text_prompt(&self, text: &str) -> Vec<TokenId>;
     fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId>;

@@ -116,9 +116,9 @@ async fn bad_chat_fields() {
         ("n too large", chat(json!({"n": 9})), 400, "n = 9"),
         (
             "unsupported parameter",
-            chat(json!({"tools": []})),
+            chat(json!({"modalities": ["audio"]})),
             400,
-            "unsupported parameter `tools`",
+            "unsupported parameter `modalities`",
         ),
         (
             "logit_bias outside the vocabulary",

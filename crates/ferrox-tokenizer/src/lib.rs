@@ -18,6 +18,7 @@ mod spm;
 mod stream;
 mod vocab;
 
+pub mod chat_output;
 pub mod template;
 
 use std::path::Path;

@@ -107,14 +107,29 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with(messages, tools, add_generation_prompt, None)
+    }
+
+    /// Like [`render_with_tools`](Self::render_with_tools), with extra template variables
+    /// (`chat_template_kwargs`, e.g. Qwen3's `enable_thinking`). They cannot replace the
+    /// variables above.
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<String, TemplateError> {
         let tmpl = self.env.get_template(NAME)?;
         let tools = tools.map(Value::from_serialize);
+        let extra = Value::from_serialize(kwargs.cloned().unwrap_or_default());
         let ctx = context! {
             messages => Value::from_serialize(messages),
             tools => tools,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+            ..extra
         };
         Ok(tmpl.render(ctx)?)
     }
@@ -337,6 +352,20 @@ impl ChatTemplate {
     }
 }
 
+/// The prompt text for a conversation with tools and template variables: the model's chat
+/// template, or [`plain_prompt`] (which shows neither) when the model has none.
+pub fn render_chat(
+    tok: &crate::Tokenizer,
+    messages: &[Message],
+    tools: Option<&serde_json::Value>,
+    kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<String, TemplateError> {
+    match ChatTemplate::for_tokenizer(tok)? {
+        Some(t) => t.render_with(messages, tools, true, kwargs),
+        None => Ok(plain_prompt(messages, true)),
+    }
+}
+
 /// The prompt text for a conversation: the model's chat template, or [`plain_prompt`] when the
 /// model has none.
 pub fn render_prompt(
@@ -352,6 +381,24 @@ pub fn render_prompt(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn kwargs_reach_the_template_but_not_over_its_variables() {
+        let t = ChatTemplate::new(
+            "{% if enable_thinking is defined and not enable_thinking %}off{% endif %}|{{ add_generation_prompt }}|{{ messages | length }}",
+            "",
+            "",
+        )
+        .unwrap();
+        let kw: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
+            r#"{"enable_thinking": false, "add_generation_prompt": "x", "messages": []}"#,
+        )
+        .unwrap();
+        let got = t
+            .render_with(&[Message::user("hi")], None, true, Some(&kw))
+            .unwrap();
+        assert_eq!(got, "off|True|1");
+    }
     use super::*;
 
     #[test]

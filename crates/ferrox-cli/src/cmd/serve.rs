@@ -8,11 +8,13 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
-use ferrox_server::api::ChatMessage;
+use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
-    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary, TokenLogprob,
+    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary, RenderedChat,
+    TokenLogprob,
 };
-use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::chat_output::ToolFormat;
+use ferrox_tokenizer::template::{render_chat, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 
 use super::engine;
@@ -48,6 +50,30 @@ pub struct Args {
     pub no_spec: bool,
 }
 
+/// An API message as the chat template expects it: text content, and tool calls whose
+/// `arguments` are objects (the API sends JSON strings; templates write `arguments | tojson`,
+/// so they are parsed first, as llama.cpp and vLLM do).
+fn template_message(m: &ChatMessage) -> Message {
+    let mut tool_calls = m.tool_calls.clone();
+    if let Some(serde_json::Value::Array(calls)) = tool_calls.as_mut() {
+        for c in calls {
+            let args = c.pointer_mut("/function/arguments");
+            if let Some(a) = args {
+                if let Some(parsed) = a.as_str().and_then(|s| serde_json::from_str(s).ok()) {
+                    *a = parsed;
+                }
+            }
+        }
+    }
+    Message {
+        role: m.role.clone(),
+        content: m.content.text().unwrap_or_default(),
+        tool_calls,
+        tool_call_id: m.tool_call_id.clone(),
+        name: m.name.clone(),
+    }
+}
+
 struct ModelBackend {
     id: String,
     aliases: Vec<String>,
@@ -78,14 +104,17 @@ impl Backend for ModelBackend {
         // Ids the model has logits for (the tokenizer may list fewer).
         self.decoder.vocab_size()
     }
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError> {
-        let msgs: Vec<Message> = messages
-            .iter()
-            .map(|m| Message::new(m.role.clone(), m.content.text().unwrap_or_default()))
-            .collect();
-        let text = render_prompt(self.tokenizer, &msgs, true)
+    fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError> {
+        let msgs: Vec<Message> = chat.messages.iter().map(template_message).collect();
+        let tools = chat.tools.map(|t| serde_json::Value::Array(t.to_vec()));
+        let text = render_chat(self.tokenizer, &msgs, tools.as_ref(), chat.kwargs)
             .map_err(|e| BackendError::Template(e.to_string()))?;
-        Ok(tokenize_prompt(self.tokenizer, &text))
+        Ok(RenderedChat {
+            tokens: tokenize_prompt(self.tokenizer, &text),
+            tool_format: ToolFormat::detect(self.tokenizer.chat_template().unwrap_or("")),
+            // DeepSeek-R1-style templates open the reasoning block in the generation prompt.
+            in_reasoning: text.trim_end().ends_with("<think>"),
+        })
     }
     fn text_prompt(&self, text: &str) -> Vec<TokenId> {
         self.tokenizer.encode(text, true, true)

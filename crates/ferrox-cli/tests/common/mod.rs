@@ -6,6 +6,8 @@ use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+pub mod server;
+
 /// The catalog model used when none is named.
 pub const DEFAULT_MODEL: &str = ferrox_hub::DEFAULT_MODEL;
 

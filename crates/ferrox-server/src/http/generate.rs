@@ -13,9 +13,11 @@ use super::error::{check_auth, parse_body};
 use super::params::validate;
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
+use super::tools::{tool_names, OutputSetup, ToolChoice, ToolPlan};
 use super::{new_id, unix_now, ApiError, AppState, Shared};
-use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField};
+use crate::api::{ChatPrompt, ChatRequest, CommonParams, CompletionRequest, PromptField};
 use crate::backend::{GenParams, Job, SubmitError};
+use ferrox_tokenizer::chat_output::ToolFormat;
 
 #[derive(Clone, Copy)]
 pub(super) enum Kind {
@@ -45,12 +47,33 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
                 );
             }
         }
-        let prompt = s
+        let plan = ToolPlan::of(&req)?;
+        if matches!(plan.choice, ToolChoice::Required | ToolChoice::Named(_)) {
+            return Err(ApiError::bad(
+                "tool_choice \"required\" or a named function needs constrained decoding, which this server does not have yet",
+            )
+            .param("tool_choice"));
+        }
+        let chat = ChatPrompt {
+            messages: &req.messages,
+            tools: plan.offered(&req),
+            kwargs: req.chat_template_kwargs.as_ref(),
+        };
+        let rendered = s
             .backend
-            .chat_prompt(&req.messages)
+            .chat_prompt(&chat)
             .map_err(|e| ApiError::bad(e.to_string()).param("messages"))?;
-        let params = validate(&s, Kind::Chat, &req.common, prompt.len())?;
-        start(&s, Kind::Chat, &req.common, prompt, params).await
+        let params = validate(&s, Kind::Chat, &req.common, rendered.tokens.len())?;
+        let output = OutputSetup {
+            format: match chat.tools {
+                Some(_) => rendered.tool_format,
+                None => ToolFormat::None,
+            },
+            names: chat.tools.map(tool_names).unwrap_or_default(),
+            in_reasoning: rendered.in_reasoning,
+            parallel: plan.parallel,
+        };
+        start(&s, Kind::Chat, &req.common, rendered.tokens, params, Some(output)).await
     }
     .await;
     finish(&s, r)
@@ -76,7 +99,7 @@ pub(super) async fn completions(
         }
         let prompt = s.backend.text_prompt(&text);
         let params = validate(&s, Kind::Completion, &req.common, prompt.len())?;
-        start(&s, Kind::Completion, &req.common, prompt, params).await
+        start(&s, Kind::Completion, &req.common, prompt, params, None).await
     }
     .await;
     finish(&s, r)
@@ -98,6 +121,7 @@ async fn start(
     c: &CommonParams,
     prompt: Vec<TokenId>,
     params: GenParams,
+    output: Option<OutputSetup>,
 ) -> Result<Response, ApiError> {
     let prompt_tokens = prompt.len();
     let want_logprobs = params.logprobs.is_some();
@@ -141,6 +165,7 @@ async fn start(
         prompt_tokens,
         include_usage: c.stream_options.as_ref().is_some_and(|o| o.include_usage),
         want_logprobs,
+        output,
     };
     if c.stream {
         Ok(stream_response(meta, rxs).into_response())

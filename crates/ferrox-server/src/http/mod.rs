@@ -7,6 +7,7 @@ mod metrics;
 mod params;
 mod response;
 mod stream;
+mod tools;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

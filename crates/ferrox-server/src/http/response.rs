@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::generate::Kind;
+use super::tools::{call_json, split_answer, OutputSetup};
 use super::ApiError;
 use crate::api::Usage;
 use crate::backend::{Event, GenSummary, TokenLogprob};
@@ -23,6 +24,8 @@ pub(super) struct Meta {
     pub(super) include_usage: bool,
     /// The request asked for log-probabilities.
     pub(super) want_logprobs: bool,
+    /// Chat: how answers are split into reasoning, content and tool calls.
+    pub(super) output: Option<OutputSetup>,
 }
 
 impl Meta {
@@ -90,7 +93,7 @@ impl Meta {
         logprobs: Value,
         finish: Option<&str>,
     ) -> Value {
-        let mut v = match self.kind {
+        let v = match self.kind {
             Kind::Chat => {
                 let mut delta = serde_json::Map::new();
                 if first {
@@ -99,11 +102,7 @@ impl Meta {
                 if let Some(t) = text {
                     delta.insert("content".into(), json!(t));
                 }
-                json!({
-                    "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                    "model": self.model, "system_fingerprint": "ferrox",
-                    "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-                })
+                return self.delta_chunk(index, delta, logprobs, finish);
             }
             Kind::Completion => json!({
                 "id": self.id, "object": "text_completion", "created": self.created,
@@ -111,6 +110,26 @@ impl Meta {
                 "choices": [{"index": index, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish}],
             }),
         };
+        self.with_usage_slot(v)
+    }
+
+    /// A chat chunk of choice `index` carrying `delta` (content, reasoning or tool calls).
+    pub(super) fn delta_chunk(
+        &self,
+        index: usize,
+        delta: serde_json::Map<String, Value>,
+        logprobs: Value,
+        finish: Option<&str>,
+    ) -> Value {
+        self.with_usage_slot(json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
+            "model": self.model, "system_fingerprint": "ferrox",
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+        }))
+    }
+
+    /// With `include_usage`, every chunk has a `usage` field (null until the last).
+    fn with_usage_slot(&self, mut v: Value) -> Value {
         if self.include_usage {
             v["usage"] = Value::Null;
         }
@@ -160,14 +179,29 @@ pub(super) async fn collect_response(meta: Meta, rxs: Vec<UnboundedReceiver<Even
             Err(e) => return e.into_response(),
         };
         completion_tokens += c.summary.completion_tokens;
-        let (finish, logprobs) = (c.summary.finish.as_str(), meta.logprobs(&c.logprobs, 0));
-        choices.push(match meta.kind {
-            Kind::Chat => json!({
+        let (mut finish, logprobs) = (c.summary.finish.as_str(), meta.logprobs(&c.logprobs, 0));
+        choices.push(match (meta.kind, &meta.output) {
+            (Kind::Chat, Some(setup)) => {
+                let (reasoning, content, calls) = split_answer(setup, &c.text);
+                let mut message = json!({"role": "assistant", "content": content, "refusal": null});
+                if !reasoning.is_empty() {
+                    message["reasoning_content"] = json!(reasoning);
+                }
+                if !calls.is_empty() {
+                    message["tool_calls"] = calls.iter().map(|c| call_json(c, None)).collect();
+                    if content.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                    finish = "tool_calls";
+                }
+                json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
+            }
+            (Kind::Chat, None) => json!({
                 "index": index,
                 "message": {"role": "assistant", "content": c.text, "refusal": null},
                 "logprobs": logprobs, "finish_reason": finish,
             }),
-            Kind::Completion => json!({
+            (Kind::Completion, _) => json!({
                 "index": index, "text": c.text, "logprobs": logprobs, "finish_reason": finish,
             }),
         });

@@ -13,7 +13,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::generate::Kind;
 use super::response::Meta;
+use super::tools::{call_json, OutputSetup};
 use crate::backend::{Event, FinishReason, TokenLogprob};
+use ferrox_tokenizer::chat_output::{OutputParser, OutputPart};
 
 /// One choice's progress in the stream.
 #[derive(Default)]
@@ -23,6 +25,10 @@ struct ChoiceState {
     pending: Vec<TokenLogprob>,
     /// Text streamed so far (completions' `text_offset`).
     text_len: usize,
+    /// Chat: splits the text into reasoning, content and tool calls.
+    parser: Option<OutputParser>,
+    /// Tool calls streamed so far.
+    calls: usize,
 }
 
 /// Everything the stream carries between events.
@@ -61,25 +67,75 @@ impl St {
                 Vec::new()
             }
             Some(Event::Text(t)) => {
-                let lps = meta.logprobs(&c.pending, c.text_len);
-                c.pending.clear();
-                c.text_len += t.len();
-                vec![data(meta.chunk(index, false, Some(&t), lps, None))]
+                let Some(parser) = c.parser.as_mut() else {
+                    let lps = meta.logprobs(&c.pending, c.text_len);
+                    c.pending.clear();
+                    c.text_len += t.len();
+                    return vec![data(meta.chunk(index, false, Some(&t), lps, None))];
+                };
+                let mut parts = Vec::new();
+                parser.push(&t, &mut parts);
+                parts_to_chunks(meta, index, c, parts)
             }
             Some(Event::Done(summary)) => {
                 self.completion_tokens += summary.completion_tokens;
+                let mut out = Vec::new();
+                if let Some(mut parser) = c.parser.take() {
+                    let mut parts = Vec::new();
+                    parser.finish(&mut parts);
+                    out = parts_to_chunks(meta, index, c, parts);
+                }
                 let lps = if c.pending.is_empty() {
                     Value::Null
                 } else {
                     meta.logprobs(&c.pending, c.text_len)
                 };
-                let fin = summary.finish.as_str();
-                vec![data(meta.chunk(index, false, None, lps, Some(fin)))]
+                let fin = match c.calls {
+                    0 => summary.finish.as_str(),
+                    _ => "tool_calls",
+                };
+                out.push(data(meta.chunk(index, false, None, lps, Some(fin))));
+                out
             }
             Some(Event::Failed(msg)) => failed(meta, index, &msg),
             None => failed(meta, index, "generation ended unexpectedly"),
         }
     }
+}
+
+/// Chat chunks for parsed output: a delta per part (`content`, `reasoning_content` or one
+/// `tool_calls` entry); pending log-probabilities ride on the first.
+fn parts_to_chunks(
+    meta: &Meta,
+    index: usize,
+    c: &mut ChoiceState,
+    parts: Vec<OutputPart>,
+) -> Vec<SseEvent> {
+    let parallel = meta.output.as_ref().is_none_or(|o| o.parallel);
+    let mut out = Vec::new();
+    for part in parts {
+        let mut delta = serde_json::Map::new();
+        match part {
+            OutputPart::Content(t) => {
+                delta.insert("content".into(), json!(t));
+            }
+            OutputPart::Reasoning(t) => {
+                delta.insert("reasoning_content".into(), json!(t));
+            }
+            OutputPart::ToolCall(_) if !parallel && c.calls > 0 => continue,
+            OutputPart::ToolCall(call) => {
+                delta.insert(
+                    "tool_calls".into(),
+                    json!([call_json(&call, Some(c.calls))]),
+                );
+                c.calls += 1;
+            }
+        }
+        let lps = meta.logprobs(&c.pending, 0);
+        c.pending.clear();
+        out.push(data(meta.delta_chunk(index, delta, lps, None)));
+    }
+    out
 }
 
 /// An engine failure mid-stream: an OpenAI-format error event, then the choice finishes with
@@ -116,9 +172,15 @@ pub(super) fn stream_response(
             .enumerate()
             .map(|(i, rx)| tagged(i, rx).boxed()),
     );
+    let choices = (0..n)
+        .map(|_| ChoiceState {
+            parser: meta.output.as_ref().map(OutputSetup::parser),
+            ..ChoiceState::default()
+        })
+        .collect();
     let st = St {
         meta,
-        choices: (0..n).map(|_| ChoiceState::default()).collect(),
+        choices,
         completion_tokens: 0,
     };
     // Every choice's events, then the closing events once all have ended.

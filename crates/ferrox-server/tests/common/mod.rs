@@ -5,11 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrox_server::api::ChatMessage;
+use ferrox_server::api::ChatPrompt;
+use ferrox_server::backend::RenderedChat;
 use ferrox_server::backend::{
     Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary, TokenLogprob,
 };
 use ferrox_server::Options;
+use ferrox_tokenizer::chat_output::ToolFormat;
 use ferrox_tokenizer::TokenId;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +27,8 @@ pub struct Fake;
 struct FakeGen {
     id: u64,
     i: usize,
+    /// Pieces written before the words.
+    script: Vec<String>,
     slow: bool,
     panic: bool,
     text: String,
@@ -55,6 +59,19 @@ impl Engine for FakeEngine {
             i: 0,
             slow: text.contains("slow"),
             panic: text.contains("panic"),
+            script: if text.contains("tools") {
+                [
+                    "Checking.\n<tool",
+                    "_call>\n{\"name\": \"get_weather\", ",
+                    "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+                ]
+                .map(String::from)
+                .to_vec()
+            } else if text.contains("think") {
+                ["ponder", "ing</th", "ink>\n\n"].map(String::from).to_vec()
+            } else {
+                Vec::new()
+            },
             text: if text.contains("seed") {
                 format!("seed={} ", params.seed)
             } else {
@@ -83,7 +100,9 @@ impl Engine for FakeEngine {
                 events(g.id, done(FinishReason::Length, g.i));
                 return false;
             }
-            let piece = if g.i == 0 && !g.text.is_empty() {
+            let piece = if let Some(p) = g.script.get(g.i) {
+                p.clone()
+            } else if g.i == 0 && !g.text.is_empty() {
                 g.text.clone()
             } else {
                 format!("w{} ", g.i)
@@ -129,12 +148,19 @@ impl Backend for Fake {
     fn vocab_size(&self) -> usize {
         256
     }
-    fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<Vec<TokenId>, BackendError> {
+    fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError> {
         let mut s = String::new();
-        for m in messages {
+        for m in chat.messages {
             s.push_str(&m.content.text().unwrap());
         }
-        Ok(self.text_prompt(&s))
+        if chat.tools.is_some() {
+            s.push_str(" tools");
+        }
+        Ok(RenderedChat {
+            tokens: self.text_prompt(&s),
+            tool_format: ToolFormat::Hermes,
+            in_reasoning: s.contains("think"),
+        })
     }
     fn text_prompt(&self, text: &str) -> Vec<TokenId> {
         text.bytes().map(TokenId::from).collect()
