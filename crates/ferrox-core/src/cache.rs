@@ -3,6 +3,13 @@
 //! O(1) (speculative rejection relies on that). The cache knows shapes, not model families:
 //! what a layer keeps per position (per-head keys and values, one compressed row and no values,
 //! an extra row beside them) is the layer's choice, set while the cache is empty.
+//!
+//! A recurrent layer (a state-space or linear-attention layer) also keeps a fixed-size state
+//! that summarises every position before it and cannot be cut back by position. The cache
+//! holds two such blobs with the position each is valid at — the state after the stored rows
+//! and a checkpoint from the start of the last forward — and `truncate` only forgets a blob
+//! that lies past the cut. Rebuilding the state at an earlier position (from the checkpoint, or
+//! from zero, by replaying the stored rows) is the layer's business: the cache knows sizes.
 
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -17,6 +24,33 @@ pub struct KvCache {
     /// Optional extra row per position kept in step with keys/values.
     aux_width: usize,
     aux: Vec<f32>,
+    /// Recurrent state after `state_at` positions (`None`: not valid at any position).
+    state: Vec<f32>,
+    state_at: Option<usize>,
+    /// A second state blob, valid after `checkpoint_at` positions.
+    checkpoint: Vec<f32>,
+    checkpoint_at: Option<usize>,
+}
+
+/// The parts of a [`KvCache`] a recurrent layer works on at once: its stored rows (read) and
+/// its two state blobs with the positions they are valid at (read and written).
+pub struct RecurrentParts<'a> {
+    /// `[len][k_width]`.
+    pub keys: &'a [f32],
+    /// `[len][v_width]`.
+    pub values: &'a [f32],
+    pub state: &'a mut Vec<f32>,
+    pub state_at: &'a mut Option<usize>,
+    pub checkpoint: &'a mut Vec<f32>,
+    pub checkpoint_at: &'a mut Option<usize>,
+}
+
+impl RecurrentParts<'_> {
+    /// Exchanges the state and the checkpoint (blobs and positions): O(1), no copy.
+    pub fn swap(&mut self) {
+        std::mem::swap(self.state, self.checkpoint);
+        std::mem::swap(self.state_at, self.checkpoint_at);
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -38,6 +72,10 @@ impl KvCache {
             values: Vec::new(),
             aux_width: 0,
             aux: Vec::new(),
+            state: Vec::new(),
+            state_at: None,
+            checkpoint: Vec::new(),
+            checkpoint_at: None,
         }
     }
 
@@ -68,12 +106,51 @@ impl KvCache {
     }
 
     /// Drops every position at or after `len` (no-op when already shorter). Keeps capacity.
+    /// A recurrent state or checkpoint valid past `len` is forgotten (its memory kept).
     pub fn truncate(&mut self, len: usize) {
         if len < self.len {
             self.len = len;
             self.keys.truncate(len * self.k_width());
             self.values.truncate(len * self.v_width);
             self.aux.truncate(len * self.aux_width);
+        }
+        for at in [&mut self.state_at, &mut self.checkpoint_at] {
+            if at.is_some_and(|p| p > len) {
+                *at = None;
+            }
+        }
+    }
+
+    /// Position the recurrent state is valid at, if any.
+    pub fn state_at(&self) -> Option<usize> {
+        self.state_at
+    }
+
+    /// Position the recurrent checkpoint is valid at, if any.
+    pub fn checkpoint_at(&self) -> Option<usize> {
+        self.checkpoint_at
+    }
+
+    /// The rows and both state blobs, each blob `width` values (resized, and then valid
+    /// nowhere, when it had another size).
+    pub fn recurrent(&mut self, width: usize) -> RecurrentParts<'_> {
+        for (blob, at) in [
+            (&mut self.state, &mut self.state_at),
+            (&mut self.checkpoint, &mut self.checkpoint_at),
+        ] {
+            if blob.len() != width {
+                blob.clear();
+                blob.resize(width, 0.0);
+                *at = None;
+            }
+        }
+        RecurrentParts {
+            keys: &self.keys,
+            values: &self.values,
+            state: &mut self.state,
+            state_at: &mut self.state_at,
+            checkpoint: &mut self.checkpoint,
+            checkpoint_at: &mut self.checkpoint_at,
         }
     }
 
@@ -243,5 +320,32 @@ mod tests {
         c.clear();
         c.ensure_aux_width(0).unwrap();
         c.append(&[1.0; 2], &[1.0; 2]);
+    }
+
+    #[test]
+    fn recurrent_blobs_are_forgotten_past_the_cut() {
+        let mut c = KvCache::new(1, 1);
+        for p in 0..6 {
+            c.append(&[p as f32], &[p as f32]);
+        }
+        {
+            let mut r = c.recurrent(3);
+            r.state.copy_from_slice(&[1.0, 2.0, 3.0]);
+            *r.state_at = Some(6);
+            *r.checkpoint_at = Some(2);
+            r.swap();
+            assert_eq!(*r.state_at, Some(2));
+            assert_eq!(r.checkpoint, &vec![1.0, 2.0, 3.0]);
+            r.swap();
+        }
+        c.truncate(4);
+        assert_eq!((c.state_at(), c.checkpoint_at()), (None, Some(2)));
+        c.truncate(2);
+        assert_eq!(c.checkpoint_at(), Some(2));
+        c.clear();
+        assert_eq!(c.checkpoint_at(), None);
+        // Another width resets the blobs.
+        let r = c.recurrent(4);
+        assert_eq!(r.state.len(), 4);
     }
 }

@@ -6,6 +6,7 @@
 
 use crate::arch::tables::{ExpertNames, GLOBAL};
 use crate::arch::Architecture;
+use crate::blocks::deltanet::{DeltaNetWeights, GatedDeltaNet, QkvzProj};
 use crate::blocks::dsa::Indexer;
 use crate::blocks::mla::{KvB, Mla, MlaWeights};
 use crate::blocks::moe::{MoeBlock, Routing};
@@ -25,7 +26,11 @@ pub enum AttnPlan {
         window: Option<usize>,
         qkv_bias: bool,
         qk_norm: bool,
+        /// `attn_q` also emits a per-head sigmoid gate on the output (Qwen3-Next).
+        output_gate: bool,
     },
+    /// Gated DeltaNet linear attention (Qwen3-Next): a recurrent state instead of a KV cache.
+    Linear,
     /// Multi-head latent attention; `indexer`: the DSA indexer this layer runs (`Full`) or
     /// borrows from the previous indexer layer (`Shared`), `None` without DSA.
     Mla { indexer: Option<IndexerKind> },
@@ -59,6 +64,7 @@ impl LayerPlan {
                     .as_ref()
                     .map(|d| d.indexer_types.get(l).copied().unwrap_or(IndexerKind::Full)),
             },
+            None if cfg.attn_kind(l) == AttnKind::Linear => AttnPlan::Linear,
             None => {
                 let sliding = cfg.attn_kind(l) == AttnKind::Sliding;
                 let mut rope = match (sliding, &cfg.rope_local) {
@@ -74,6 +80,7 @@ impl LayerPlan {
                     window: if sliding { cfg.sliding_window } else { None },
                     qkv_bias: cfg.qkv_bias,
                     qk_norm: cfg.qk_norm,
+                    output_gate: cfg.attn_output_gate,
                 }
             }
         };
@@ -97,8 +104,12 @@ impl LayerPlan {
             AttnPlan::Gqa {
                 qkv_bias, qk_norm, ..
             } => (true, qkv_bias, qk_norm),
-            AttnPlan::Mla { .. } => (false, false, false),
+            AttnPlan::Mla { .. } | AttnPlan::Linear => (false, false, false),
         };
+        let (mla, linear) = (
+            matches!(self.attn, AttnPlan::Mla { .. }),
+            self.attn == AttnPlan::Linear,
+        );
         let q_lora = cfg.mla.and_then(|m| m.q_lora_rank).is_some();
         let own_indexer = matches!(
             self.attn,
@@ -107,14 +118,17 @@ impl LayerPlan {
             }
         );
         match suffix {
-            "attn_norm.weight" | "ffn_norm.weight" | "attn_output.weight" => true,
+            "attn_norm.weight" | "ffn_norm.weight" => true,
+            "attn_output.weight" => !linear,
             "post_attention_norm.weight" | "post_ffw_norm.weight" => self.post_norms,
-            "attn_q.weight" => gqa || !q_lora,
+            "attn_q.weight" => gqa || (mla && !q_lora),
             "attn_k.weight" | "attn_v.weight" => gqa,
             "attn_q.bias" | "attn_k.bias" | "attn_v.bias" => qkv_bias,
             "attn_q_norm.weight" | "attn_k_norm.weight" => qk_norm,
-            "attn_q_a.weight" | "attn_q_a_norm.weight" | "attn_q_b.weight" => !gqa && q_lora,
-            "attn_kv_a_mqa.weight" | "attn_kv_a_norm.weight" | "attn_kv_b.weight" => !gqa,
+            "attn_q_a.weight" | "attn_q_a_norm.weight" | "attn_q_b.weight" => mla && q_lora,
+            "attn_kv_a_mqa.weight" | "attn_kv_a_norm.weight" | "attn_kv_b.weight" => mla,
+            "ssm_in.weight" | "ssm_ba.weight" | "ssm_conv1d.weight" | "ssm_dt.bias" | "ssm_a"
+            | "ssm_norm.weight" | "ssm_out.weight" => linear,
             s if s.starts_with("indexer.") => own_indexer,
             "ffn_gate.weight" | "ffn_up.weight" | "ffn_down.weight" => !moe,
             "ffn_gate_inp.weight" => moe,
@@ -233,7 +247,13 @@ impl Parts<'_> {
                 window,
                 qkv_bias,
                 qk_norm,
-            } => Box::new(self.gqa(l, &rope, window, qkv_bias, qk_norm)?),
+                output_gate,
+            } => {
+                let mut a = self.gqa(l, &rope, window, qkv_bias, qk_norm)?;
+                a.output_gate = output_gate;
+                Box::new(a)
+            }
+            AttnPlan::Linear => Box::new(self.deltanet(l)?),
             AttnPlan::Mla { indexer } => Box::new(self.mla(l, indexer)?),
         };
         let ffn: Box<dyn FfnBlock> = match plan.ffn {
@@ -294,6 +314,41 @@ impl Parts<'_> {
         a.softcap = cfg.attn_logit_softcap;
         a.window = window;
         Ok(a)
+    }
+
+    /// Gated DeltaNet: the Hub's grouped `in_proj_qkvz` (llama.cpp's legacy `ssm_in`) or
+    /// llama.cpp's `attn_qkv` + `attn_gate`; `ssm_a` is `A_log` on the Hub and `-exp(A_log)` in
+    /// GGUF files.
+    fn deltanet(&self, l: usize) -> Result<GatedDeltaNet, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let dims = cfg.linear.ok_or_else(|| {
+            LoadError::Config(format!(
+                "layer {l} is linear attention but the config gives no linear-attention sizes"
+            ))
+        })?;
+        let proj = match (b.get(&n("attn_qkv.weight")), b.get(&n("attn_gate.weight"))) {
+            (Some(qkv), Some(z)) => QkvzProj::Split {
+                qkv: qkv.matrix()?,
+                z: z.matrix()?,
+            },
+            (Some(_), None) => return Err(b.missing(&n("attn_gate.weight"))),
+            _ => QkvzProj::Grouped(b.matrix(&n("ssm_in.weight"))?),
+        };
+        let mut a = b.vector(&n("ssm_a"))?;
+        if self.src.naming() == Naming::HuggingFace {
+            a.iter_mut().for_each(|v| *v = -v.exp());
+        }
+        let w = DeltaNetWeights {
+            proj,
+            ba: b.matrix(&n("ssm_ba.weight"))?,
+            conv: b.vector(&n("ssm_conv1d.weight"))?,
+            dt_bias: b.vector(&n("ssm_dt.bias"))?,
+            a,
+            norm: b.vector(&n("ssm_norm.weight"))?,
+            out: b.matrix(&n("ssm_out.weight"))?,
+        };
+        Ok(GatedDeltaNet::new(dims, cfg.norm_eps, w))
     }
 
     /// Q, K and V projections: separate, or one fused `[q; k; v]` matrix (Phi-3).
