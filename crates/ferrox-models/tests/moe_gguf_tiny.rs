@@ -1,6 +1,7 @@
-//! The hf-tiny MoE / MLA / DSA checkpoints (and dense GLM-4) loaded from GGUF files written with
+//! The hf-tiny MoE / MLA / DSA checkpoints (and dense GLM-4, and hybrid Qwen3-Next) loaded from GGUF files written with
 //! llama.cpp's tensor names, transforms and metadata keys (scripts/hf_tiny_to_gguf.py: stacked
-//! `ffn_*_exps`, split `attn_k_b`/`attn_v_b`, permuted Llama q/k, MQA-style MLA keys) checked
+//! `ffn_*_exps`, split `attn_k_b`/`attn_v_b`, permuted Llama q/k, MQA-style MLA keys, Qwen3-Next's
+//! regrouped `attn_qkv`/`attn_gate` and `ssm_*` tensors and keys) checked
 //! against the same transformers fp32 outputs as the safetensors test: logits at every position
 //! within 1e-4, greedy continuation exact, token path bit-identical to the batch. Also checks
 //! that the GGUF and safetensors loads agree on the config and that a broken file is refused
@@ -22,13 +23,14 @@ fn check_config(arch: &str) {
     assert_eq!(g.moe, h.moe, "{arch}: MoE config");
     assert_eq!(g.mla, h.mla, "{arch}: MLA config");
     assert_eq!(g.dsa, h.dsa, "{arch}: DSA config");
+    assert_eq!(g.linear, h.linear, "{arch}: linear-attention sizes");
     assert_eq!(g.layer_moe, h.layer_moe, "{arch}: dense/MoE layers");
     assert_eq!(g.layer_attn, h.layer_attn, "{arch}: attention kinds");
     assert_eq!(g.rope.rotary_dim, h.rope.rotary_dim, "{arch}: rotary dim");
     assert_eq!(g.rope.scaling, h.rope.scaling, "{arch}: rope scaling");
     assert_eq!(
-        (g.qk_norm, g.qkv_bias, g.post_norms, g.head_dim),
-        (h.qk_norm, h.qkv_bias, h.post_norms, h.head_dim),
+        (g.qk_norm, g.qkv_bias, g.post_norms, g.head_dim, g.attn_output_gate),
+        (h.qk_norm, h.qkv_bias, h.post_norms, h.head_dim, h.attn_output_gate),
         "{arch}: attention switches"
     );
 }
@@ -45,6 +47,7 @@ common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy,
     mixtral => "mixtral",
     qwen2_moe => "qwen2_moe",
     olmoe => "olmoe",
+    qwen3_next => "qwen3_next",
 });
 
 #[test]
@@ -63,6 +66,7 @@ fn files_use_llama_cpp_arch_names_and_split_mla() {
     assert_eq!(arch_of("glm4_moe"), "glm4moe");
     assert_eq!(arch_of("qwen3_moe"), "qwen3moe");
     assert_eq!(arch_of("mixtral"), "llama");
+    assert_eq!(arch_of("qwen3_next"), "qwen3next");
     let f = GgufFile::open(&gguf("deepseek_v3")).unwrap();
     assert!(f.tensor("blk.1.attn_k_b.weight").is_some());
     assert!(f.tensor("blk.1.attn_kv_b.weight").is_none());
