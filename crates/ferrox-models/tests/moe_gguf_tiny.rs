@@ -29,8 +29,20 @@ fn check_config(arch: &str) {
     assert_eq!(g.rope.rotary_dim, h.rope.rotary_dim, "{arch}: rotary dim");
     assert_eq!(g.rope.scaling, h.rope.scaling, "{arch}: rope scaling");
     assert_eq!(
-        (g.qk_norm, g.qkv_bias, g.post_norms, g.head_dim, g.attn_output_gate),
-        (h.qk_norm, h.qkv_bias, h.post_norms, h.head_dim, h.attn_output_gate),
+        (
+            g.qk_norm,
+            g.qkv_bias,
+            g.post_norms,
+            g.head_dim,
+            g.attn_output_gate
+        ),
+        (
+            h.qk_norm,
+            h.qkv_bias,
+            h.post_norms,
+            h.head_dim,
+            h.attn_output_gate
+        ),
         "{arch}: attention switches"
     );
 }

@@ -1,0 +1,271 @@
+//! A recurrent state (Qwen3-Next's Gated DeltaNet layers) cannot be truncated like a KV cache;
+//! every way the engine cuts a cache back must still give output bit-identical to plain
+//! decoding: a rollback inside a verify (rejected drafts), a reused prefix shorter than the
+//! cached history, and sequences batched together (continuous batching, chunked prefill).
+//! On the hf-tiny checkpoint and its GGUF (whose synthetic vocabulary gives the engine a
+//! tokenizer).
+
+mod common;
+use common::tiny::{tiny_gguf, tiny_reference};
+use common::{ids, read_json};
+use ferrox_core::cache::KvCache;
+use ferrox_models::decoder::Decoder;
+use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams, GenerateParams, StopReason};
+use ferrox_models::generate::Session;
+use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::speculative::{AdaptiveDraft, Drafter, Speculation};
+use ferrox_tokenizer::Tokenizer;
+use std::collections::HashMap;
+
+fn hf() -> Decoder {
+    Decoder::load(tiny_reference("qwen3_next")).unwrap()
+}
+
+/// The fixture's 24 input ids.
+fn tokens() -> Vec<usize> {
+    ids(&read_json(
+        &tiny_reference("qwen3_next").join("input_ids.json"),
+    ))
+}
+
+/// Logits of `tokens` in one forward on fresh caches.
+fn fresh(dec: &Decoder, tokens: &[usize]) -> Vec<Vec<f32>> {
+    let mut caches = dec.new_caches();
+    dec.forward_batch(tokens, 0, &mut caches)
+}
+
+#[test]
+fn rollback_inside_a_forward_replays_from_the_checkpoint() {
+    let dec = hf();
+    let t = tokens();
+    let mut caches = dec.new_caches();
+    dec.forward_batch(&t[..12], 0, &mut caches);
+    // A verify of 8 rows at 12, of which only 3 are kept: the next forward starts at 15.
+    dec.forward_batch(&t[12..20], 12, &mut caches);
+    for c in &mut caches {
+        c.truncate(15);
+    }
+    let mut other: Vec<usize> = t[15..].to_vec();
+    other.reverse();
+    let got = dec.forward_batch(&other, 15, &mut caches);
+    let mut whole = t[..15].to_vec();
+    whole.extend_from_slice(&other);
+    let want = fresh(&dec, &whole);
+    assert_eq!(got, want[15..], "rows after a rollback");
+}
+
+#[test]
+fn every_cut_point_equals_a_fresh_run() {
+    // Cuts before, at and after the checkpoint (the start of the last forward), and at 0:
+    // the state is rebuilt from the checkpoint or from zero by replay.
+    let dec = hf();
+    let t = tokens();
+    let want = fresh(&dec, &t);
+    for cut in [0, 1, 3, 9, 10, 13, 17, 19] {
+        let mut caches = dec.new_caches();
+        dec.forward_batch(&t[..10], 0, &mut caches);
+        dec.forward_batch(&t[10..18], 10, &mut caches);
+        let row = dec.forward_token(t[18], 18, &mut caches);
+        assert_eq!(row, want[18]);
+        // The decoder drops positions at or after `cut` itself.
+        let got = dec.forward_batch(&t[cut..], cut, &mut caches);
+        assert_eq!(got, want[cut..], "cut at {cut}");
+    }
+}
+
+#[test]
+fn recurrent_cache_keeps_rows_and_a_valid_state() {
+    let dec = hf();
+    let t = tokens();
+    let mut caches = dec.new_caches();
+    dec.forward_batch(&t[..7], 0, &mut caches);
+    dec.forward_batch(&t[7..9], 7, &mut caches);
+    let c: &KvCache = &caches[0];
+    assert_eq!(c.len(), 9);
+    assert_eq!((c.state_at(), c.checkpoint_at()), (Some(9), Some(7)));
+    // Full attention keeps a plain KV cache.
+    assert_eq!(caches[3].state_at(), None);
+}
+
+/// The GGUF model with its tokenizer.
+fn gguf() -> (Decoder, Tokenizer) {
+    let dec = Decoder::load(tiny_gguf("qwen3_next")).unwrap();
+    let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();
+    (dec, tok)
+}
+
+fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
+    BatchParams {
+        sampler: SamplerConfig {
+            temperature: temp,
+            seed,
+            ..SamplerConfig::default()
+        },
+        max_tokens: max,
+        stop: Vec::new(),
+    }
+}
+
+/// Plain decoding of `prompt` in a fresh session (no speculation, no reuse).
+fn alone(dec: &Decoder, tok: &Tokenizer, prompt: &[usize], p: &BatchParams) -> Vec<usize> {
+    let mut s = Session::new(dec, tok, 256);
+    let gp = GenerateParams {
+        max_tokens: p.max_tokens,
+        stop: p.stop.clone(),
+        ..GenerateParams::default()
+    };
+    s.generate(prompt, &gp, &mut Sampler::new(p.sampler.clone()), |_| true)
+        .tokens
+}
+
+/// Drafts the plain decoding's own continuation with every third token wrong, so each verify
+/// keeps a prefix of its draft and rolls back inside the forward.
+struct Oracle {
+    prompt: usize,
+    plain: Vec<usize>,
+}
+
+impl Drafter for Oracle {
+    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+        let from = history.len() - self.prompt;
+        for (i, &t) in self.plain.iter().enumerate().skip(from).take(max) {
+            out.push(if i % 3 == 2 { (t + 1) % 512 } else { t });
+        }
+    }
+    fn name(&self) -> &'static str {
+        "oracle"
+    }
+}
+
+#[test]
+fn speculative_session_equals_plain_decoding() {
+    let (dec, tok) = gguf();
+    let prompt = tokens();
+    for (temp, seed) in [(0.0, 0), (0.9, 7)] {
+        let p = params(temp, seed, 32);
+        let want = alone(&dec, &tok, &prompt, &p);
+        let mut s = Session::new(&dec, &tok, 256);
+        let oracle = Oracle {
+            prompt: prompt.len(),
+            plain: want.clone(),
+        };
+        let mut spec = Speculation::new(Box::new(oracle), 5);
+        spec.adaptive = AdaptiveDraft::fixed(5);
+        s.set_speculation(Some(spec));
+        let gp = GenerateParams {
+            max_tokens: p.max_tokens,
+            ..GenerateParams::default()
+        };
+        let out = s.generate(&prompt, &gp, &mut Sampler::new(p.sampler.clone()), |_| true);
+        assert_eq!(out.tokens, want, "temperature {temp}");
+        let st = out.spec;
+        assert!(
+            st.accepted > 0 && st.drafted > st.accepted,
+            "verifies should keep part of their drafts: {st:?}"
+        );
+    }
+}
+
+/// A prompt whose second half restates its first (prompt-lookup drafts in the engine).
+fn repetitive() -> Vec<usize> {
+    let t = tokens();
+    let mut p = t.clone();
+    p.extend_from_slice(&t[..14]);
+    p
+}
+
+#[test]
+fn prefix_reuse_equals_a_fresh_session() {
+    let (dec, tok) = gguf();
+    let t = tokens();
+    let p = params(0.0, 0, 12);
+    let mut s = Session::new(&dec, &tok, 256);
+    let gp = GenerateParams {
+        max_tokens: p.max_tokens,
+        ..GenerateParams::default()
+    };
+    let mut greedy = Sampler::new(SamplerConfig::greedy());
+    let first = s.generate(&t, &gp, &mut greedy, |_| true);
+    // A chat's next turn: the whole history and more (reuse at the end of the history).
+    let mut next = t.clone();
+    next.extend_from_slice(&first.tokens);
+    next.extend_from_slice(&t[3..9]);
+    // A prompt sharing only an early prefix (reuse far before the last forward's start).
+    let mut branch = t[..6].to_vec();
+    branch.extend_from_slice(&t[15..20]);
+    // One diverging two tokens before the end of the history.
+    let mut late = next[..next.len() - 2].to_vec();
+    late.push(5);
+    for prompt in [next.clone(), branch, late, next] {
+        let got = s.generate(&prompt, &gp, &mut greedy, |_| true);
+        assert!(got.prompt_tokens < prompt.len(), "the cache was reused");
+        assert_eq!(got.tokens, alone(&dec, &tok, &prompt, &p));
+    }
+    // One diverging at the last forward's start, where the checkpoint is (no replay).
+    let h = s.history().to_vec();
+    let mut at = h[..h.len() - 1].to_vec();
+    at.push((h[h.len() - 1] + 1) % 512);
+    let got = s.generate(&at, &gp, &mut greedy, |_| true);
+    assert_eq!(got.prompt_tokens, 1);
+    assert_eq!(got.tokens, alone(&dec, &tok, &at, &p));
+}
+
+/// `prompts` through a 2-slot engine, joining one per step, with drafts of up to `draft`
+/// tokens and prefill in chunks of 5: each request's text and stop.
+fn batched(
+    dec: &Decoder,
+    tok: &Tokenizer,
+    prompts: &[Vec<usize>],
+    p: &BatchParams,
+    draft: usize,
+) -> Vec<(String, StopReason)> {
+    let mut eng = BatchEngine::new(dec, tok, 2, 256);
+    eng.fix_draft_len(draft);
+    eng.prefill_chunk = 5;
+    let mut text: HashMap<u64, String> = HashMap::new();
+    let mut done: HashMap<u64, StopReason> = HashMap::new();
+    let mut next = 0;
+    let mut steps = 0;
+    while done.len() < prompts.len() {
+        if next < prompts.len() && eng.admit(next as u64, &prompts[next], p).is_ok() {
+            next += 1;
+        }
+        eng.step(|id, ev| match ev {
+            BatchEvent::Text(t) => text.entry(id).or_default().push_str(&t),
+            BatchEvent::Done { stop, .. } => {
+                done.insert(id, stop);
+            }
+        });
+        steps += 1;
+        assert!(steps < 1000, "engine does not finish");
+    }
+    (0..prompts.len() as u64)
+        .map(|id| (text.remove(&id).unwrap_or_default(), done[&id]))
+        .collect()
+}
+
+#[test]
+fn continuous_batching_equals_lone_sessions() {
+    let (dec, tok) = gguf();
+    let t = tokens();
+    let prompts = vec![repetitive(), t[4..17].to_vec(), t[..9].to_vec()];
+    for (temp, seed) in [(0.0, 0), (0.9, 42)] {
+        let p = params(temp, seed, 20);
+        let want: Vec<(String, StopReason)> = prompts
+            .iter()
+            .map(|q| {
+                let mut s = Session::new(&dec, &tok, 256);
+                let gp = GenerateParams {
+                    max_tokens: p.max_tokens,
+                    ..GenerateParams::default()
+                };
+                let out = s.generate(q, &gp, &mut Sampler::new(p.sampler.clone()), |_| true);
+                (out.text, out.stop)
+            })
+            .collect();
+        for draft in [0, 4] {
+            let got = batched(&dec, &tok, &prompts, &p, draft);
+            assert_eq!(got, want, "temperature {temp}, draft {draft}");
+        }
+    }
+}
