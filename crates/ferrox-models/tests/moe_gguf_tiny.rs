@@ -164,3 +164,25 @@ fn mtp_blocks_are_not_decoder_layers() {
     assert_eq!(dec.config.n_layers, 2);
     assert_eq!(dec.config.layer_moe, vec![false, true]);
 }
+
+/// Qwen3-Next without one of its DeltaNet keys or tensors is refused with the key or tensor
+/// named, not a panic.
+#[test]
+fn qwen3_next_missing_key_or_tensor_is_named() {
+    let msg = load_edited("qwen3_next", "key", |b| {
+        let at = find(b, b"qwen3next.ssm.state_size");
+        b[at + 23] = b'X';
+    });
+    assert!(msg.contains("qwen3next.ssm.state_size"), "{msg}");
+    let msg = load_edited("qwen3_next", "conv", |b| {
+        let at = find(b, b"blk.1.ssm_conv1d.weight");
+        b[at + 6] = b'X';
+    });
+    assert!(msg.contains("blk.1.ssm_conv1d.weight"), "{msg}");
+    // Without `attn_qkv` the layer falls back to the legacy fused `ssm_in`, named when absent.
+    let msg = load_edited("qwen3_next", "qkv", |b| {
+        let at = find(b, b"blk.2.attn_qkv.weight");
+        b[at + 6] = b'X';
+    });
+    assert!(msg.contains("blk.2.ssm_in.weight"), "{msg}");
+}

@@ -120,7 +120,7 @@ fn set_linear(
         d.v_head_dim,
     ]
     .contains(&0)
-        || d.n_v_heads % d.n_k_heads != 0
+        || !d.n_v_heads.is_multiple_of(d.n_k_heads)
     {
         return Err(bad(format!("bad linear-attention sizes {d:?}")));
     }
@@ -219,7 +219,7 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     };
     let n_v = g.usize("ssm.time_step_rank")?;
     let inner = g.usize("ssm.inner_size")?;
-    if n_v == 0 || inner % n_v != 0 {
+    if n_v == 0 || !inner.is_multiple_of(n_v) {
         return Err(bad(format!(
             "GGUF: ssm.inner_size {inner} is not a multiple of {n_v} value heads"
         )));
