@@ -269,3 +269,33 @@ fn continuous_batching_equals_lone_sessions() {
         }
     }
 }
+
+#[test]
+fn long_prefill_and_replay_on_parallel_heads_equal_single_tokens() {
+    // 80 rows: the first block of 64 positions runs its heads in parallel, single tokens on
+    // one thread; the rows must not care.
+    let dec = hf();
+    let t: Vec<usize> = (0..80).map(|i| (i * 37 + 11) % 512).collect();
+    let batch = fresh(&dec, &t);
+    let mut caches = dec.new_caches();
+    for (p, &tok) in t.iter().enumerate() {
+        assert_eq!(dec.forward_token(tok, p, &mut caches), batch[p], "row {p}");
+    }
+    // A cut at 70 after one 80-row forward replays 70 positions (two blocks) from zero.
+    let mut caches = dec.new_caches();
+    dec.forward_batch(&t, 0, &mut caches);
+    assert_eq!(dec.forward_batch(&t[70..], 70, &mut caches), batch[70..]);
+}
+
+#[test]
+fn caches_built_the_seed_way_take_the_recurrent_shape() {
+    // The seed's API builds `KvCache::new(n_kv_heads, head_dim)` for every layer; empty caches
+    // take each layer's own shape on first use.
+    let dec = hf();
+    let t = tokens();
+    let c = &dec.config;
+    let mut caches: Vec<KvCache> = (0..c.n_layers)
+        .map(|_| KvCache::new(c.n_kv_heads, c.head_dim))
+        .collect();
+    assert_eq!(dec.forward_batch(&t, 0, &mut caches), fresh(&dec, &t));
+}
