@@ -245,6 +245,11 @@ impl Decoder {
                     seq.pos,
                     cache.len()
                 );
+                assert!(
+                    cache.restorable(seq.pos),
+                    "position {} is before the rows a bounded recurrent cache kept; feed from 0",
+                    seq.pos
+                );
                 cache.truncate(seq.pos);
             }
         }

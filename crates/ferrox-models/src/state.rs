@@ -11,6 +11,8 @@
 //! checkpoint from the start of the last forward (`KvCache::recurrent`). A forward at a
 //! position the state is not valid at rebuilds it from the checkpoint (or from zero) by
 //! replaying the stored rows through the same per-position arithmetic (`blocks::deltanet`).
+//! The engine's caches are bounded (`KvCache::set_bounded`): there the rows before the last
+//! forward's start are forgotten, and an earlier cut is a cut to 0 (`KvCache::restorable`).
 
 use ferrox_core::cache::{CacheShapeError, KvCache};
 

@@ -1,7 +1,8 @@
 //! A recurrent state (Qwen3-Next's Gated DeltaNet layers) cannot be truncated like a KV cache;
 //! every way the engine cuts a cache back must still give output bit-identical to plain
 //! decoding: a rollback inside a verify (rejected drafts), a reused prefix shorter than the
-//! cached history, and sequences batched together (continuous batching, chunked prefill).
+//! cached history, and sequences batched together (continuous batching, chunked prefill);
+//! with every row kept (the decoder's own caches) and with the engine's bounded window.
 //! On the hf-tiny checkpoint and its GGUF (whose synthetic vocabulary gives the engine a
 //! tokenizer).
 
@@ -176,6 +177,9 @@ fn repetitive() -> Vec<usize> {
 
 #[test]
 fn prefix_reuse_equals_a_fresh_session() {
+    // A session's caches are bounded: its recurrent layers keep rows only from the last
+    // forward's start (minus the convolution window), so a reuse cut there or later replays,
+    // an earlier one prefills again from 0. Either way the output is plain decoding's.
     let (dec, tok) = gguf();
     let t = tokens();
     let p = params(0.0, 0, 12);
@@ -185,29 +189,60 @@ fn prefix_reuse_equals_a_fresh_session() {
         ..GenerateParams::default()
     };
     let mut greedy = Sampler::new(SamplerConfig::greedy());
-    let first = s.generate(&t, &gp, &mut greedy, |_| true);
+    let run = |s: &mut Session<'_>, prompt: &[usize], greedy: &mut Sampler| {
+        let got = s.generate(prompt, &gp, greedy, |_| true);
+        assert_eq!(got.tokens, alone(&dec, &tok, prompt, &p));
+        got.prompt_tokens
+    };
+    assert_eq!(run(&mut s, &t, &mut greedy), t.len());
     // A chat's next turn: the whole history and more (reuse at the end of the history).
-    let mut next = t.clone();
-    next.extend_from_slice(&first.tokens);
+    let h = s.history().to_vec();
+    let mut next = h.clone();
     next.extend_from_slice(&t[3..9]);
-    // A prompt sharing only an early prefix (reuse far before the last forward's start).
-    let mut branch = t[..6].to_vec();
-    branch.extend_from_slice(&t[15..20]);
-    // One diverging two tokens before the end of the history.
-    let mut late = next[..next.len() - 2].to_vec();
-    late.push(5);
-    for prompt in [next.clone(), branch, late, next] {
-        let got = s.generate(&prompt, &gp, &mut greedy, |_| true);
-        assert!(got.prompt_tokens < prompt.len(), "the cache was reused");
-        assert_eq!(got.tokens, alone(&dec, &tok, &prompt, &p));
-    }
-    // One diverging at the last forward's start, where the checkpoint is (no replay).
+    assert_eq!(run(&mut s, &next, &mut greedy), 6);
+    // Diverging at the last forward's start, where the checkpoint is: reused, no replay.
     let h = s.history().to_vec();
     let mut at = h[..h.len() - 1].to_vec();
     at.push((h[h.len() - 1] + 1) % 512);
-    let got = s.generate(&at, &gp, &mut greedy, |_| true);
-    assert_eq!(got.prompt_tokens, 1);
-    assert_eq!(got.tokens, alone(&dec, &tok, &at, &p));
+    assert_eq!(run(&mut s, &at, &mut greedy), 1);
+    // Diverging before it: the rows are gone, the prompt is prefilled again.
+    let mut late = s.history()[..at.len() - 3].to_vec();
+    late.push(5);
+    assert_eq!(run(&mut s, &late, &mut greedy), late.len());
+    let mut branch = t[..6].to_vec();
+    branch.extend_from_slice(&t[15..20]);
+    assert_eq!(run(&mut s, &branch, &mut greedy), branch.len());
+}
+
+#[test]
+fn bounded_caches_keep_a_window_of_rows() {
+    let dec = hf();
+    let t: Vec<usize> = (0..60).map(|i| (i * 37 + 11) % 512).collect();
+    let want = fresh(&dec, &t);
+    let mut caches = dec.new_caches();
+    caches.iter_mut().for_each(|c| c.set_bounded(true));
+    let mut got = dec.forward_batch(&t[..40], 0, &mut caches);
+    for (p, &tok) in t.iter().enumerate().skip(40) {
+        got.push(dec.forward_token(tok, p, &mut caches));
+    }
+    assert_eq!(got, want);
+    // The recurrent layers hold the last row plus the 3-row convolution window; the
+    // full-attention layer every row.
+    assert_eq!(
+        (caches[0].first_row(), caches[0].keys().len() / 128),
+        (56, 4)
+    );
+    assert_eq!(caches[3].first_row(), 0);
+    assert!(caches[0].restorable(59) && !caches[0].restorable(58));
+    // A verify rolled back inside its forward still replays exactly.
+    let extra: Vec<usize> = (0..8).map(|i| (i * 53 + 7) % 512).collect();
+    dec.forward_batch(&extra[..6], 60, &mut caches);
+    let got = dec.forward_batch(&extra[6..], 62, &mut caches);
+    let mut whole = t.clone();
+    whole.extend_from_slice(&extra[..2]);
+    whole.extend_from_slice(&extra[6..]);
+    assert_eq!(got, fresh(&dec, &whole)[62..]);
+    assert!(!caches[0].restorable(61));
 }
 
 /// `prompts` through a 2-slot engine, joining one per step, with drafts of up to `draft`

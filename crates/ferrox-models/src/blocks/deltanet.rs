@@ -36,6 +36,13 @@
 //! layer and slot (~1 GiB per slot for the 80B model at 12-token drafts) against 2 here. Replay
 //! stays a few percent of a verify's forward, whose matmuls read the active weights; it also
 //! makes prefix reuse exact at any cut (from zero state when the cut precedes the checkpoint).
+//!
+//! Rows cost memory: `conv_dim + 2 n_v` floats per position and layer (33 KiB at 80B sizes,
+//! ~25 times a full-attention layer's keys and values). A bounded cache (the engine's slots,
+//! `KvCache::set_bounded`) therefore forgets every row before the last forward's start but
+//! the K - 1 the convolution still reads: cuts inside the last forward stay a replay, earlier
+//! ones become a cut to 0 (the engine then prefills again, as llama.cpp does for recurrent
+//! models). Unbounded caches (`Decoder::new_caches`) keep every row and every cut.
 
 use super::norm::rms_norm_rows;
 use super::{with_scratch, AttentionBlock, Segment};
@@ -232,9 +239,11 @@ impl GatedDeltaNet {
         }
     }
 
-    /// Position `p`'s recurrence inputs from the stored rows: convolved, activated and normed
-    /// q/k/v into `x`, beta and decay per value head into `bd`.
-    fn prepare(&self, keys: &[f32], values: &[f32], p: usize, x: &mut [f32], bd: &mut [f32]) {
+    /// Position `p`'s recurrence inputs from the stored rows (`keys` / `values` start at
+    /// position `first`): convolved, activated and normed q/k/v into `x`, beta and decay per
+    /// value head into `bd`.
+    fn prepare(&self, st: &RecurrentParts<'_>, p: usize, x: &mut [f32], bd: &mut [f32]) {
+        let (keys, values, first) = (st.keys, st.values, st.first);
         let d = self.dims;
         let (cd, kk, nv) = (d.conv_dim(), d.conv_kernel, d.n_v_heads);
         x.fill(0.0);
@@ -243,7 +252,8 @@ impl GatedDeltaNet {
             let Some(src) = (p + t + 1).checked_sub(kk) else {
                 continue;
             };
-            let row = &keys[src * cd..(src + 1) * cd];
+            let r = src - first;
+            let row = &keys[r * cd..(r + 1) * cd];
             let taps = &self.taps[t * cd..(t + 1) * cd];
             for ((xc, &wc), &rc) in x.iter_mut().zip(taps).zip(row) {
                 *xc += wc * rc;
@@ -259,7 +269,8 @@ impl GatedDeltaNet {
             }
         }
         let r = nv / nk;
-        let ba = &values[p * 2 * nv..(p + 1) * 2 * nv];
+        let row = p - first;
+        let ba = &values[row * 2 * nv..(row + 1) * 2 * nv];
         for h in 0..nv {
             let (g, j) = (h / r, h % r);
             let (b, a) = (ba[g * 2 * r + j], ba[g * 2 * r + r + j]);
@@ -293,7 +304,7 @@ impl GatedDeltaNet {
                 .zip(bd.chunks_exact_mut(2 * nv))
                 .enumerate()
             {
-                self.prepare(st.keys, st.values, b0 + i, xi, bdi);
+                self.prepare(st, b0 + i, xi, bdi);
             }
             let heads = grow(&mut rec.heads, if want_out { nv * m * dv } else { 0 });
             let first = b0 == from;
@@ -426,6 +437,9 @@ impl GatedDeltaNet {
             }
             let rows = &mut core[r0 * vd..(r0 + seg.n) * vd];
             self.recur(cache, seg.pos, seg.n, rows, &mut s.rec);
+            // Only cuts inside this forward need a replay now: its start is the checkpoint, the
+            // convolution reads K - 1 rows before it.
+            cache.forget_before(seg.pos, d.conv_kernel - 1);
             r0 += seg.n;
         }
         // Gated RMSNorm per value head: w · rmsnorm(o) · silu(z).
