@@ -41,7 +41,9 @@ Where the tiny checkpoints differ from real ones, four things are added on purpo
 Usage: hf_tiny_to_gguf.py [--gguf-py DIR] [--fuse-gate-up-exps] SRC_DIR OUT.gguf
        hf_tiny_to_gguf.py --all  (every supported fixture into tests/fixtures/gguf-tiny/, plus
                                   qwen3_moe_fused.gguf with fused `ffn_gate_up_exps`)
-Needs numpy and safetensors (pip), and gguf-py (the llama.cpp tree, or `pip install gguf`).
+Needs numpy and safetensors (pip), and gguf-py (the llama.cpp tree, or `pip install gguf`);
+qwen3_next needs a gguf-py new enough for `add_recurrent_layers`: without --gguf-py the one in
+~/.cache/ferrox/llamacpp/src/gguf-py is used when it exists.
 """
 
 from __future__ import annotations
