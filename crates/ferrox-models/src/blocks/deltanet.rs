@@ -27,18 +27,20 @@
 //! reads the previous state from one blob and writes the other.
 //!
 //! Why replay rather than a state checkpoint per verified position: measured at Qwen3-Next-80B's
-//! sizes (32 value heads of 128 × 128: a 2 MiB state per layer), one layer, one thread
-//! (`tests::replay_vs_checkpoint_cost`): replaying a position costs ~166 µs, a forward step
-//! ~320 µs, copying the state ~40 µs. Copied checkpoints cost `(k + 1) × 40 µs` on every verify
-//! of k drafts, accepted or not; replay costs `(a + 1) × 166 µs` only when a draft is rejected
-//! after `a` accepted ones (nothing when all are kept, or when none is drafted). Checkpoints
-//! written out of place by the steps themselves would cost no time, but `k + 2` states per
-//! layer and slot (~1 GiB per slot for the 80B model at 12-token drafts) against 2 here. Replay
-//! stays a few percent of a verify's forward, whose matmuls read the active weights; it also
-//! makes prefix reuse exact at any cut (from zero state when the cut precedes the checkpoint).
+//! sizes (32 value heads of 128 × 128: a 2 MiB state per layer), one layer, one thread, on a
+//! shared 2-core machine (`tests::replay_vs_checkpoint_cost`, three runs): replaying a position
+//! 170–330 µs, a forward step 270–360 µs, copying the state 40–80 µs. Copied checkpoints cost
+//! `(k + 1)` copies on every verify of k drafts, kept or not; replay costs `a + 1` replayed
+//! positions only when a draft is rejected after `a` kept ones, and nothing when all are kept
+//! or none was drafted. So copies win in time once a rejected verify kept a draft or two,
+//! replay wins on fully accepted and draftless steps; both are ~5–10 % of an 80B verify's
+//! forward, whose matmuls read the active weights. Checkpoints written out of place by the
+//! steps themselves would cost no time but `k + 2` states per layer and slot (~1 GiB per slot
+//! at 80B sizes and 12-token drafts) against 2 here; replay is also exactly what prefix reuse
+//! needs. Hence replay.
 //!
 //! Rows cost memory: `conv_dim + 2 n_v` floats per position and layer (33 KiB at 80B sizes,
-//! ~25 times a full-attention layer's keys and values). A bounded cache (the engine's slots,
+//! ~8 times a full-attention layer's keys and values). A bounded cache (the engine's slots,
 //! `KvCache::set_bounded`) therefore forgets every row before the last forward's start but
 //! the K - 1 the convolution still reads: cuts inside the last forward stay a replay, earlier
 //! ones become a cut to 0 (the engine then prefills again, as llama.cpp does for recurrent
