@@ -22,7 +22,7 @@
 //! last forward are the cache's recurrent blobs. A forward at `pos` with the state valid
 //! elsewhere (a rejected draft, a reused prefix) restores the checkpoint when it lies at or
 //! before `pos`, zero state at 0 otherwise, and replays the stored rows up to `pos` through
-//! [`GatedDeltaNet::steps`], the very code the forward runs, so the result is bit-identical
+//! `GatedDeltaNet::steps`, the very code the forward runs, so the result is bit-identical
 //! to never having gone past `pos`. The checkpoint costs no copy: the forward's first step
 //! reads the previous state from one blob and writes the other.
 //!
