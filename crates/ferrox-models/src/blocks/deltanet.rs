@@ -27,17 +27,19 @@
 //! reads the previous state from one blob and writes the other.
 //!
 //! Why replay rather than a state checkpoint per verified position: measured at Qwen3-Next-80B's
-//! sizes (32 value heads of 128 × 128: a 2 MiB state per layer), one layer, one thread, on a
-//! shared 2-core machine (`tests::replay_vs_checkpoint_cost`, three runs): replaying a position
-//! 170–330 µs, a forward step 270–360 µs, copying the state 40–80 µs. Copied checkpoints cost
-//! `(k + 1)` copies on every verify of k drafts, kept or not; replay costs `a + 1` replayed
-//! positions only when a draft is rejected after `a` kept ones, and nothing when all are kept
-//! or none was drafted. So copies win in time once a rejected verify kept a draft or two,
-//! replay wins on fully accepted and draftless steps; both are ~5–10 % of an 80B verify's
-//! forward, whose matmuls read the active weights. Checkpoints written out of place by the
-//! steps themselves would cost no time but `k + 2` states per layer and slot (~1 GiB per slot
-//! at 80B sizes and 12-token drafts) against 2 here; replay is also exactly what prefix reuse
-//! needs. Hence replay.
+//! sizes (32 value heads of 128 × 128: a 2 MiB state per layer), one layer, one thread, best of
+//! 7 rounds on a shared 2-core machine (`tests::replay_vs_checkpoint_cost`): replaying a
+//! position 116–120 µs, a forward step 131–135 µs (the same whether it reads the previous state
+//! in place or from another blob), copying the state 39–43 µs. Copied checkpoints cost `k + 1`
+//! copies on every verify of k drafts, kept or not; replay costs `a + 1` replayed positions
+//! only when a draft is rejected after `a` kept ones, nothing when all are kept or none was
+//! drafted. A replayed position is ~3 copies, so copies win only on verifies that kept more
+//! than about a third of their draft and then rejected one. For the whole 80B model (36 such
+//! layers) a replayed position is ~4 ms on one thread, against a verify forward of 100 ms or
+//! more whose matmuls read the active weights. Checkpoints written out of place by the steps
+//! themselves would cost no time (above) but `k + 2` states per layer and slot (~1 GiB per slot
+//! at 80B sizes and 12-token drafts) against 2 here; and replay is what prefix reuse needs
+//! anyway. Hence replay.
 //!
 //! Rows cost memory: `conv_dim + 2 n_v` floats per position and layer (33 KiB at 80B sizes,
 //! ~8 times a full-attention layer's keys and values). A bounded cache (the engine's slots,
@@ -153,7 +155,8 @@ fn l2norm(x: &mut [f32]) {
 /// One position of one value head. Decays the state — reading the previous one from `src`
 /// when given (the first step of a run reads the checkpoint blob and writes the state blob),
 /// in place otherwise; the arithmetic is the same either way — then applies the delta rule and
-/// writes `o = Sᵀq` unless `o` is empty (a replay needs only the state).
+/// writes `o = Sᵀq` unless `o` is empty (a replay needs only the state). Two sweeps over the
+/// state: decay with `Sᵀk`, then the update with `Sᵀq`, each row finished before it is read.
 #[allow(clippy::too_many_arguments)]
 fn delta_step(
     src: Option<&[f32]>,
@@ -167,26 +170,42 @@ fn delta_step(
     o: &mut [f32],
 ) {
     let dv = v.len();
-    match src {
-        Some(src) => s.iter_mut().zip(src).for_each(|(d, &x)| *d = x * decay),
-        None => s.iter_mut().for_each(|d| *d *= decay),
-    }
     kv.fill(0.0);
-    for (row, &ki) in s.chunks_exact(dv).zip(k) {
-        kv.iter_mut().zip(row).for_each(|(m, &sij)| *m += sij * ki);
+    match src {
+        Some(src) => {
+            for ((row, old), &ki) in s.chunks_exact_mut(dv).zip(src.chunks_exact(dv)).zip(k) {
+                for ((sij, &x), m) in row.iter_mut().zip(old).zip(kv.iter_mut()) {
+                    *sij = x * decay;
+                    *m += *sij * ki;
+                }
+            }
+        }
+        None => {
+            for (row, &ki) in s.chunks_exact_mut(dv).zip(k) {
+                for (sij, m) in row.iter_mut().zip(kv.iter_mut()) {
+                    *sij *= decay;
+                    *m += *sij * ki;
+                }
+            }
+        }
     }
+    // kv becomes the delta, beta · (v - Sᵀk).
     kv.iter_mut()
         .zip(v)
         .for_each(|(m, &vj)| *m = (vj - *m) * beta);
-    for (row, &ki) in s.chunks_exact_mut(dv).zip(k) {
-        row.iter_mut()
-            .zip(kv.iter())
-            .for_each(|(sij, &dj)| *sij += ki * dj);
+    if o.is_empty() {
+        for (row, &ki) in s.chunks_exact_mut(dv).zip(k) {
+            row.iter_mut()
+                .zip(kv.iter())
+                .for_each(|(sij, &dj)| *sij += ki * dj);
+        }
+        return;
     }
-    if !o.is_empty() {
-        o.fill(0.0);
-        for (row, &qi) in s.chunks_exact(dv).zip(q) {
-            o.iter_mut().zip(row).for_each(|(oj, &sij)| *oj += sij * qi);
+    o.fill(0.0);
+    for ((row, &ki), &qi) in s.chunks_exact_mut(dv).zip(k).zip(q) {
+        for ((sij, &dj), oj) in row.iter_mut().zip(kv.iter()).zip(o.iter_mut()) {
+            *sij += ki * dj;
+            *oj += *sij * qi;
         }
     }
 }

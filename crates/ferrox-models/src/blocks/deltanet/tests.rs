@@ -44,13 +44,19 @@ fn layer(dims: LinearAttnConfig) -> GatedDeltaNet {
     GatedDeltaNet::new(dims, 1e-6, w)
 }
 
+/// Seconds per call of `f`: the best of 7 rounds of `reps` calls (the least disturbed by
+/// whatever else runs on the machine).
 fn seconds(reps: usize, mut f: impl FnMut()) -> f64 {
     f();
-    let t = Instant::now();
-    for _ in 0..reps {
-        f();
-    }
-    t.elapsed().as_secs_f64() / reps as f64
+    (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..reps {
+                f();
+            }
+            t.elapsed().as_secs_f64() / reps as f64
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// What a rollback costs at Qwen3-Next-80B's sizes (32 value heads of 128 × 128, 16 key
