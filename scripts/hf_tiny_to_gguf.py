@@ -16,6 +16,7 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
                                 from the unquantized path of `modify_tensors`: `gate_up_proj`
                                 transposed, gate = rows ::2, up = rows 1::2, `down_proj`
                                 transposed; `sinks` -> `attn_sinks.weight`)
+  qwen3_next                 -> Qwen3NextModel                     (arch `qwen3next`)
   llama, mixtral, mistral    -> LlamaModel                         (arch `llama`; Llama 3.x
                                                                     scaling as `rope_freqs`)
   smollm3                    -> SmolLM3Model (conversion/llama.py)  (arch `smollm3`; LlamaModel
@@ -41,7 +42,12 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
 Transforms: routed experts stacked into 3-D `ffn_{gate,up,down}_exps` `[n_expert, rows, cols]`;
 `e_score_correction_bias` -> `exp_probs_b.bias`; MLA `kv_b_proj` split per head into
 `attn_k_b` `[n_head, kv_lora_rank, qk_nope]` (transposed) and `attn_v_b`
-`[n_head, v_head_dim, kv_lora_rank]`; Llama-arch q/k rows permuted to adjacent-pair RoPE.
+`[n_head, v_head_dim, kv_lora_rank]`; Llama-arch q/k rows permuted to adjacent-pair RoPE;
+Qwen3-Next as `Qwen3NextModel.modify_tensors` (llama.cpp conversion/qwen.py, lines 394-427):
+`A_log` -> `ssm_a` = -exp(A_log), `dt_bias` -> `ssm_dt.bias`, conv1d squeezed to
+`[channels, kernel]`, every `*norm.weight` but the DeltaNet's gated `linear_attn.norm` stored as
+1 + w, `in_proj_qkvz` (per key head [q, k, v, z]) regrouped into `attn_qkv` ([all q; all k;
+all v]) and `attn_gate` (all z); `in_proj_ba` kept as `ssm_ba`.
 Tensor names come from gguf-py's own TensorNameMap, as in the converter.
 
 Where the tiny checkpoints differ from real ones, four things are added on purpose:
@@ -62,7 +68,9 @@ type the released gpt-oss GGUFs use; `repack_mxfp4` writes the checkpoint's own 
 Usage: hf_tiny_to_gguf.py [--gguf-py DIR] [--fuse-gate-up-exps] [--mxfp4-experts] SRC_DIR OUT.gguf
        hf_tiny_to_gguf.py --all  (every supported fixture into tests/fixtures/gguf-tiny/, plus
                                   qwen3_moe_fused.gguf with fused `ffn_gate_up_exps`)
-Needs numpy and safetensors (pip), and gguf-py (the llama.cpp tree, or `pip install gguf`).
+Needs numpy and safetensors (pip), and gguf-py (the llama.cpp tree, or `pip install gguf`);
+qwen3_next needs a gguf-py new enough for `add_recurrent_layers`: without --gguf-py the one in
+~/.cache/ferrox/llamacpp/src/gguf-py is used when it exists.
 """
 
 from __future__ import annotations
@@ -80,6 +88,8 @@ from safetensors.numpy import load_file
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "crates/ferrox-models/tests/fixtures"
 LLAMA_CPP_GGUF_PY = Path.home() / ".cache/ferrox/llamacpp/src/gguf-py"
+# The llama.cpp tree ferrox's tools fetch; new enough for `qwen3next` (recurrent_layers).
+LLAMA_CPP_CACHE_GGUF_PY = LLAMA_CPP_GGUF_PY
 
 ARCHS = {
     "deepseek_v3": "DEEPSEEK2",
@@ -99,6 +109,7 @@ ARCHS = {
     "smollm3": "SMOLLM3",
     "granitemoe": "GRANITE_MOE",
     "phi3": "PHI3",
+    "qwen3_next": "QWEN3NEXT",
 }
 LLAMA_TYPES = {"mixtral", "mistral", "llama"}
 # LlamaModel subclasses: q/k rows permuted, `vocab_size` and `rope.dimension_count` written.
@@ -123,6 +134,7 @@ ALL_FIXTURES = [
     "smollm3",
     "granitemoe",
     "phi3",
+    "qwen3_next",
 ]
 
 
@@ -249,10 +261,22 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         # GptOssModel.set_gguf_parameters
         w.add_sliding_window(h["sliding_window"])
         w.add_expert_feed_forward_length(h["intermediate_size"])
-    elif mt == "qwen2_moe":
+    elif mt in ("qwen2_moe", "qwen3_next"):
         # Qwen2MoeModel.set_gguf_parameters
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
         w.add_expert_shared_feed_forward_length(h["shared_expert_intermediate_size"])
+        if mt == "qwen3_next":
+            # Qwen3NextModel.set_gguf_parameters (conversion/qwen.py, lines 375-392)
+            w.add_ssm_conv_kernel(h["linear_conv_kernel_dim"])
+            w.add_ssm_state_size(h["linear_key_head_dim"])
+            w.add_ssm_group_count(h["linear_num_key_heads"])
+            w.add_ssm_time_step_rank(h["linear_num_value_heads"])
+            w.add_ssm_inner_size(h["linear_value_head_dim"] * h["linear_num_value_heads"])
+            if (layer_types := h.get("layer_types")) is not None:
+                w.add_recurrent_layers([t == "linear_attention" for t in layer_types])
+            w.add_full_attention_interval(h.get("full_attention_interval", 4))
+            head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
+            w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.25)))
     elif mt in LLAMA_DERIVED:
         w.add_vocab_size(h["vocab_size"])
         head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
@@ -340,6 +364,30 @@ def llama_permute(x: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarr
         .swapaxes(1, 2)
         .reshape(x.shape)
     )
+
+
+def qwen3_next_tensor(name: str, t: np.ndarray) -> tuple[str, np.ndarray]:
+    """Qwen3NextModel.modify_tensors' per-tensor transforms (all but the qkvz split)."""
+    if name.endswith(".A_log"):
+        return name, -np.exp(t)
+    if name.endswith(".dt_bias"):
+        return name.rpartition(".dt_bias")[0] + ".dt_proj.bias", t
+    if "conv1d" in name:
+        return name, t.squeeze()
+    if name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight"):
+        return name, t + 1.0
+    return name, t
+
+
+def qwen3_next_qkvz(h: dict, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`in_proj_qkvz` rows, per key head [q, k, v, z], as [all q; all k; all v] and [all z]."""
+    dk, dv = h["linear_key_head_dim"], h["linear_value_head_dim"]
+    nk, nv = h["linear_num_key_heads"], h["linear_num_value_heads"]
+    sizes = [dk, dk, nv // nk * dv, nv // nk * dv]
+    x = t.T.reshape(t.shape[1], nk, sum(sizes))  # (n_embd, head_count, q+k+v+z)
+    q, k, v, z = np.split(x, np.cumsum(sizes)[:-1], axis=-1)
+    flat = [p.reshape(t.shape[1], -1) for p in (q, k, v, z)]
+    return np.concatenate(flat[:3], axis=-1).T, flat[3].T
 
 
 def llama3_rope_factors(h: dict) -> np.ndarray:
@@ -431,6 +479,13 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
             for tensor, part in ((gguf.MODEL_TENSOR.FFN_GATE_EXP, t[:, :f]), (gguf.MODEL_TENSOR.FFN_UP_EXP, t[:, f:])):
                 out_tensors.append((gguf.TENSOR_NAMES[tensor].format(bid=bid) + ".weight", part))
             continue
+        if mt == "qwen3_next":
+            name, t = qwen3_next_tensor(name, t)
+            if name.endswith("in_proj_qkvz.weight"):
+                qkv, z = qwen3_next_qkvz(h, t)
+                out_tensors.append((gguf_name(name).replace("ssm_in", "attn_qkv"), qkv))
+                out_tensors.append((gguf_name(name).replace("ssm_in", "attn_gate"), z))
+                continue
         if mt in LLAMA_DERIVED:
             if name.endswith("q_proj.weight"):
                 t = llama_permute(t, n_head, n_head)
@@ -526,6 +581,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.gguf_py.is_dir():
         sys.path.insert(0, str(a.gguf_py))
+    elif LLAMA_CPP_CACHE_GGUF_PY.is_dir():
+        sys.path.insert(0, str(LLAMA_CPP_CACHE_GGUF_PY))
     import gguf  # noqa: E402
 
     if a.all:

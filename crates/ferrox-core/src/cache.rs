@@ -3,6 +3,18 @@
 //! O(1) (speculative rejection relies on that). The cache knows shapes, not model families:
 //! what a layer keeps per position (per-head keys and values, one compressed row and no values,
 //! an extra row beside them) is the layer's choice, set while the cache is empty.
+//!
+//! A recurrent layer (a state-space or linear-attention layer) also keeps a fixed-size state
+//! that summarises every position before it and cannot be cut back by position. The cache
+//! holds two such blobs with the position each is valid at — the state after the stored rows
+//! and a checkpoint from the start of the last forward — and `truncate` only forgets a blob
+//! that lies past the cut. Rebuilding the state at an earlier position (from the checkpoint, or
+//! from zero, by replaying the stored rows) is the layer's business: the cache knows sizes.
+//!
+//! A *bounded* cache (`set_bounded`, the engine's slots) lets such a layer forget the rows it
+//! can no longer need (`forget_before`): positions before the last forward's start are then
+//! only restorable as a cut to 0 (`restorable`), and the rows stay a window instead of growing
+//! with the context. Unbounded caches (the default) keep every row: any cut stays exact.
 
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -12,11 +24,49 @@ pub struct KvCache {
     /// layer may keep a single key row and no values).
     v_width: usize,
     len: usize,
+    /// Position of the first stored row (earlier rows were forgotten); 0 unless bounded.
+    first: usize,
+    /// Cuts to positions in `1..floor` cannot be restored.
+    floor: usize,
+    bounded: bool,
     keys: Vec<f32>,
     values: Vec<f32>,
     /// Optional extra row per position kept in step with keys/values.
     aux_width: usize,
     aux: Vec<f32>,
+    /// Recurrent state after `state_at` positions (`None`: not valid at any position).
+    state: Vec<f32>,
+    state_at: Option<usize>,
+    /// A second state blob, valid after `checkpoint_at` positions.
+    checkpoint: Vec<f32>,
+    checkpoint_at: Option<usize>,
+}
+
+/// The parts of a [`KvCache`] a recurrent layer works on at once: its stored rows (read) and
+/// its two state blobs with the positions they are valid at (read and written).
+pub struct RecurrentParts<'a> {
+    /// Stored rows `[len - first][k_width]`, position `first` first.
+    pub keys: &'a [f32],
+    /// `[len - first][v_width]`.
+    pub values: &'a [f32],
+    pub first: usize,
+    pub state: &'a mut Vec<f32>,
+    pub state_at: &'a mut Option<usize>,
+    pub checkpoint: &'a mut Vec<f32>,
+    pub checkpoint_at: &'a mut Option<usize>,
+}
+
+impl RecurrentParts<'_> {
+    /// Position of the first row in `keys` / `values`.
+    pub fn first_row(&self) -> usize {
+        self.first
+    }
+
+    /// Exchanges the state and the checkpoint (blobs and positions): O(1), no copy.
+    pub fn swap(&mut self) {
+        std::mem::swap(self.state, self.checkpoint);
+        std::mem::swap(self.state_at, self.checkpoint_at);
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -34,11 +84,23 @@ impl KvCache {
             head_dim,
             v_width: n_kv_heads * head_dim,
             len: 0,
+            first: 0,
+            floor: 0,
+            bounded: false,
             keys: Vec::new(),
             values: Vec::new(),
             aux_width: 0,
             aux: Vec::new(),
+            state: Vec::new(),
+            state_at: None,
+            checkpoint: Vec::new(),
+            checkpoint_at: None,
         }
+    }
+
+    /// Position of the first stored row (0 unless a bounded recurrent layer forgot rows).
+    pub fn first_row(&self) -> usize {
+        self.first
     }
 
     /// Positions stored.
@@ -68,12 +130,90 @@ impl KvCache {
     }
 
     /// Drops every position at or after `len` (no-op when already shorter). Keeps capacity.
+    /// A recurrent state or checkpoint valid past `len` is forgotten (its memory kept). A cut
+    /// that is not [`restorable`](Self::restorable) empties the cache.
     pub fn truncate(&mut self, len: usize) {
+        let len = if self.restorable(len) { len } else { 0 };
         if len < self.len {
             self.len = len;
-            self.keys.truncate(len * self.k_width());
-            self.values.truncate(len * self.v_width);
-            self.aux.truncate(len * self.aux_width);
+            let rows = len.saturating_sub(self.first);
+            self.keys.truncate(rows * self.k_width());
+            self.values.truncate(rows * self.v_width);
+            self.aux.truncate(rows * self.aux_width);
+            if len == 0 {
+                (self.first, self.floor) = (0, 0);
+            }
+        }
+        for at in [&mut self.state_at, &mut self.checkpoint_at] {
+            if at.is_some_and(|p| p > len) {
+                *at = None;
+            }
+        }
+    }
+
+    /// Whether the cache can be cut back to `len` positions: always, unless a bounded
+    /// recurrent layer forgot the rows a replay to `len` would need (then only 0 is).
+    pub fn restorable(&self, len: usize) -> bool {
+        len == 0 || len >= self.floor
+    }
+
+    /// Lets a recurrent layer forget rows (see [`forget_before`](Self::forget_before)).
+    pub fn set_bounded(&mut self, bounded: bool) {
+        self.bounded = bounded;
+    }
+
+    pub fn is_bounded(&self) -> bool {
+        self.bounded
+    }
+
+    /// On a bounded cache: positions before `from` need no longer be restorable, so the rows
+    /// before `from - keep` are dropped (`keep`: rows a replay from `from` still reads, such as
+    /// a convolution window). No-op on an unbounded cache.
+    pub fn forget_before(&mut self, from: usize, keep: usize) {
+        if !self.bounded || from <= self.floor || from > self.len {
+            return;
+        }
+        self.floor = from;
+        let drop = from.saturating_sub(keep).saturating_sub(self.first);
+        if drop > 0 {
+            self.keys.drain(..drop * self.k_width());
+            self.values.drain(..drop * self.v_width);
+            self.aux.drain(..drop * self.aux_width);
+            self.first += drop;
+        }
+    }
+
+    /// Position the recurrent state is valid at, if any.
+    pub fn state_at(&self) -> Option<usize> {
+        self.state_at
+    }
+
+    /// Position the recurrent checkpoint is valid at, if any.
+    pub fn checkpoint_at(&self) -> Option<usize> {
+        self.checkpoint_at
+    }
+
+    /// The rows and both state blobs, each blob `width` values (resized, and then valid
+    /// nowhere, when it had another size).
+    pub fn recurrent(&mut self, width: usize) -> RecurrentParts<'_> {
+        for (blob, at) in [
+            (&mut self.state, &mut self.state_at),
+            (&mut self.checkpoint, &mut self.checkpoint_at),
+        ] {
+            if blob.len() != width {
+                blob.clear();
+                blob.resize(width, 0.0);
+                *at = None;
+            }
+        }
+        RecurrentParts {
+            keys: &self.keys,
+            values: &self.values,
+            first: self.first,
+            state: &mut self.state,
+            state_at: &mut self.state_at,
+            checkpoint: &mut self.checkpoint,
+            checkpoint_at: &mut self.checkpoint_at,
         }
     }
 
@@ -83,7 +223,7 @@ impl KvCache {
 
     /// Reserves room for `n` positions in total.
     pub fn reserve(&mut self, n: usize) {
-        let extra = n.saturating_sub(self.len);
+        let extra = n.saturating_sub(self.len - self.first);
         self.keys.reserve(extra * self.k_width());
         self.values.reserve(extra * self.v_width);
     }
@@ -175,25 +315,27 @@ impl KvCache {
         self.len += 1;
     }
 
-    /// All keys, `[len][k_width]`.
+    /// All stored keys, `[len - first_row][k_width]` (every position unless a bounded
+    /// recurrent layer forgot some).
     pub fn keys(&self) -> &[f32] {
         &self.keys
     }
 
-    /// All values, `[len][v_width]`.
+    /// All stored values, `[len - first_row][v_width]`.
     pub fn values(&self) -> &[f32] {
         &self.values
     }
 
     /// Key row of position `pos`.
     pub fn key(&self, pos: usize) -> &[f32] {
-        let w = self.k_width();
-        &self.keys[pos * w..(pos + 1) * w]
+        let (w, r) = (self.k_width(), pos - self.first);
+        &self.keys[r * w..(r + 1) * w]
     }
 
     /// Value row of position `pos`.
     pub fn value(&self, pos: usize) -> &[f32] {
-        &self.values[pos * self.v_width..(pos + 1) * self.v_width]
+        let r = pos - self.first;
+        &self.values[r * self.v_width..(r + 1) * self.v_width]
     }
 }
 
@@ -243,5 +385,54 @@ mod tests {
         c.clear();
         c.ensure_aux_width(0).unwrap();
         c.append(&[1.0; 2], &[1.0; 2]);
+    }
+
+    #[test]
+    fn recurrent_blobs_are_forgotten_past_the_cut() {
+        let mut c = KvCache::new(1, 1);
+        for p in 0..6 {
+            c.append(&[p as f32], &[p as f32]);
+        }
+        {
+            let mut r = c.recurrent(3);
+            r.state.copy_from_slice(&[1.0, 2.0, 3.0]);
+            *r.state_at = Some(6);
+            *r.checkpoint_at = Some(2);
+            r.swap();
+            assert_eq!(*r.state_at, Some(2));
+            assert_eq!(r.checkpoint, &vec![1.0, 2.0, 3.0]);
+            r.swap();
+        }
+        c.truncate(4);
+        assert_eq!((c.state_at(), c.checkpoint_at()), (None, Some(2)));
+        c.truncate(2);
+        assert_eq!(c.checkpoint_at(), Some(2));
+        c.clear();
+        assert_eq!(c.checkpoint_at(), None);
+        // Another width resets the blobs.
+        let r = c.recurrent(4);
+        assert_eq!(r.state.len(), 4);
+    }
+
+    #[test]
+    fn bounded_cache_forgets_rows_before_the_window() {
+        let mut c = KvCache::new(1, 1);
+        for p in 0..10 {
+            c.append(&[p as f32], &[p as f32]);
+        }
+        c.forget_before(8, 3);
+        assert_eq!((c.first_row(), c.keys().len()), (0, 10), "unbounded: no-op");
+        c.set_bounded(true);
+        c.forget_before(8, 3);
+        assert_eq!((c.first_row(), c.len(), c.keys().len()), (5, 10, 5));
+        assert_eq!(c.key(5), &[5.0]);
+        assert_eq!(c.recurrent(1).first, 5);
+        assert!(c.restorable(8) && c.restorable(0) && !c.restorable(7));
+        c.truncate(9);
+        assert_eq!((c.len(), c.keys().len(), c.value(8)), (9, 4, &[8.0][..]));
+        // A cut the rows cannot serve empties the cache.
+        c.truncate(6);
+        assert_eq!((c.len(), c.first_row(), c.keys().len()), (0, 0, 0));
+        assert!(c.restorable(3));
     }
 }

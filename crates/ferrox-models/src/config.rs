@@ -83,6 +83,38 @@ pub enum AttnKind {
     Full,
     /// Attends to the last `sliding_window` positions only.
     Sliding,
+    /// Gated DeltaNet linear attention (Qwen3-Next): a causal convolution and a delta-rule
+    /// state matrix instead of attention over cached keys (`ModelConfig::linear`).
+    Linear,
+}
+
+/// Gated DeltaNet dimensions (transformers' `linear_*` config fields; llama.cpp's `ssm.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearAttnConfig {
+    /// Causal depthwise convolution width over the q/k/v channels.
+    pub conv_kernel: usize,
+    pub n_k_heads: usize,
+    /// Value heads; each key head serves `n_v_heads / n_k_heads` consecutive ones.
+    pub n_v_heads: usize,
+    pub k_head_dim: usize,
+    pub v_head_dim: usize,
+}
+
+impl LinearAttnConfig {
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.k_head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.v_head_dim
+    }
+    /// Channels of the convolution: q, k and v.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// Floats of the delta-rule state: one `k_head_dim × v_head_dim` matrix per value head.
+    pub fn state_len(&self) -> usize {
+        self.n_v_heads * self.k_head_dim * self.v_head_dim
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,6 +240,11 @@ pub struct ModelConfig {
     pub moe: MoeConfig,
     pub mla: Option<MlaConfig>,
     pub dsa: Option<DsaConfig>,
+    /// Gated DeltaNet dimensions of the `AttnKind::Linear` layers.
+    pub linear: Option<LinearAttnConfig>,
+    /// The query projection also emits a per-head output gate: attention output multiplied by
+    /// `sigmoid(gate)` before `o_proj` (Qwen3-Next).
+    pub attn_output_gate: bool,
 }
 
 /// The dimensions every checkpoint states.
@@ -285,6 +322,8 @@ impl ModelConfig {
             moe: MoeConfig::none(d.hidden),
             mla: None,
             dsa: None,
+            linear: None,
+            attn_output_gate: false,
         }
     }
 

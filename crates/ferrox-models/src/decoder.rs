@@ -1,7 +1,7 @@
 //! The decoder: token embedding, a stack of pre-norm layers (attention + FFN, each optionally
 //! post-normed), final norm and LM head. Layers hold their attention and FFN as trait objects
-//! (`blocks::AttentionBlock`, `blocks::FfnBlock`), so standard GQA, MLA, dense MLP and MoE mix
-//! freely per layer.
+//! (`blocks::AttentionBlock`, `blocks::FfnBlock`), so standard GQA, MLA, Gated DeltaNet, dense
+//! MLP and MoE mix freely per layer.
 //!
 //! Every forward processes a batch of consecutive positions; a single token is the batch of
 //! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
@@ -244,6 +244,11 @@ impl Decoder {
                     "position {} is past the cached length {}",
                     seq.pos,
                     cache.len()
+                );
+                assert!(
+                    cache.restorable(seq.pos),
+                    "position {} is before the rows a bounded recurrent cache kept; feed from 0",
+                    seq.pos
                 );
                 cache.truncate(seq.pos);
             }

@@ -3,7 +3,7 @@
 //! `n_experts_active` routed experts). Norm weights and biases are included; multi-token
 //! prediction layers are not part of `ModelConfig` and not counted.
 
-use crate::config::{IndexerKind, ModelConfig};
+use crate::config::{AttnKind, IndexerKind, ModelConfig};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParamCounts {
@@ -45,15 +45,32 @@ pub fn param_counts(c: &ModelConfig) -> ParamCounts {
                 }
                 a
             }
-            None => {
-                let (q, kv) = (
-                    (c.n_heads * c.head_dim) as u64,
-                    (c.n_kv_heads * c.head_dim) as u64,
-                );
-                let bias = if c.qkv_bias { q + 2 * kv } else { 0 };
-                let qk_norm = if c.qk_norm { 2 * c.head_dim as u64 } else { 0 };
-                d * q + 2 * d * kv + q * d + bias + qk_norm
-            }
+            None => match c.linear.filter(|_| c.attn_kind(l) == AttnKind::Linear) {
+                Some(lin) => {
+                    let (cd, vd, nv) = (
+                        lin.conv_dim() as u64,
+                        lin.value_dim() as u64,
+                        lin.n_v_heads as u64,
+                    );
+                    // qkvz and ba projections, conv taps, dt_bias and A_log, gated norm, output.
+                    d * (cd + vd)
+                        + d * 2 * nv
+                        + cd * lin.conv_kernel as u64
+                        + 2 * nv
+                        + lin.v_head_dim as u64
+                        + vd * d
+                }
+                None => {
+                    let (q, kv) = (
+                        (c.n_heads * c.head_dim) as u64,
+                        (c.n_kv_heads * c.head_dim) as u64,
+                    );
+                    let bias = if c.qkv_bias { q + 2 * kv } else { 0 };
+                    let qk_norm = if c.qk_norm { 2 * c.head_dim as u64 } else { 0 };
+                    let gate = if c.attn_output_gate { d * q } else { 0 };
+                    d * q + 2 * d * kv + q * d + bias + qk_norm + gate
+                }
+            },
         };
         let mut layer_active = layer;
         if c.is_moe_layer(l) {
@@ -113,6 +130,7 @@ mod tests {
             ("deepseek_v32", 520_064),
             ("qwen3_moe", 263_808),
             ("mixtral", 287_552),
+            ("qwen3_next", 374_728),
         ] {
             let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/fixtures/hf-tiny")

@@ -5,8 +5,14 @@
 //! and happens in one place, the engine (`crate::engine`).
 //!
 //! A recurrent layer (Gated DeltaNet, Qwen3-Next) keeps a convolution window and a state matrix
-//! that cannot be truncated by position; it will be a variant of its own with per-position
-//! checkpoints across a verify.
+//! that cannot be truncated by position. Its cache ([`LayerState::Recurrent`]) stores, per
+//! position, the recurrence's *inputs* as ordinary rows — so truncation stays O(1) and the
+//! convolution window is just the last rows — plus the state after the stored rows and a
+//! checkpoint from the start of the last forward (`KvCache::recurrent`). A forward at a
+//! position the state is not valid at rebuilds it from the checkpoint (or from zero) by
+//! replaying the stored rows through the same per-position arithmetic (`blocks::deltanet`).
+//! The engine's caches are bounded (`KvCache::set_bounded`): there the rows before the last
+//! forward's start are forgotten, and an earlier cut is a cut to 0 (`KvCache::restorable`).
 
 use ferrox_core::cache::{CacheShapeError, KvCache};
 
@@ -19,6 +25,13 @@ pub enum LayerState {
     Latent {
         width: usize,
         indexer: Option<usize>,
+    },
+    /// A recurrence's per-position inputs — a `row`-wide row and an `extra`-wide one beside it
+    /// — and a fixed `state`-float recurrent state with one checkpoint.
+    Recurrent {
+        row: usize,
+        extra: usize,
+        state: usize,
     },
 }
 
@@ -35,6 +48,7 @@ impl LayerState {
                 cache.ensure_shape(1, width, 0)?;
                 cache.ensure_aux_width(indexer.unwrap_or(0))
             }
+            LayerState::Recurrent { row, extra, .. } => cache.ensure_shape(1, row, extra),
         }
     }
 

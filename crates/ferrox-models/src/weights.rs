@@ -326,9 +326,10 @@ impl Bound {
                 _ => t,
             };
             let expected: Vec<usize> = spec.shape.iter().map(|&d| resolve(d)).collect();
-            // GGUF drops leading unit dims (`[1, n]` is stored as `[n]`).
-            let outer = |s: &[usize]| s.iter().position(|&d| d != 1).unwrap_or(s.len());
-            if t.shape[outer(&t.shape)..] != expected[outer(&expected)..] {
+            // Unit dims do not count: GGUF drops leading ones (`[1, n]` is stored as `[n]`)
+            // and converters squeeze inner ones (a conv1d's `[c, 1, k]` as `[c, k]`).
+            let real = |s: &[usize]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+            if real(&t.shape) != real(&expected) {
                 return Err(LoadError::Shape {
                     name: stored,
                     got: t.shape.clone(),

@@ -1,7 +1,8 @@
 //! Continuous batching: one `forward_multi` over several sequences (a prefill, a decode step
 //! and a draft verify, each at its own position in its own caches) gives every row bit for bit
 //! what the sequence's own `forward_from` gives, on the dense, sliding-window and
-//! MLA + DSA + MoE tiny checkpoints and on a real quantized model.
+//! MLA + DSA + MoE and hybrid linear-attention (Qwen3-Next) tiny checkpoints and on a real
+//! quantized model.
 
 use ferrox_core::cache::KvCache;
 use ferrox_models::decoder::{Decoder, SeqBatch};
@@ -81,6 +82,7 @@ fn multi_sequence_rows_equal_single_sequence_rows_on_tiny_checkpoints() {
         "qwen3_moe",
         "glm_moe_dsa",
         "glm_moe_dsa_shared_indexer",
+        "qwen3_next",
     ] {
         check(&tiny(arch), arch);
     }

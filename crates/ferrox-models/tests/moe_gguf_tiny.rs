@@ -1,6 +1,7 @@
-//! The hf-tiny MoE / MLA / DSA checkpoints (and dense GLM-4) loaded from GGUF files written with
+//! The hf-tiny MoE / MLA / DSA checkpoints (and dense GLM-4, and hybrid Qwen3-Next) loaded from GGUF files written with
 //! llama.cpp's tensor names, transforms and metadata keys (scripts/hf_tiny_to_gguf.py: stacked
-//! `ffn_*_exps`, split `attn_k_b`/`attn_v_b`, permuted Llama q/k, MQA-style MLA keys) checked
+//! `ffn_*_exps`, split `attn_k_b`/`attn_v_b`, permuted Llama q/k, MQA-style MLA keys, Qwen3-Next's
+//! regrouped `attn_qkv`/`attn_gate` and `ssm_*` tensors and keys) checked
 //! against the same transformers fp32 outputs as the safetensors test: logits at every position
 //! within 1e-4, greedy continuation exact, token path bit-identical to the batch. Also checks
 //! that the GGUF and safetensors loads agree on the config and that a broken file is refused
@@ -65,11 +66,13 @@ common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy,
     olmoe => "olmoe",
     gpt_oss => "gpt_oss",
     granitemoe => "granitemoe",
+    qwen3_next => "qwen3_next",
 });
 
 common::tiny::arch_tests!([speculative: check_gguf_speculative] {
     granitemoe => "granitemoe",
     gpt_oss => "gpt_oss",
+    qwen3_next => "qwen3_next",
 });
 
 #[test]
@@ -89,6 +92,7 @@ fn files_use_llama_cpp_arch_names_and_split_mla() {
     assert_eq!(arch_of("qwen3_moe"), "qwen3moe");
     assert_eq!(arch_of("mixtral"), "llama");
     assert_eq!(arch_of("granitemoe"), "granitemoe");
+    assert_eq!(arch_of("qwen3_next"), "qwen3next");
     let f = GgufFile::open(&gguf("deepseek_v3")).unwrap();
     assert!(f.tensor("blk.1.attn_k_b.weight").is_some());
     assert!(f.tensor("blk.1.attn_kv_b.weight").is_none());
@@ -173,4 +177,26 @@ fn mtp_blocks_are_not_decoder_layers() {
     let dec = dec.unwrap();
     assert_eq!(dec.config.n_layers, 2);
     assert_eq!(dec.config.layer_moe, vec![false, true]);
+}
+
+/// Qwen3-Next without one of its DeltaNet keys or tensors is refused with the key or tensor
+/// named, not a panic.
+#[test]
+fn qwen3_next_missing_key_or_tensor_is_named() {
+    let msg = load_edited("qwen3_next", "key", |b| {
+        let at = find(b, b"qwen3next.ssm.state_size");
+        b[at + 23] = b'X';
+    });
+    assert!(msg.contains("qwen3next.ssm.state_size"), "{msg}");
+    let msg = load_edited("qwen3_next", "conv", |b| {
+        let at = find(b, b"blk.1.ssm_conv1d.weight");
+        b[at + 6] = b'X';
+    });
+    assert!(msg.contains("blk.1.ssm_conv1d.weight"), "{msg}");
+    // Without `attn_qkv` the layer falls back to the legacy fused `ssm_in`, named when absent.
+    let msg = load_edited("qwen3_next", "qkv", |b| {
+        let at = find(b, b"blk.2.attn_qkv.weight");
+        b[at + 6] = b'X';
+    });
+    assert!(msg.contains("blk.2.ssm_in.weight"), "{msg}");
 }

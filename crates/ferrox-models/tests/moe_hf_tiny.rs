@@ -1,4 +1,4 @@
-//! MoE, MLA and DSA architectures (and dense GLM-4) against transformers fp32 on the tiny
+//! MoE, MLA and DSA architectures (and dense GLM-4, and hybrid linear-attention Qwen3-Next) against transformers fp32 on the tiny
 //! reference checkpoints: logits at every position within 1e-4, greedy continuation exact,
 //! token-by-token rows bit-identical to the batch.
 
@@ -19,4 +19,5 @@ common::tiny::arch_tests!([logits: check_hf_logits, greedy: check_hf_greedy, spe
     olmoe => "olmoe",
     granitemoe => "granitemoe",
     gpt_oss => "gpt_oss",
+    qwen3_next => "qwen3_next",
 });

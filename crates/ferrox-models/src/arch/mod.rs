@@ -26,6 +26,7 @@ pub mod qwen2;
 pub mod qwen2_moe;
 pub mod qwen3;
 pub mod qwen3_moe;
+pub mod qwen3_next;
 pub mod random;
 pub mod smollm3;
 pub mod tables;
@@ -119,6 +120,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &deepseek_v32::ARCH,
     &qwen3_moe::ARCH,
     &qwen2_moe::ARCH,
+    &qwen3_next::ARCH,
     &olmoe::ARCH,
     &smollm3::ARCH,
     &granitemoe::ARCH,

@@ -16,7 +16,7 @@ pub static ARCH: Architecture =
         .gguf(&["qwen2moe"]);
 
 /// The shared expert under its singular Hub name, and its gate.
-const SHARED_EXPERT: &[TensorSpec] = table![
+pub const SHARED_EXPERT: &[TensorSpec] = table![
     "blk.{}.ffn_gate_shexp.weight" => "model.layers.{}.mlp.shared_expert.gate_proj.weight", [Of(shared_ffn), Hidden];
     "blk.{}.ffn_up_shexp.weight" => "model.layers.{}.mlp.shared_expert.up_proj.weight", [Of(shared_ffn), Hidden];
     "blk.{}.ffn_down_shexp.weight" => "model.layers.{}.mlp.shared_expert.down_proj.weight", [Hidden, Of(shared_ffn)];

@@ -172,3 +172,107 @@ fn registry_names_are_unique() {
         assert_eq!(by_name(a.name).map(|b| b.name), Some(a.name));
     }
 }
+
+#[test]
+fn hybrid_linear_attention_family() {
+    use crate::config::LinearAttnConfig;
+    use AttnKind::{Full, Linear};
+    let q = fixture("qwen3_next");
+    assert_eq!(q.layer_attn, vec![Linear, Linear, Linear, Full]);
+    let lin = LinearAttnConfig {
+        conv_kernel: 4,
+        n_k_heads: 2,
+        n_v_heads: 4,
+        k_head_dim: 16,
+        v_head_dim: 16,
+    };
+    assert_eq!(q.linear, Some(lin));
+    assert_eq!((lin.conv_dim(), lin.state_len()), (128, 1024));
+    assert_eq!((q.rope.rotary_dim, q.rope.interleaved), (8, false));
+    assert_eq!(q.norm, NormKind::RmsOffsetOne);
+    assert!(q.qk_norm && q.attn_output_gate && !q.qkv_bias);
+    let m = &q.moe;
+    assert_eq!(
+        (m.n_experts, m.n_experts_active, m.shared_ffn_dim),
+        (8, 2, 32)
+    );
+    assert!(m.shared_expert_gate && m.norm_topk_prob && m.scoring == RouterScoring::Softmax);
+    assert_eq!(q.layer_moe, vec![true; 4]);
+}
+
+/// The qwen3_next fixture's config.json with `edit` applied, parsed.
+fn edited_qwen3_next(edit: impl Fn(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny/qwen3_next");
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(v.as_object_mut().unwrap());
+    match parse_hf_config(&v.to_string()) {
+        Ok(_) => panic!("an invalid config was accepted"),
+        Err(e) => {
+            assert!(matches!(e, LoadError::Config(_)), "{e:?}");
+            e.to_string()
+        }
+    }
+}
+
+#[test]
+fn bad_linear_attention_configs_are_refused() {
+    let e = edited_qwen3_next(|c| {
+        c.insert("linear_num_value_heads".into(), 3.into());
+    });
+    assert!(e.contains("linear-attention sizes"), "{e}");
+    let e = edited_qwen3_next(|c| {
+        c.remove("linear_conv_kernel_dim");
+    });
+    assert!(e.contains("linear_conv_kernel_dim"), "{e}");
+    let e = edited_qwen3_next(|c| {
+        let kinds = [
+            "linear_attention",
+            "mamba",
+            "linear_attention",
+            "full_attention",
+        ];
+        c.insert("layer_types".into(), kinds.into());
+    });
+    assert!(e.contains("mamba"), "{e}");
+    let e = edited_qwen3_next(|c| {
+        c.insert("layer_types".into(), ["full_attention"].into());
+    });
+    assert!(e.contains("1 layer kinds for 4 layers"), "{e}");
+}
+
+#[test]
+fn default_layer_kinds_and_partial_rotary() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny/qwen3_next");
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = v.as_object_mut().unwrap();
+    c.remove("layer_types");
+    c.insert("num_hidden_layers".into(), 8.into());
+    c.insert(
+        "rope_parameters".into(),
+        serde_json::json!({"rope_theta": 1e7}),
+    );
+    let (_, cfg) = parse_hf_config(&v.to_string()).unwrap();
+    let full: Vec<usize> = (0..8)
+        .filter(|&l| cfg.attn_kind(l) == AttnKind::Full)
+        .collect();
+    assert_eq!(full, vec![3, 7]);
+    assert_eq!(
+        cfg.rope.rotary_dim, 8,
+        "transformers' default partial_rotary_factor 0.25"
+    );
+}
+
+#[test]
+fn random_hybrid_model_batches_like_single_tokens() {
+    let cfg = fixture("qwen3_next");
+    let d = crate::decoder::Decoder::new_random_small(cfg, 4, 64);
+    let toks = [3, 17, 5, 40, 22, 9, 61, 0];
+    let mut caches = d.new_caches();
+    let batch = d.forward_batch(&toks, 0, &mut caches);
+    let mut caches = d.new_caches();
+    for (p, &t) in toks.iter().enumerate() {
+        assert_eq!(d.forward_token(t, p, &mut caches), batch[p], "row {p}");
+    }
+}

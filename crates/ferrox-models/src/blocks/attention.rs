@@ -1,7 +1,9 @@
 //! Standard multi-head attention with grouped KV heads (GQA, Ainslie et al. 2023): optional
 //! q/k/v bias (Qwen2), per-head QK RMSNorm before RoPE (Qwen3, Gemma 3), custom softmax scale,
-//! logit soft-capping (Gemma 2), attention sinks and an output bias (gpt-oss) and a sliding window (key `j` visible from query `p` when
-//! `p - j < window`, as transformers' and llama.cpp's masks).
+//! logit soft-capping (Gemma 2), attention sinks and an output bias (gpt-oss), a sliding window
+//! (key `j` visible from query `p` when `p - j < window`, as transformers' and llama.cpp's
+//! masks) and an output gate (Qwen3-Next: the query projection emits, per head, the query then
+//! a gate; the attention output is multiplied by `sigmoid(gate)` before `o_proj`).
 //!
 //! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
 //! so batched and single-token forwards agree bit for bit.
@@ -34,6 +36,8 @@ pub struct StandardAttention {
     pub bo: Option<Vec<f32>>,
     /// Per query head, a learned logit in every softmax's denominator (gpt-oss's sinks).
     pub sinks: Option<Vec<f32>>,
+    /// `wq` emits `[q, gate]` per head (`2 × head_dim` rows each).
+    pub output_gate: bool,
 }
 
 thread_local! {
@@ -47,6 +51,9 @@ struct Scratch {
     k: Vec<f32>,
     v: Vec<f32>,
     att: Vec<f32>,
+    /// Output gate: the query projection's rows, and the gates split from them.
+    qg: Vec<f32>,
+    gate: Vec<f32>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -90,6 +97,7 @@ impl StandardAttention {
             softcap: None,
             bo: None,
             sinks: None,
+            output_gate: false,
         }
     }
 }
@@ -111,7 +119,21 @@ impl StandardAttention {
         let q = grow(&mut s.q, n * qd);
         let k = grow(&mut s.k, n * kvd);
         let v = grow(&mut s.v, n * kvd);
-        self.wq.gemm(x, n, q);
+        if self.output_gate {
+            let qg = grow(&mut s.qg, n * 2 * qd);
+            self.wq.gemm(x, n, qg);
+            let gate = grow(&mut s.gate, n * qd);
+            let heads = qg
+                .chunks_exact(2 * hd)
+                .zip(q.chunks_exact_mut(hd))
+                .zip(gate.chunks_exact_mut(hd));
+            for ((both, qh), gh) in heads {
+                qh.copy_from_slice(&both[..hd]);
+                gh.copy_from_slice(&both[hd..]);
+            }
+        } else {
+            self.wq.gemm(x, n, q);
+        }
         self.wk.gemm(x, n, k);
         self.wv.gemm(x, n, v);
         add_bias(q, self.bq.as_deref());
@@ -142,6 +164,11 @@ impl StandardAttention {
             let rows = r0 * qd..(r0 + seg.n) * qd;
             self.attend(&q[rows.clone()], seg.n, seg.pos, cache, &mut att[rows]);
             r0 += seg.n;
+        }
+        if self.output_gate {
+            for (a, &g) in att.iter_mut().zip(s.gate.iter()) {
+                *a *= 1.0 / (1.0 + (-g).exp());
+            }
         }
         self.wo.gemm(att, n, out);
         add_bias(out, self.bo.as_deref());

@@ -1,8 +1,9 @@
 //! Shared transformer blocks. A decoder layer is pre-norm attention plus pre-norm FFN, with
 //! optional post-norms (Gemma 3, GLM-4); the attention and FFN are trait objects so new kinds
-//! (MLA, DSA, MoE) live in their own files without touching the decoder.
+//! (MLA, DSA, MoE, Gated DeltaNet) live in their own files without touching the decoder.
 
 pub mod attention;
+pub mod deltanet;
 pub mod dsa;
 pub mod mla;
 pub mod mlp;

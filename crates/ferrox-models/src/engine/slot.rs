@@ -56,7 +56,10 @@ pub(super) struct Committed {
 }
 
 impl<'t> Slot<'t> {
-    pub fn new(caches: Vec<KvCache>, spec: Option<Speculation>) -> Self {
+    /// A slot over `caches`, made bounded: a recurrent layer keeps only the rows a cut inside
+    /// its last forward needs (`KvCache::forget_before`), not the whole context's.
+    pub fn new(mut caches: Vec<KvCache>, spec: Option<Speculation>) -> Self {
+        caches.iter_mut().for_each(|c| c.set_bounded(true));
         Slot {
             caches,
             history: Vec::new(),
@@ -65,13 +68,22 @@ impl<'t> Slot<'t> {
         }
     }
 
-    /// Tokens of the cached history that `prompt` starts with.
+    /// Tokens of the cached history that `prompt` starts with, 0 when the caches cannot be cut
+    /// back to where the reuse would cut them (before a bounded recurrent layer's window).
     pub fn common_prefix(&self, prompt: &[TokenId]) -> usize {
-        self.history
+        let n = self
+            .history
             .iter()
             .zip(prompt)
             .take_while(|(a, b)| a == b)
-            .count()
+            .count();
+        // `BatchEngine::start` always evaluates the prompt's last token.
+        let cut = n.min(prompt.len().saturating_sub(1));
+        if self.caches.iter().all(|c| c.restorable(cut)) {
+            n
+        } else {
+            0
+        }
     }
 
     /// Takes `len` positions of keys and values (and their tokens) from `src` instead of
@@ -85,6 +97,12 @@ impl<'t> Slot<'t> {
     /// The one place the cache loses positions: prefix reuse, rejected drafts and stops all
     /// cut history and caches together, so they always agree.
     pub fn truncate(&mut self, len: usize) {
+        // A cut a bounded cache cannot serve is a cut to 0 for all of them.
+        let len = if self.caches.iter().all(|c| c.restorable(len)) {
+            len
+        } else {
+            0
+        };
         self.history.truncate(len);
         self.caches.iter_mut().for_each(|c| c.truncate(len));
     }

@@ -130,6 +130,11 @@ pub fn check_gguf_config(arch: &str) {
     assert_eq!(g.moe, h.moe, "{arch}: MoE config");
     assert_eq!(g.mla, h.mla, "{arch}: MLA config");
     assert_eq!(g.dsa, h.dsa, "{arch}: DSA config");
+    assert_eq!(g.linear, h.linear, "{arch}: linear-attention sizes");
+    assert_eq!(
+        g.attn_output_gate, h.attn_output_gate,
+        "{arch}: attention output gate"
+    );
     assert_eq!(g.layer_moe, h.layer_moe, "{arch}: dense/MoE layers");
     assert_eq!(g.layer_attn, h.layer_attn, "{arch}: attention kinds");
     assert_eq!(g.no_rope, h.no_rope, "{arch}: NoPE layers");

@@ -6,6 +6,7 @@
 
 use crate::arch::tables::{ExpertNames, GLOBAL};
 use crate::arch::Architecture;
+use crate::blocks::deltanet::{DeltaNetWeights, GatedDeltaNet, QkvzProj};
 use crate::blocks::dsa::Indexer;
 use crate::blocks::mla::{KvB, Mla, MlaWeights};
 use crate::blocks::mlp::MlpBiases;
@@ -14,6 +15,8 @@ use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardA
 use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig, RopeScaling};
 use crate::decoder::{Decoder, Layer};
 pub use crate::weights::{resolver, split_rows, split_rows_at};
+mod experts;
+
 use crate::weights::{Bound, LoadError, Naming, WeightSource};
 use ferrox_core::matmul::WeightMatrix;
 
@@ -30,7 +33,11 @@ pub enum AttnPlan {
         /// Output-projection bias and per-head softmax sinks (gpt-oss).
         o_bias: bool,
         sinks: bool,
+        /// `attn_q` also emits a per-head sigmoid gate on the output (Qwen3-Next).
+        output_gate: bool,
     },
+    /// Gated DeltaNet linear attention (Qwen3-Next): a recurrent state instead of a KV cache.
+    Linear,
     /// Multi-head latent attention; `indexer`: the DSA indexer this layer runs (`Full`) or
     /// borrows from the previous indexer layer (`Shared`), `None` without DSA.
     Mla { indexer: Option<IndexerKind> },
@@ -64,6 +71,7 @@ impl LayerPlan {
                     .as_ref()
                     .map(|d| d.indexer_types.get(l).copied().unwrap_or(IndexerKind::Full)),
             },
+            None if cfg.attn_kind(l) == AttnKind::Linear => AttnPlan::Linear,
             None => {
                 let sliding = cfg.attn_kind(l) == AttnKind::Sliding;
                 let mut rope = match (sliding, &cfg.rope_local) {
@@ -81,6 +89,7 @@ impl LayerPlan {
                     qk_norm: cfg.qk_norm,
                     o_bias: cfg.o_bias,
                     sinks: cfg.attn_sinks,
+                    output_gate: cfg.attn_output_gate,
                 }
             }
         };
@@ -108,8 +117,12 @@ impl LayerPlan {
                 sinks,
                 ..
             } => (true, qkv_bias, qk_norm, o_bias, sinks),
-            AttnPlan::Mla { .. } => (false, false, false, false, false),
+            AttnPlan::Mla { .. } | AttnPlan::Linear => (false, false, false, false, false),
         };
+        let (mla, linear) = (
+            matches!(self.attn, AttnPlan::Mla { .. }),
+            self.attn == AttnPlan::Linear,
+        );
         let q_lora = cfg.mla.and_then(|m| m.q_lora_rank).is_some();
         let own_indexer = matches!(
             self.attn,
@@ -118,16 +131,19 @@ impl LayerPlan {
             }
         );
         match suffix {
-            "attn_norm.weight" | "ffn_norm.weight" | "attn_output.weight" => true,
+            "attn_norm.weight" | "ffn_norm.weight" => true,
+            "attn_output.weight" => !linear,
             "post_attention_norm.weight" | "post_ffw_norm.weight" => self.post_norms,
-            "attn_q.weight" => gqa || !q_lora,
+            "attn_q.weight" => gqa || (mla && !q_lora),
             "attn_k.weight" | "attn_v.weight" => gqa,
             "attn_q.bias" | "attn_k.bias" | "attn_v.bias" => qkv_bias,
             "attn_q_norm.weight" | "attn_k_norm.weight" => qk_norm,
             "attn_output.bias" => o_bias,
             "attn_sinks.weight" => sinks,
-            "attn_q_a.weight" | "attn_q_a_norm.weight" | "attn_q_b.weight" => !gqa && q_lora,
-            "attn_kv_a_mqa.weight" | "attn_kv_a_norm.weight" | "attn_kv_b.weight" => !gqa,
+            "attn_q_a.weight" | "attn_q_a_norm.weight" | "attn_q_b.weight" => mla && q_lora,
+            "attn_kv_a_mqa.weight" | "attn_kv_a_norm.weight" | "attn_kv_b.weight" => mla,
+            "ssm_in.weight" | "ssm_ba.weight" | "ssm_conv1d.weight" | "ssm_dt.bias" | "ssm_a"
+            | "ssm_norm.weight" | "ssm_out.weight" => linear,
             s if s.starts_with("indexer.") => own_indexer,
             "ffn_gate.weight" | "ffn_up.weight" | "ffn_down.weight" => !moe,
             "ffn_gate_inp.weight" => moe,
@@ -259,7 +275,17 @@ impl Parts<'_> {
     fn layer(&self, l: usize, plan: &LayerPlan) -> Result<Layer, LoadError> {
         let n = |s: &str| format!("blk.{l}.{s}");
         let attn: Box<dyn AttentionBlock> = match plan.attn {
-            AttnPlan::Gqa { rope, window, .. } => Box::new(self.gqa(l, &rope, window, &plan.attn)?),
+            AttnPlan::Gqa {
+                rope,
+                window,
+                output_gate,
+                ..
+            } => {
+                let mut a = self.gqa(l, &rope, window, &plan.attn)?;
+                a.output_gate = output_gate;
+                Box::new(a)
+            }
+            AttnPlan::Linear => Box::new(self.deltanet(l)?),
             AttnPlan::Mla { indexer } => Box::new(self.mla(l, indexer)?),
         };
         let ffn: Box<dyn FfnBlock> = match plan.ffn {
@@ -337,6 +363,41 @@ impl Parts<'_> {
         Ok(a)
     }
 
+    /// Gated DeltaNet: the Hub's grouped `in_proj_qkvz` (llama.cpp's legacy `ssm_in`) or
+    /// llama.cpp's `attn_qkv` + `attn_gate`; `ssm_a` is `A_log` on the Hub and `-exp(A_log)` in
+    /// GGUF files.
+    fn deltanet(&self, l: usize) -> Result<GatedDeltaNet, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let dims = cfg.linear.ok_or_else(|| {
+            LoadError::Config(format!(
+                "layer {l} is linear attention but the config gives no linear-attention sizes"
+            ))
+        })?;
+        let proj = match (b.get(&n("attn_qkv.weight")), b.get(&n("attn_gate.weight"))) {
+            (Some(qkv), Some(z)) => QkvzProj::Split {
+                qkv: qkv.matrix()?,
+                z: z.matrix()?,
+            },
+            (Some(_), None) => return Err(b.missing(&n("attn_gate.weight"))),
+            _ => QkvzProj::Grouped(b.matrix(&n("ssm_in.weight"))?),
+        };
+        let mut a = b.vector(&n("ssm_a"))?;
+        if self.src.naming() == Naming::HuggingFace {
+            a.iter_mut().for_each(|v| *v = -v.exp());
+        }
+        let w = DeltaNetWeights {
+            proj,
+            ba: b.matrix(&n("ssm_ba.weight"))?,
+            conv: b.vector(&n("ssm_conv1d.weight"))?,
+            dt_bias: b.vector(&n("ssm_dt.bias"))?,
+            a,
+            norm: b.vector(&n("ssm_norm.weight"))?,
+            out: b.matrix(&n("ssm_out.weight"))?,
+        };
+        Ok(GatedDeltaNet::new(dims, cfg.norm_eps, w))
+    }
+
     /// Q, K and V projections: separate, or one fused `[q; k; v]` matrix (Phi-3).
     fn qkv(&self, l: usize) -> Result<[WeightMatrix; 3], LoadError> {
         let (cfg, b) = (self.cfg, self.b);
@@ -372,143 +433,6 @@ impl Parts<'_> {
             return Err(b.missing(&n("ffn_gate.weight")));
         };
         Ok(GatedMlp::new(gate, up, down, self.cfg.activation))
-    }
-
-    fn moe(&self, l: usize) -> Result<MoeBlock, LoadError> {
-        let (cfg, b) = (self.cfg, self.b);
-        let n = |s: &str| format!("blk.{l}.{s}");
-        let m = &cfg.moe;
-        // Experts stacked in one tensor per projection (every GGUF, some Hub checkpoints) or
-        // one tensor per expert (most Hub checkpoints).
-        let stacked = ["ffn_gate_up_exps.weight", "ffn_gate_exps.weight"]
-            .iter()
-            .any(|s| b.has(&n(s)));
-        let experts = if stacked || self.src.naming() == Naming::Gguf {
-            self.stacked_experts(l)?
-        } else {
-            self.hf_experts(l)?
-        };
-        let shared = if m.n_shared_experts > 0 {
-            Some(GatedMlp::new(
-                b.matrix(&n("ffn_gate_shexp.weight"))?,
-                b.matrix(&n("ffn_up_shexp.weight"))?,
-                b.matrix(&n("ffn_down_shexp.weight"))?,
-                cfg.activation,
-            ))
-        } else {
-            None
-        };
-        Ok(MoeBlock {
-            router: Some(b.matrix(&n("ffn_gate_inp.weight"))?),
-            router_bias: if m.biases {
-                Some(b.vector(&n("ffn_gate_inp.bias"))?)
-            } else {
-                None
-            },
-            correction_bias: if m.has_correction_bias {
-                Some(b.vector(&n("exp_probs_b.bias"))?)
-            } else {
-                None
-            },
-            experts,
-            shared,
-            shared_gate: if m.shared_expert_gate {
-                Some(b.flat_matrix(&n("ffn_gate_inp_shexp.weight"))?)
-            } else {
-                None
-            },
-            routing: Routing::from_config(m),
-            scratch: Default::default(),
-        })
-    }
-
-    /// Experts stacked in one tensor per projection (or llama.cpp's fused gate/up stack:
-    /// per expert, the gate rows then the up rows).
-    fn stacked_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
-        let b = self.b;
-        let n = |s: &str| format!("blk.{l}.{s}");
-        let e = self.cfg.moe.n_experts;
-        let get = |s: &str| b.must(&n(s));
-        let (g, u) = match b.get(&n("ffn_gate_up_exps.weight")) {
-            Some(fused) => {
-                let parts = split_rows(fused, 2 * e)?;
-                let (g, u): (Vec<_>, Vec<_>) =
-                    parts.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
-                (
-                    g.into_iter().map(|p| p.1).collect(),
-                    u.into_iter().map(|p| p.1).collect(),
-                )
-            }
-            None => (
-                split_rows(get("ffn_gate_exps.weight")?, e)?,
-                split_rows(get("ffn_up_exps.weight")?, e)?,
-            ),
-        };
-        let dn = split_rows(get("ffn_down_exps.weight")?, e)?;
-        let mut biases = self.expert_biases(l)?.into_iter();
-        Ok(g.into_iter()
-            .zip(u)
-            .zip(dn)
-            .map(|((g, u), dn)| {
-                let mut mlp = GatedMlp::new(g, u, dn, self.cfg.activation);
-                mlp.biases = biases.next();
-                mlp
-            })
-            .collect())
-    }
-
-    /// Per expert, the biases of its gate, up and down projections (gpt-oss), from separate
-    /// stacks or one fused gate/up stack (per expert the gate biases, then the up biases);
-    /// empty when the config has none.
-    fn expert_biases(&self, l: usize) -> Result<Vec<MlpBiases>, LoadError> {
-        let (cfg, b) = (self.cfg, self.b);
-        if !cfg.moe.biases {
-            return Ok(Vec::new());
-        }
-        let n = |s: &str| format!("blk.{l}.{s}");
-        let (e, f) = (cfg.moe.n_experts, cfg.moe.expert_ffn_dim);
-        let (gate, up) = match b.opt_vector(&n("ffn_gate_up_exps.bias"))? {
-            Some(gu) => {
-                let (g, u): (Vec<_>, Vec<_>) =
-                    gu.chunks(f).enumerate().partition(|(i, _)| i % 2 == 0);
-                let flat =
-                    |v: Vec<(usize, &[f32])>| v.into_iter().flat_map(|(_, r)| r.to_vec()).collect();
-                (flat(g), flat(u))
-            }
-            None => (
-                b.vector(&n("ffn_gate_exps.bias"))?,
-                b.vector(&n("ffn_up_exps.bias"))?,
-            ),
-        };
-        let down = b.vector(&n("ffn_down_exps.bias"))?;
-        let d = cfg.hidden_dim;
-        Ok((0..e)
-            .map(|i| MlpBiases {
-                gate: gate[i * f..(i + 1) * f].to_vec(),
-                up: up[i * f..(i + 1) * f].to_vec(),
-                down: down[i * d..(i + 1) * d].to_vec(),
-            })
-            .collect())
-    }
-
-    /// One tensor per expert and projection, under the family's Hub names.
-    fn hf_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
-        let cfg = self.cfg;
-        let (d, f) = (cfg.hidden_dim, cfg.moe.expert_ffn_dim);
-        let hf = self.experts;
-        let mut biases = self.expert_biases(l)?.into_iter();
-        (0..cfg.moe.n_experts)
-            .map(|i| {
-                let mut mlp = GatedMlp::new(
-                    hf_expert(self.src, hf.gate, l, i, [f, d])?,
-                    hf_expert(self.src, hf.up, l, i, [f, d])?,
-                    hf_expert(self.src, hf.down, l, i, [d, f])?,
-                    cfg.activation,
-                );
-                mlp.biases = biases.next();
-                Ok(mlp)
-            })
-            .collect()
     }
 
     fn mla(&self, l: usize, indexer: Option<IndexerKind>) -> Result<Mla, LoadError> {
@@ -565,27 +489,4 @@ impl Parts<'_> {
         };
         Ok(Mla::new(cfg, l, w, indexer))
     }
-}
-
-fn hf_expert(
-    src: &dyn WeightSource,
-    pattern: &str,
-    l: usize,
-    e: usize,
-    shape: [usize; 2],
-) -> Result<WeightMatrix, LoadError> {
-    let name = pattern
-        .replace("{}", &l.to_string())
-        .replace("{e}", &e.to_string());
-    let t = src
-        .tensor(&name)
-        .ok_or(LoadError::MissingTensor(name.clone()))?;
-    if t.shape != shape {
-        return Err(LoadError::Shape {
-            name,
-            got: t.shape.clone(),
-            expected: shape.to_vec(),
-        });
-    }
-    t.matrix()
 }

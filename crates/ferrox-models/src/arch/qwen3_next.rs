@@ -1,0 +1,243 @@
+//! Qwen3-Next (`qwen3_next`): hybrid layers — Gated DeltaNet linear attention
+//! (`blocks::deltanet`) on three of every four, gated full attention on the rest (the query
+//! projection emits a per-head output gate; per-head QK norm; partial RoPE, 25 % of the head by
+//! default, NeoX halves) — zero-centred `(1 + w)` RMSNorms, and on every layer (bar
+//! `mlp_only_layers`) a softmax top-k MoE with renormalised weights plus one shared expert
+//! scaled by `sigmoid(shared_expert_gate · x)`.
+//! Reference: transformers `modeling_qwen3_next.py`; llama.cpp `LLM_ARCH_QWEN3NEXT`
+//! (`src/models/qwen3next.cpp`, converter `Qwen3NextModel` in `conversion/qwen.py`).
+//!
+//! GGUF form (llama.cpp's converter): norms stored as `1 + w` except the DeltaNet's gated norm,
+//! `A_log` as `ssm_a = -exp(A_log)`, `in_proj_qkvz` regrouped into `attn_qkv` (all q, all k,
+//! all v) and `attn_gate` (z), `in_proj_ba` as `ssm_ba` unchanged, conv1d squeezed to
+//! `[channels, kernel]`, the pre-FFN norm as `post_attention_norm`; DeltaNet sizes in `ssm.*`
+//! (`state_size` = key head dim, `group_count` = key heads, `time_step_rank` = value heads,
+//! `inner_size` = value heads × value head dim), linear layers in `attention.recurrent_layers`
+//! (else every layer but each `full_attention_interval`-th).
+
+use super::gguf::{MoeDefaults, GATING_SOFTMAX};
+use super::qwen2_moe::SHARED_EXPERT;
+use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, ROUTED_FFN};
+use super::{Architecture, GgufMeta, HfConfig};
+use crate::config::{AttnKind, LinearAttnConfig, ModelConfig, MoeConfig, NormKind};
+use crate::weights::{table, Dim::*, LoadError, TensorSpec};
+use ferrox_format::gguf::MetaValue;
+
+pub static ARCH: Architecture =
+    Architecture::new("qwen3_next", config_from_hf, config_from_gguf, tensors)
+        .hf(&["qwen3_next"])
+        .gguf(&["qwen3next"]);
+
+fn lin(c: &ModelConfig) -> LinearAttnConfig {
+    c.linear.unwrap_or(LinearAttnConfig {
+        conv_kernel: 0,
+        n_k_heads: 0,
+        n_v_heads: 0,
+        k_head_dim: 0,
+        v_head_dim: 0,
+    })
+}
+fn conv_dim(c: &ModelConfig) -> usize {
+    lin(c).conv_dim()
+}
+fn conv_kernel(c: &ModelConfig) -> usize {
+    lin(c).conv_kernel
+}
+fn qkvz_rows(c: &ModelConfig) -> usize {
+    lin(c).conv_dim() + lin(c).value_dim()
+}
+fn value_dim(c: &ModelConfig) -> usize {
+    lin(c).value_dim()
+}
+fn v_heads(c: &ModelConfig) -> usize {
+    lin(c).n_v_heads
+}
+fn ba_rows(c: &ModelConfig) -> usize {
+    2 * lin(c).n_v_heads
+}
+fn v_head_dim(c: &ModelConfig) -> usize {
+    lin(c).v_head_dim
+}
+/// Query and output-gate rows of the full-attention layers.
+fn q_gate_rows(c: &ModelConfig) -> usize {
+    (1 + usize::from(c.attn_output_gate)) * c.n_heads * c.head_dim
+}
+
+const NORMS: &[TensorSpec] = &[
+    ATTN_NORM,
+    FFN_NORM.gguf_as("blk.{}.post_attention_norm.weight"),
+];
+
+const GATED_ATTN: &[TensorSpec] = table![
+    "blk.{}.attn_q.weight" => "model.layers.{}.self_attn.q_proj.weight", [Of(q_gate_rows), Hidden];
+    "blk.{}.attn_k.weight" => "model.layers.{}.self_attn.k_proj.weight", [KvDim, Hidden];
+    "blk.{}.attn_v.weight" => "model.layers.{}.self_attn.v_proj.weight", [KvDim, Hidden];
+    "blk.{}.attn_q_norm.weight" => "model.layers.{}.self_attn.q_norm.weight", [HeadDim];
+    "blk.{}.attn_k_norm.weight" => "model.layers.{}.self_attn.k_norm.weight", [HeadDim];
+    "blk.{}.attn_output.weight" => "model.layers.{}.self_attn.o_proj.weight", [Hidden, QDim];
+];
+
+const DELTANET: &[TensorSpec] = table![
+    "blk.{}.ssm_in.weight" => "model.layers.{}.linear_attn.in_proj_qkvz.weight", [Of(qkvz_rows), Hidden];
+    "blk.{}.attn_qkv.weight" => "-", [Of(conv_dim), Hidden];
+    "blk.{}.attn_gate.weight" => "-", [Of(value_dim), Hidden];
+    "blk.{}.ssm_ba.weight" => "model.layers.{}.linear_attn.in_proj_ba.weight", [Of(ba_rows), Hidden];
+    "blk.{}.ssm_conv1d.weight" => "model.layers.{}.linear_attn.conv1d.weight", [Of(conv_dim), Fixed(1), Of(conv_kernel)];
+    "blk.{}.ssm_dt.bias" => "model.layers.{}.linear_attn.dt_bias", [Of(v_heads)];
+    "blk.{}.ssm_a" => "model.layers.{}.linear_attn.A_log", [Of(v_heads)];
+    "blk.{}.ssm_norm.weight" => "model.layers.{}.linear_attn.norm.weight", [Of(v_head_dim)];
+    "blk.{}.ssm_out.weight" => "model.layers.{}.linear_attn.out_proj.weight", [Hidden, Of(value_dim)];
+];
+
+fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
+    [
+        NORMS,
+        GATED_ATTN,
+        DELTANET,
+        DENSE_FFN,
+        ROUTED_FFN,
+        SHARED_EXPERT,
+    ]
+    .concat()
+}
+
+fn bad(msg: String) -> LoadError {
+    LoadError::Config(msg)
+}
+
+/// Checks the DeltaNet sizes and marks the `linear` layers.
+fn set_linear(
+    cfg: &mut ModelConfig,
+    dims: LinearAttnConfig,
+    linear: Vec<bool>,
+) -> Result<(), LoadError> {
+    let d = dims;
+    if [
+        d.conv_kernel,
+        d.n_k_heads,
+        d.n_v_heads,
+        d.k_head_dim,
+        d.v_head_dim,
+    ]
+    .contains(&0)
+        || !d.n_v_heads.is_multiple_of(d.n_k_heads)
+    {
+        return Err(bad(format!("bad linear-attention sizes {d:?}")));
+    }
+    if linear.len() != cfg.n_layers {
+        return Err(bad(format!(
+            "{} layer kinds for {} layers",
+            linear.len(),
+            cfg.n_layers
+        )));
+    }
+    cfg.layer_attn = linear
+        .iter()
+        .map(|&l| if l { AttnKind::Linear } else { AttnKind::Full })
+        .collect();
+    cfg.linear = Some(dims);
+    Ok(())
+}
+
+/// Every layer linear except each `interval`-th (transformers' and llama.cpp's default).
+fn by_interval(n_layers: usize, interval: usize) -> Vec<bool> {
+    let k = interval.max(1);
+    (0..n_layers).map(|l| (l + 1) % k != 0).collect()
+}
+
+fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base("qwen3_next", false)?;
+    cfg.norm = NormKind::RmsOffsetOne;
+    cfg.qk_norm = true;
+    cfg.attn_output_gate = true;
+    let partial_given = c.get("partial_rotary_factor").is_some()
+        || c.get("rope_parameters")
+            .and_then(|p| p.get("partial_rotary_factor"))
+            .is_some();
+    if !partial_given {
+        // Qwen3NextConfig's default partial_rotary_factor is 0.25.
+        cfg.rope.rotary_dim = cfg.head_dim / 4;
+    }
+    let linear = match c.str_list("layer_types") {
+        Some(types) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                "linear_attention" => Ok(true),
+                "full_attention" => Ok(false),
+                o => Err(bad(format!("config.json: layer type \"{o}\""))),
+            })
+            .collect::<Result<_, _>>()?,
+        None => by_interval(
+            cfg.n_layers,
+            c.usize("full_attention_interval").unwrap_or(4),
+        ),
+    };
+    let dims = LinearAttnConfig {
+        conv_kernel: c.req("linear_conv_kernel_dim")?,
+        n_k_heads: c.req("linear_num_key_heads")?,
+        n_v_heads: c.req("linear_num_value_heads")?,
+        k_head_dim: c.req("linear_key_head_dim")?,
+        v_head_dim: c.req("linear_value_head_dim")?,
+    };
+    set_linear(&mut cfg, dims, linear)?;
+    let shared_ffn = c.usize("shared_expert_intermediate_size").unwrap_or(0);
+    cfg.moe = MoeConfig {
+        n_experts: c.req("num_experts")?,
+        n_experts_active: c.req("num_experts_per_tok")?,
+        expert_ffn_dim: c.req("moe_intermediate_size")?,
+        n_shared_experts: usize::from(shared_ffn > 0),
+        shared_ffn_dim: shared_ffn,
+        shared_expert_gate: shared_ffn > 0,
+        norm_topk_prob: c.bool("norm_topk_prob").unwrap_or(true),
+        ..MoeConfig::none(cfg.hidden_dim)
+    };
+    c.qwen_moe_layers(&mut cfg)?;
+    Ok(cfg)
+}
+
+/// llama.cpp's `llama_model_qwen3next::load_arch_hparams`: softmax routing with the selected
+/// weights always renormalised, one gated shared expert.
+fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base("qwen3_next", false)?;
+    cfg.qk_norm = true;
+    cfg.attn_output_gate = true;
+    let n = cfg.n_layers;
+    let key = format!("{}.attention.recurrent_layers", g.arch());
+    let linear = match g.file.get_array(&key) {
+        Some(arr) => arr
+            .iter()
+            .take(n)
+            .map(|v| match v {
+                MetaValue::Bool(b) => Ok(b),
+                o => o
+                    .as_u64()
+                    .map(|x| x != 0)
+                    .ok_or_else(|| bad(format!("GGUF: `{key}` is not a bool array"))),
+            })
+            .collect::<Result<_, _>>()?,
+        None => by_interval(n, g.opt_usize("full_attention_interval").unwrap_or(4)),
+    };
+    let n_v = g.usize("ssm.time_step_rank")?;
+    let inner = g.usize("ssm.inner_size")?;
+    if n_v == 0 || !inner.is_multiple_of(n_v) {
+        return Err(bad(format!(
+            "GGUF: ssm.inner_size {inner} is not a multiple of {n_v} value heads"
+        )));
+    }
+    let dims = LinearAttnConfig {
+        conv_kernel: g.usize("ssm.conv_kernel")?,
+        n_k_heads: g.usize("ssm.group_count")?,
+        n_v_heads: n_v,
+        k_head_dim: g.usize("ssm.state_size")?,
+        v_head_dim: inner / n_v,
+    };
+    set_linear(&mut cfg, dims, linear)?;
+    g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX).renormalised())?;
+    let shared = g
+        .opt_usize("expert_shared_feed_forward_length")
+        .unwrap_or(0);
+    cfg.moe.n_shared_experts = usize::from(shared > 0);
+    cfg.moe.shared_ffn_dim = shared;
+    cfg.moe.shared_expert_gate = shared > 0;
+    Ok(cfg)
+}

@@ -1,0 +1,167 @@
+//! The feed-forward blocks with experts: routed experts stacked in one tensor per projection
+//! (every GGUF, some Hub checkpoints) or one tensor per expert (most Hub checkpoints), their
+//! biases (gpt-oss), shared experts and the router.
+
+use super::*;
+
+impl Parts<'_> {
+    pub(super) fn moe(&self, l: usize) -> Result<MoeBlock, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let m = &cfg.moe;
+        // Experts stacked in one tensor per projection (every GGUF, some Hub checkpoints) or
+        // one tensor per expert (most Hub checkpoints).
+        let stacked = ["ffn_gate_up_exps.weight", "ffn_gate_exps.weight"]
+            .iter()
+            .any(|s| b.has(&n(s)));
+        let experts = if stacked || self.src.naming() == Naming::Gguf {
+            self.stacked_experts(l)?
+        } else {
+            self.hf_experts(l)?
+        };
+        let shared = if m.n_shared_experts > 0 {
+            Some(GatedMlp::new(
+                b.matrix(&n("ffn_gate_shexp.weight"))?,
+                b.matrix(&n("ffn_up_shexp.weight"))?,
+                b.matrix(&n("ffn_down_shexp.weight"))?,
+                cfg.activation,
+            ))
+        } else {
+            None
+        };
+        Ok(MoeBlock {
+            router: Some(b.matrix(&n("ffn_gate_inp.weight"))?),
+            router_bias: if m.biases {
+                Some(b.vector(&n("ffn_gate_inp.bias"))?)
+            } else {
+                None
+            },
+            correction_bias: if m.has_correction_bias {
+                Some(b.vector(&n("exp_probs_b.bias"))?)
+            } else {
+                None
+            },
+            experts,
+            shared,
+            shared_gate: if m.shared_expert_gate {
+                Some(b.flat_matrix(&n("ffn_gate_inp_shexp.weight"))?)
+            } else {
+                None
+            },
+            routing: Routing::from_config(m),
+            scratch: Default::default(),
+        })
+    }
+
+    /// Experts stacked in one tensor per projection (or llama.cpp's fused gate/up stack:
+    /// per expert, the gate rows then the up rows).
+    fn stacked_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
+        let b = self.b;
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let e = self.cfg.moe.n_experts;
+        let get = |s: &str| b.must(&n(s));
+        let (g, u) = match b.get(&n("ffn_gate_up_exps.weight")) {
+            Some(fused) => {
+                let parts = split_rows(fused, 2 * e)?;
+                let (g, u): (Vec<_>, Vec<_>) =
+                    parts.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+                (
+                    g.into_iter().map(|p| p.1).collect(),
+                    u.into_iter().map(|p| p.1).collect(),
+                )
+            }
+            None => (
+                split_rows(get("ffn_gate_exps.weight")?, e)?,
+                split_rows(get("ffn_up_exps.weight")?, e)?,
+            ),
+        };
+        let dn = split_rows(get("ffn_down_exps.weight")?, e)?;
+        let mut biases = self.expert_biases(l)?.into_iter();
+        Ok(g.into_iter()
+            .zip(u)
+            .zip(dn)
+            .map(|((g, u), dn)| {
+                let mut mlp = GatedMlp::new(g, u, dn, self.cfg.activation);
+                mlp.biases = biases.next();
+                mlp
+            })
+            .collect())
+    }
+
+    /// Per expert, the biases of its gate, up and down projections (gpt-oss), from separate
+    /// stacks or one fused gate/up stack (per expert the gate biases, then the up biases);
+    /// empty when the config has none.
+    fn expert_biases(&self, l: usize) -> Result<Vec<MlpBiases>, LoadError> {
+        let (cfg, b) = (self.cfg, self.b);
+        if !cfg.moe.biases {
+            return Ok(Vec::new());
+        }
+        let n = |s: &str| format!("blk.{l}.{s}");
+        let (e, f) = (cfg.moe.n_experts, cfg.moe.expert_ffn_dim);
+        let (gate, up) = match b.opt_vector(&n("ffn_gate_up_exps.bias"))? {
+            Some(gu) => {
+                let (g, u): (Vec<_>, Vec<_>) =
+                    gu.chunks(f).enumerate().partition(|(i, _)| i % 2 == 0);
+                let flat =
+                    |v: Vec<(usize, &[f32])>| v.into_iter().flat_map(|(_, r)| r.to_vec()).collect();
+                (flat(g), flat(u))
+            }
+            None => (
+                b.vector(&n("ffn_gate_exps.bias"))?,
+                b.vector(&n("ffn_up_exps.bias"))?,
+            ),
+        };
+        let down = b.vector(&n("ffn_down_exps.bias"))?;
+        let d = cfg.hidden_dim;
+        Ok((0..e)
+            .map(|i| MlpBiases {
+                gate: gate[i * f..(i + 1) * f].to_vec(),
+                up: up[i * f..(i + 1) * f].to_vec(),
+                down: down[i * d..(i + 1) * d].to_vec(),
+            })
+            .collect())
+    }
+
+    /// One tensor per expert and projection, under the family's Hub names.
+    fn hf_experts(&self, l: usize) -> Result<Vec<GatedMlp>, LoadError> {
+        let cfg = self.cfg;
+        let (d, f) = (cfg.hidden_dim, cfg.moe.expert_ffn_dim);
+        let hf = self.experts;
+        let mut biases = self.expert_biases(l)?.into_iter();
+        (0..cfg.moe.n_experts)
+            .map(|i| {
+                let mut mlp = GatedMlp::new(
+                    hf_expert(self.src, hf.gate, l, i, [f, d])?,
+                    hf_expert(self.src, hf.up, l, i, [f, d])?,
+                    hf_expert(self.src, hf.down, l, i, [d, f])?,
+                    cfg.activation,
+                );
+                mlp.biases = biases.next();
+                Ok(mlp)
+            })
+            .collect()
+    }
+}
+
+fn hf_expert(
+    src: &dyn WeightSource,
+    pattern: &str,
+    l: usize,
+    e: usize,
+    shape: [usize; 2],
+) -> Result<WeightMatrix, LoadError> {
+    let name = pattern
+        .replace("{}", &l.to_string())
+        .replace("{e}", &e.to_string());
+    let t = src
+        .tensor(&name)
+        .ok_or(LoadError::MissingTensor(name.clone()))?;
+    if t.shape != shape {
+        return Err(LoadError::Shape {
+            name,
+            got: t.shape.clone(),
+            expected: shape.to_vec(),
+        });
+    }
+    t.matrix()
+}
