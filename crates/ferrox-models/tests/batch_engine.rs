@@ -37,6 +37,7 @@ fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
         },
         max_tokens: max,
         stop: vec!["\n\n\n".into()],
+        constraint: None,
     }
 }
 
@@ -83,6 +84,7 @@ fn batched(
         }
         eng.step(|id, ev| match ev {
             BatchEvent::Text(t) => text.entry(id).or_default().push_str(&t),
+            BatchEvent::Error(e) => panic!("{e}"),
             BatchEvent::Done { stop, .. } => {
                 done.insert(id, stop);
             }

@@ -125,6 +125,7 @@ impl Engine for ModelEngine {
             },
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
+            constraint: None,
         };
         self.engine
             .admit(id, prompt, &params)
@@ -133,6 +134,7 @@ impl Engine for ModelEngine {
     fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
         self.engine.step(|id, ev| match ev {
             BatchEvent::Text(t) => events(id, Event::Text(t)),
+            BatchEvent::Error(e) => tracing::warn!("generation {id} failed: {e}"),
             BatchEvent::Done { stop, tokens } => events(
                 id,
                 Event::Done(GenSummary {

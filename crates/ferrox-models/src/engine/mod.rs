@@ -21,6 +21,7 @@ pub use stop::{GenerateParams, StopReason};
 use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
+use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
@@ -33,12 +34,19 @@ pub struct BatchParams {
     pub sampler: SamplerConfig,
     pub max_tokens: usize,
     pub stop: Vec<String>,
+    /// Structured output: only tokens this grammar allows (see `structured`).
+    pub constraint: Option<Constraint>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum BatchEvent {
     Text(String),
-    Done { stop: StopReason, tokens: usize },
+    /// Why the generation failed (its grammar could not continue); `Done` follows.
+    Error(String),
+    Done {
+        stop: StopReason,
+        tokens: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -70,6 +78,10 @@ pub(crate) struct JobEnd {
     /// The last text, held back until the end (empty after a stop string).
     pub text: String,
     pub sampler: Sampler,
+    /// The grammar's state at the end, when the generation had one.
+    pub constraint: Option<Constraint>,
+    /// Why the generation failed (`StopReason::Grammar`).
+    pub error: Option<String>,
     /// Prompt tokens evaluated (after prefix reuse) and their forward time.
     pub prompt_tokens: usize,
     pub prompt_secs: f64,
@@ -185,6 +197,7 @@ impl<'m> BatchEngine<'m> {
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
             ignore_eog: false,
+            constraint: p.constraint.clone(),
         };
         self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &limits);
         Ok(())
@@ -226,6 +239,7 @@ impl<'m> BatchEngine<'m> {
             prompt: prompt.to_vec(),
             fed,
             sampler,
+            constraint: limits.constraint.clone(),
             rules: StopRules::new(self.tokenizer, limits),
             next: None,
             input: Vec::new(),
@@ -350,6 +364,9 @@ impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
     fn done(&mut self, id: u64, end: JobEnd) {
         if !end.text.is_empty() {
             (self.0)(id, BatchEvent::Text(end.text));
+        }
+        if let Some(e) = end.error {
+            (self.0)(id, BatchEvent::Error(e));
         }
         let (stop, tokens) = (end.stop, end.tokens);
         (self.0)(id, BatchEvent::Done { stop, tokens });

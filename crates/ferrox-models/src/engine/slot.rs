@@ -6,7 +6,8 @@ use super::stop::{StopReason, StopRules};
 use super::{JobEnd, Sink};
 use crate::decoder::SeqBatch;
 use crate::sampling::Sampler;
-use crate::speculative::{verify_rows, Speculation};
+use crate::speculative::{verify_rows_constrained, Speculation};
+use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 
@@ -16,6 +17,8 @@ pub(super) struct Job<'t> {
     /// Prompt tokens in the cache.
     pub fed: usize,
     pub sampler: Sampler,
+    /// The grammar the output must follow (structured output).
+    pub constraint: Option<Constraint>,
     pub rules: StopRules<'t>,
     /// Chosen (sampled, counted, streamed) but not yet in the cache.
     pub next: Option<usize>,
@@ -105,6 +108,12 @@ impl<'t> Slot<'t> {
             self.history.push(next);
             spec.draft_into(&self.history, room, &mut job.input);
             self.history.pop();
+            // A draft token the grammar forbids cannot be accepted: no row for it or after it.
+            // (The fed token is already in the grammar's state.)
+            if let Some(c) = job.constraint.as_mut() {
+                let valid = c.valid_prefix(&job.input[1..]);
+                job.input.truncate(1 + valid);
+            }
         }
         job.input.len()
     }
@@ -161,10 +170,11 @@ impl<'t> Slot<'t> {
         let draft = &job.input[job.input.len() - n_draft..];
         let (id, rules) = (job.id, &mut job.rules);
         let mut stop = None;
-        let verdict = verify_rows(
+        let verdict = verify_rows_constrained(
             logits.chunks_exact(vocab),
             draft,
             &mut job.sampler,
+            job.constraint.as_mut(),
             &self.history,
             |tok| {
                 stop = push_token(rules, id, tok, sink);
@@ -187,6 +197,9 @@ impl<'t> Slot<'t> {
         done.accepted = verdict.accepted;
         if let Some(stop) = stop {
             self.finish(stop, sink);
+        } else if verdict.next.is_none() {
+            // Nothing stopped it and no token came: the grammar could not go on.
+            self.finish(StopReason::Grammar, sink);
         }
         done
     }
@@ -198,6 +211,15 @@ impl<'t> Slot<'t> {
             return;
         };
         let text = job.rules.finish(stop);
+        let error = match stop {
+            StopReason::Grammar => Some(
+                job.constraint
+                    .as_ref()
+                    .and_then(|c| c.error())
+                    .unwrap_or_else(|| "the grammar could not continue".into()),
+            ),
+            _ => None,
+        };
         sink.done(
             job.id,
             JobEnd {
@@ -205,6 +227,8 @@ impl<'t> Slot<'t> {
                 tokens: job.rules.tokens,
                 text,
                 sampler: job.sampler,
+                constraint: job.constraint,
+                error,
                 prompt_tokens: job.prompt_tokens,
                 prompt_secs: job.prompt_secs,
             },
