@@ -3,6 +3,7 @@
 //! generation by one batched step; requests join and leave between steps), a bounded queue in
 //! front, cancellation when the client goes away.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
@@ -11,6 +12,7 @@ use std::time::Instant;
 
 use crate::api::ChatMessage;
 use ferrox_tokenizer::TokenId;
+use serde_json::Value;
 
 /// Sampling and length settings of one request, already validated.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +26,42 @@ pub struct GenParams {
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
     pub seed: u64,
+    /// The grammar the output must follow (structured output, or a tool-call shape).
+    pub grammar: Option<GrammarSpec>,
+    /// `grammar` compiled by [`Backend::compile_grammar`] (the HTTP layer does it off the
+    /// async workers before the request is queued).
+    pub compiled: Option<CompiledGrammar>,
+}
+
+/// A grammar as a request states it; the backend compiles it for its tokenizer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GrammarSpec {
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid under `schema`; `strict` refuses schema features that cannot be enforced.
+    JsonSchema { schema: Value, strict: bool },
+    /// llama.cpp's GBNF.
+    Gbnf(String),
+    /// llguidance's Lark dialect (may embed `%json {schema}` and special tokens): what a tool
+    /// call shape such as `<tool_call>{json}</tool_call>` is written in.
+    Lark(String),
+}
+
+/// A backend's compiled grammar, opaque to the HTTP layer; the backend's engine takes it back
+/// (by downcasting) when the request is admitted.
+#[derive(Clone)]
+pub struct CompiledGrammar(pub Arc<dyn Any + Send + Sync>);
+
+impl std::fmt::Debug for CompiledGrammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompiledGrammar")
+    }
+}
+
+impl PartialEq for CompiledGrammar {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,12 +130,20 @@ pub trait Backend: Send + Sync + 'static {
     fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError>;
     /// A fresh engine with `slots` slots.
     fn new_engine(&self, slots: usize) -> Box<dyn Engine>;
+    /// Compiles `grammar` for this model (may take a while: called on a blocking thread). The
+    /// error is the message a 400 answer carries.
+    fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
+        let _ = grammar;
+        Err("this backend does not support grammars or structured output".into())
+    }
 }
 
 /// What a running generation reports to its HTTP handler.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     Text(String),
+    /// The generation failed (e.g. its grammar could not continue); `Done` follows.
+    Error(String),
     Done(GenSummary),
 }
 
@@ -203,8 +249,11 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
             engine.step(&mut |id, ev| {
                 let Some(tx) = running.get(&id) else { return };
                 match ev {
-                    Event::Text(t) => {
-                        if tx.send(Event::Text(t)).is_err() {
+                    Event::Text(_) | Event::Error(_) => {
+                        if matches!(ev, Event::Error(_)) {
+                            m.errors.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if tx.send(ev).is_err() {
                             gone.push(id);
                         }
                     }

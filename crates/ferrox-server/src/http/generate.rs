@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::error::{check_auth, parse_body};
-use super::params::validate;
+use super::params::{grammar, validate};
 use super::stream::stream_response;
 use super::{new_id, unix_now, ApiError, AppState, Shared};
 use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField, Usage};
@@ -51,7 +51,8 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             .backend
             .chat_prompt(&req.messages)
             .map_err(|e| ApiError::bad(e.to_string()).param("messages"))?;
-        let params = validate(&s, &req.common, prompt.len())?;
+        let mut params = validate(&s, &req.common, prompt.len())?;
+        compile_grammar(&s, &req.common, &mut params).await?;
         start(&s, Kind::Chat, &req.common, prompt, params).await
     }
     .await;
@@ -77,11 +78,38 @@ pub(super) async fn completions(
             return Err(ApiError::bad("the prompt is empty").param("prompt"));
         }
         let prompt = s.backend.text_prompt(&text);
-        let params = validate(&s, &req.common, prompt.len())?;
+        let mut params = validate(&s, &req.common, prompt.len())?;
+        compile_grammar(&s, &req.common, &mut params).await?;
         start(&s, Kind::Completion, &req.common, prompt, params).await
     }
     .await;
     finish(&s, r)
+}
+
+/// Compiles the request's grammar on a blocking thread (a large schema takes a while and must
+/// not hold up an async worker); a grammar the backend refuses is a 400 naming the parameter
+/// it came from, with the compiler's message.
+async fn compile_grammar(
+    s: &Shared,
+    c: &CommonParams,
+    params: &mut GenParams,
+) -> Result<(), ApiError> {
+    let Some(spec) = params.grammar.clone() else {
+        return Ok(());
+    };
+    let param = grammar(c)?.map_or("response_format", |(_, p)| p);
+    let backend = s.backend.clone();
+    let compiled = tokio::task::spawn_blocking(move || backend.compile_grammar(&spec))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the grammar compiler failed",
+            )
+        })?
+        .map_err(|e| ApiError::bad(e).param(param))?;
+    params.compiled = Some(compiled);
+    Ok(())
 }
 
 fn finish(s: &AppState, r: Result<Response, ApiError>) -> Response {
@@ -188,14 +216,19 @@ impl Meta {
 async fn collect_response(meta: Meta, mut rx: UnboundedReceiver<Event>) -> Response {
     let mut text = String::new();
     let mut summary = None;
+    let mut error = None;
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Text(t) => text.push_str(&t),
+            Event::Error(e) => error = Some(e),
             Event::Done(s) => {
                 summary = Some(s);
                 break;
             }
         }
+    }
+    if let Some(e) = error {
+        return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e).into_response();
     }
     let Some(summary) = summary else {
         return ApiError::new(

@@ -60,6 +60,13 @@ pub(super) fn stream_response(
                 vec![data(meta.chunk(false, Some(&t), None))],
                 (St::Running, rx, meta),
             )),
+            // OpenAI's form for an error in a stream: an `error` object, then the end.
+            Some(Event::Error(e)) => Some((
+                vec![data(
+                    json!({"error": {"message": e, "type": "server_error", "param": null, "code": null}}),
+                )],
+                (St::Running, rx, meta),
+            )),
             Some(Event::Done(summary)) => {
                 let fin = data(meta.chunk(false, None, Some(summary.finish.as_str())));
                 let next = if meta.include_usage {
