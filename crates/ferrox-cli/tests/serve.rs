@@ -2,8 +2,7 @@
 //! chat and completion, streaming and not; greedy chat text, alone and with four clients at
 //! once, equals what `ferrox run --temp 0` prints for the same prompt.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 
 mod common;
 use common::DEFAULT_MODEL;
@@ -12,47 +11,8 @@ const PROMPT: &str = "Write a Python function that checks whether a number is pr
 const N: usize = 32;
 const KEY: &str = "test-key";
 
-struct Server(Child);
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(model: &str) -> (Server, String) {
-    let mut child = common::command()
-        .args([
-            "serve",
-            "-m",
-            model,
-            "--port",
-            "0",
-            "--parallel",
-            "2",
-            "-c",
-            "2048",
-        ])
-        .args(["--api-key", KEY])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let server = Server(child);
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("server exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (server, addr)
+fn start(model: &str) -> (common::Server, String) {
+    common::serve(model, &["--parallel", "2", "-c", "2048", "--api-key", KEY])
 }
 
 /// What `ferrox run` prints for the prompt, greedy (its stdout ends with one newline).

@@ -29,7 +29,10 @@ async fn grammar_fields_reach_the_backend() {
     let a = server(2, 8, None).await;
     let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
     let cases = [
-        (json!({"response_format": {"type": "json_object"}}), "JsonObject"),
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "JsonObject",
+        ),
         (
             json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}}),
             "JsonSchema",
@@ -44,7 +47,11 @@ async fn grammar_fields_reach_the_backend() {
     ];
     for (fields, kind) in cases {
         let r = post(&a, "/v1/chat/completions", chat(fields.clone())).await;
-        assert_eq!(content(&r), format!("{{\"grammar\": \"{kind}\"}}"), "{fields}");
+        assert_eq!(
+            content(&r),
+            format!("{{\"grammar\": \"{kind}\"}}"),
+            "{fields}"
+        );
     }
     // Completions take them too; `text` is no grammar.
     let r = complete(&a, json!({"prompt": "x", "grammar": "root ::= \"a\""})).await;
@@ -62,8 +69,16 @@ async fn grammar_fields_reach_the_backend() {
 async fn bad_grammar_requests_are_400s_naming_the_parameter() {
     let a = server(1, 4, None).await;
     let cases = [
-        (json!({"response_format": {"type": "xml"}}), "response_format", "xml"),
-        (json!({"response_format": {"type": "json_schema"}}), "response_format", "json_schema"),
+        (
+            json!({"response_format": {"type": "xml"}}),
+            "response_format",
+            "xml",
+        ),
+        (
+            json!({"response_format": {"type": "json_schema"}}),
+            "response_format",
+            "json_schema",
+        ),
         (
             json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}),
             "response_format",
@@ -75,7 +90,11 @@ async fn bad_grammar_requests_are_400s_naming_the_parameter() {
             "object",
         ),
         (json!({"json_schema": "string"}), "json_schema", "object"),
-        (json!({"grammar": "root ::= bad"}), "grammar", "fake: bad grammar"),
+        (
+            json!({"grammar": "root ::= bad"}),
+            "grammar",
+            "fake: bad grammar",
+        ),
         (
             json!({"grammar": "root ::= \"a\"", "json_schema": {"type": "object"}}),
             "json_schema",
@@ -97,10 +116,18 @@ async fn bad_grammar_requests_are_400s_naming_the_parameter() {
 #[tokio::test]
 async fn a_grammar_failing_mid_generation_is_an_error() {
     let a = server(1, 4, None).await;
-    let r = post(&a, "/v1/chat/completions", chat(json!({"grammar": "root ::= fail"}))).await;
+    let r = post(
+        &a,
+        "/v1/chat/completions",
+        chat(json!({"grammar": "root ::= fail"})),
+    )
+    .await;
     assert_eq!(r.status, 500, "{}", r.body);
     let v = r.json();
-    assert!(v["error"]["message"].as_str().unwrap().contains("could not continue"));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("could not continue"));
     let r = post(
         &a,
         "/v1/chat/completions",

@@ -129,9 +129,11 @@ pub(super) fn grammar(c: &CommonParams) -> Result<Option<(GrammarSpec, &'static 
                 let js = rf.json_schema.as_ref().ok_or_else(|| {
                     bad("response_format of type json_schema needs a json_schema object".into())
                 })?;
-                let schema = js.schema.as_ref().or(rf.schema.as_ref()).ok_or_else(|| {
-                    bad("response_format.json_schema needs a schema".into())
-                })?;
+                let schema = js
+                    .schema
+                    .as_ref()
+                    .or(rf.schema.as_ref())
+                    .ok_or_else(|| bad("response_format.json_schema needs a schema".into()))?;
                 found.push((
                     GrammarSpec::JsonSchema {
                         schema: schema_object(schema, "response_format")?,

@@ -69,7 +69,9 @@ impl Engine for FakeEngine {
                 })
             };
             if let Some(c) = &g.params.compiled {
-                let spec = c.0.downcast_ref::<GrammarSpec>().expect("the fake's grammar");
+                let spec =
+                    c.0.downcast_ref::<GrammarSpec>()
+                        .expect("the fake's grammar");
                 assert_eq!(Some(spec), g.params.grammar.as_ref());
                 match spec {
                     GrammarSpec::Gbnf(t) if t.contains("fail") => {

@@ -1,0 +1,82 @@
+//! Structured output through `ferrox serve` on the default model, driven by the official
+//! `openai` Python client (`structured_client.py`): 20 strict `json_schema` answers, greedy,
+//! every one parsing and validating under its schema (the `jsonschema` package), with
+//! speculative decoding on and with `--no-spec`, the texts identical; a streamed schema
+//! answer equal to the whole one, `json_object`, a GBNF `grammar`, and a refused schema as a
+//! 400 naming `response_format`.
+
+use std::process::Command;
+
+mod common;
+use common::DEFAULT_MODEL;
+
+/// The client script's JSON against a server started with `args`.
+fn run_client(model: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--parallel", "2", "-c", "2048", "--api-key", "test-key"];
+    all.extend_from_slice(args);
+    let (_server, addr) = common::serve(model, &all);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/structured_client.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(format!("http://{addr}/v1"))
+        .arg(DEFAULT_MODEL)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "structured client failed (.ci/run installs openai and jsonschema with pip):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn strict_json_schemas_validate_and_speculation_changes_no_text() {
+    let path = common::model(DEFAULT_MODEL);
+    let spec = run_client(path.to_str().unwrap(), &[]);
+    let plain = run_client(path.to_str().unwrap(), &["--no-spec"]);
+    let (a, b) = (
+        spec["schemas"].as_array().unwrap(),
+        plain["schemas"].as_array().unwrap(),
+    );
+    assert_eq!(a.len(), 20);
+    for (x, y) in a.iter().zip(b) {
+        let name = &x["name"];
+        eprintln!(
+            "{name}: {} tokens, {} s with drafts, {} s without",
+            x["tokens"], x["secs"], y["secs"]
+        );
+        assert!(
+            x["error"].is_null(),
+            "{name}: {} in {}",
+            x["error"],
+            x["text"]
+        );
+        assert!(y["error"].is_null(), "{name} (--no-spec): {}", y["error"]);
+        assert_eq!(
+            x["finish"], "stop",
+            "{name}: the grammar's end is the answer's end"
+        );
+        assert_eq!(x["text"], y["text"], "{name}: --no-spec changed the text");
+    }
+    assert_eq!(spec["stream"], a[2]["text"], "streamed schema answer");
+    for k in ["stream", "json_object", "gbnf"] {
+        assert_eq!(spec[k], plain[k], "{k}: --no-spec changed the text");
+    }
+    let obj: serde_json::Value = serde_json::from_str(spec["json_object"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("json_object: {e}: {}", spec["json_object"]));
+    assert!(obj.is_object(), "{obj}");
+    let g = spec["gbnf"].as_str().unwrap();
+    assert!(
+        g.starts_with("The answer is yes.") || g.starts_with("The answer is no."),
+        "{g}"
+    );
+    assert!(
+        g.ends_with('.') && g.len() <= "The answer is yes. ".len() + 32,
+        "{g}"
+    );
+    let bad = &spec["bad_schema"];
+    assert_eq!(bad["class"], "BadRequestError", "{bad}");
+    assert_eq!(bad["param"], "response_format", "{bad}");
+    assert!(bad["message"].as_str().unwrap().contains("strnig"), "{bad}");
+}
