@@ -80,3 +80,49 @@ fn strict_json_schemas_validate_and_speculation_changes_no_text() {
     assert_eq!(bad["param"], "response_format", "{bad}");
     assert!(bad["message"].as_str().unwrap().contains("strnig"), "{bad}");
 }
+
+#[test]
+fn run_takes_a_json_schema_or_a_gbnf_grammar() {
+    let path = common::model(DEFAULT_MODEL);
+    let m = path.to_str().unwrap();
+    let schema = r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 30},
+        "langs": {"type": "array", "items": {"enum": ["rust", "c", "go"]}, "maxItems": 3}},
+        "required": ["name", "langs"], "additionalProperties": false}"#;
+    let out = common::ferrox_ok([
+        "run",
+        "-m",
+        m,
+        "--temp",
+        "0",
+        "-n",
+        "80",
+        "-j",
+        schema,
+        "Describe Linus Torvalds",
+    ]);
+    let v: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert!(v["name"].is_string() && v["langs"].is_array(), "{v}");
+    assert_eq!(v.as_object().unwrap().len(), 2, "{v}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("yn.gbnf");
+    std::fs::write(&file, "# yes or no\nroot ::= (\"yes\" | \"no\") \"!\"\n").unwrap();
+    let file = file.to_str().unwrap();
+    let out = common::ferrox_ok([
+        "run",
+        "-m",
+        m,
+        "--temp",
+        "0",
+        "--grammar-file",
+        file,
+        "Is water wet?",
+    ]);
+    assert!(matches!(out.trim(), "yes!" | "no!"), "{out}");
+
+    let bad = common::ferrox(["run", "-m", m, "--grammar", "root ::= nothing", "hi"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("nothing"), "{err}");
+}
