@@ -238,8 +238,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!ids.is_empty(), "empty prompt");
     let mut params = args.gen.params();
     if let Some(g) = args.grammar()? {
+        let t = std::time::Instant::now();
         let compiler = GrammarCompiler::new(tok, eng.decoder.vocab_size())?;
+        let built = t.elapsed();
         params.constraint = Some(compiler.compile(&g)?);
+        if args.gen.verbose {
+            eprintln!(
+                "grammar: token trie in {:.1} ms, grammar compiled in {:.1} ms",
+                built.as_secs_f64() * 1e3,
+                (t.elapsed() - built).as_secs_f64() * 1e3
+            );
+        }
     }
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
     session.set_speculation(args.gen.speculation());

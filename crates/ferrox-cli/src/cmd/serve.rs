@@ -103,8 +103,14 @@ impl Backend for ModelBackend {
         let compiler = self
             .grammars
             .get_or_init(|| {
-                GrammarCompiler::new(self.tokenizer, self.decoder.vocab_size())
-                    .map_err(|e| e.to_string())
+                let t = std::time::Instant::now();
+                let c = GrammarCompiler::new(self.tokenizer, self.decoder.vocab_size())
+                    .map_err(|e| e.to_string());
+                tracing::info!(
+                    "grammar compiler built in {:.0} ms",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                c
             })
             .as_ref()?;
         let grammar = match spec {
