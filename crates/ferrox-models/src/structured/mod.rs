@@ -294,6 +294,12 @@ impl Constraint {
         if let Some(e) = &self.failed {
             return Err(ConstraintError::Failed(e.clone()));
         }
+        // With end-of-generation tokens taken as text (`ignore_eog`, no tokenizer), a finished
+        // grammar keeps allowing them: they change nothing.
+        if self.is_finished() && self.is_eos(token) {
+            self.stats.committed += 1;
+            return Ok(());
+        }
         let r = u32::try_from(token)
             .map_err(|_| format!("token id {token} out of range"))
             .and_then(|t| self.matcher.consume_token(t).map_err(|e| e.to_string()));
@@ -306,6 +312,15 @@ impl Constraint {
         }
     }
 
+    fn is_eos(&self, token: TokenId) -> bool {
+        self.matcher.tok_env().is_ok_and(|e| {
+            e.tok_trie()
+                .eos_tokens()
+                .iter()
+                .any(|&t| t as usize == token)
+        })
+    }
+
     fn fail(&mut self, e: String) -> ConstraintError {
         self.failed = Some(e.clone());
         ConstraintError::Failed(e)
@@ -314,7 +329,7 @@ impl Constraint {
     /// How many leading tokens of `draft` the grammar accepts from here (the state is left as
     /// it is): drafts the grammar forbids need not be verified.
     pub fn valid_prefix(&mut self, draft: &[TokenId]) -> usize {
-        if self.matcher.is_stopped() {
+        if draft.is_empty() || self.matcher.is_stopped() {
             return 0;
         }
         let Ok(vocab) = self.matcher.tok_env().map(|e| e.tok_trie().vocab_size()) else {

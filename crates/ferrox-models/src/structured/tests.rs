@@ -108,6 +108,10 @@ fn mask_follows_the_schema_and_ends_with_eog_only() {
     assert!(c.is_finished());
     assert_eq!(c.error(), None);
     assert_eq!(c.stats.committed, text.len() as u64);
+    // EOG taken as text (ignore_eog) keeps the finished grammar finished; other text fails it.
+    c.commit(2).unwrap();
+    assert!(c.is_finished());
+    assert!(c.commit(byte_token(b' ')).is_err());
 }
 
 #[test]
