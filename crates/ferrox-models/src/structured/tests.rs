@@ -341,3 +341,42 @@ fn a_failing_grammar_ends_the_generation_with_an_error() {
     assert!(out.tokens.is_empty());
     assert!(out.error.is_some_and(|e| !e.is_empty()));
 }
+
+/// Grammars built to be expensive neither stall nor panic: compiling is lazy in llguidance, and
+/// each mask is bounded by the lexer's fuel and state limits (a limit hit is an error).
+#[test]
+fn hostile_grammars_neither_stall_nor_panic() {
+    let tok = tokenizer();
+    let compiler = GrammarCompiler::new(&tok, tok.vocab_size()).unwrap();
+    let t = std::time::Instant::now();
+    // A regex whose DFA is exponential in the bound (built lazily, state by state).
+    let blowup = Grammar::JsonSchema {
+        schema: json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a|b)*a(a|b){40}$"}}, "required": ["s"]}),
+        strict: true,
+    };
+    // A large enum (about the size the server's 1 MiB cap lets through).
+    let huge = Grammar::JsonSchema {
+        schema: json!({"enum": (0..60_000).map(|i| format!("value number {i}")).collect::<Vec<_>>()}),
+        strict: true,
+    };
+    for g in [blowup, huge] {
+        match compiler.compile(&g) {
+            Err(e) => eprintln!("refused: {e}"),
+            Ok(mut c) => {
+                let mut steps = 0;
+                // Whatever it allows, walk greedily; the mask must fail or the walk finish.
+                while let Ok(m) = c.mask() {
+                    let Some(t) = (0..tok.vocab_size()).find(|&t| allowed(m, t)) else {
+                        break;
+                    };
+                    if tok.is_eog(t) || steps > 200 || c.commit(t).is_err() {
+                        break;
+                    }
+                    steps += 1;
+                }
+                eprintln!("ran {steps} steps, error {:?}", c.error());
+            }
+        }
+    }
+    assert!(t.elapsed().as_secs() < 20, "{:?}", t.elapsed());
+}
