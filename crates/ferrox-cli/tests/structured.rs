@@ -3,7 +3,8 @@
 //! every one parsing and validating under its schema (the `jsonschema` package), with
 //! speculative decoding on and with `--no-spec`, the texts identical; a streamed schema
 //! answer equal to the whole one, `json_object`, a GBNF `grammar`, and a refused schema as a
-//! 400 naming `response_format`.
+//! 400 naming `response_format`. `ferrox run` with `-j`, `--grammar-file` (GBNF) and a Lark
+//! tool-call shape through `--grammar`.
 
 use std::process::Command;
 
@@ -120,6 +121,34 @@ fn run_takes_a_json_schema_or_a_gbnf_grammar() {
         "Is water wet?",
     ]);
     assert!(matches!(out.trim(), "yes!" | "no!"), "{out}");
+
+    // llguidance Lark (llama.cpp's `%llguidance` marker): the tool-call shape a server can force.
+    let lark = r#"%llguidance {}
+start: "<tool_call>\n" %json{"type": "object", "properties": {"name": {"const": "get_weather"},
+    "arguments": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+    "required": ["city"], "additionalProperties": false}},
+    "required": ["name", "arguments"], "additionalProperties": false} "\n</tool_call>"
+"#;
+    let out = common::ferrox_ok([
+        "run",
+        "-m",
+        m,
+        "--temp",
+        "0",
+        "-n",
+        "80",
+        "--grammar",
+        lark,
+        "Weather in Paris?",
+    ]);
+    let call = out
+        .trim()
+        .strip_prefix("<tool_call>\n")
+        .and_then(|c| c.strip_suffix("\n</tool_call>"))
+        .unwrap_or_else(|| panic!("{out}"));
+    let v: serde_json::Value = serde_json::from_str(call).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["name"], "get_weather", "{v}");
+    assert!(v["arguments"]["city"].is_string(), "{v}");
 
     let bad = common::ferrox(["run", "-m", m, "--grammar", "root ::= nothing", "hi"]);
     assert!(!bad.status.success());
