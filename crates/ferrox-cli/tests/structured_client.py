@@ -5,12 +5,15 @@ Sends 20 strict `response_format: json_schema` chats (nested objects, enums, arr
 with bounds, required fields, $ref, anyOf, patterns), greedy, and validates every answer with
 the `jsonschema` package; then one streamed schema answer, a `json_object` answer, a GBNF
 `grammar` answer (llama-server's field, through the client's `extra_body`) and a schema the
-server must refuse. Prints one JSON object with every text and verdict.
+server must refuse; last, the server's draft acceptance ratio (`/metrics`). Prints one JSON
+object with every text and verdict.
 """
 import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+import urllib.request
 
 import jsonschema
 from openai import OpenAI
@@ -142,5 +145,12 @@ except Exception as e:  # the client raises BadRequestError
     body = getattr(e, "body", None) or {}
     out["bad_schema"] = {"class": type(e).__name__, "param": body.get("param"),
                          "message": body.get("message")}
+
+# Whether drafts were verified at all (0 with --no-spec).
+req = urllib.request.Request(base.removesuffix("/v1") + "/metrics",
+                             headers={"Authorization": "Bearer test-key"})
+metrics = urllib.request.urlopen(req, timeout=60).read().decode()
+out["acceptance"] = next(float(line.split()[1]) for line in metrics.splitlines()
+                         if line.startswith("ferrox_speculative_acceptance_ratio "))
 
 print(json.dumps(out))
