@@ -380,3 +380,47 @@ fn hostile_grammars_neither_stall_nor_panic() {
     }
     assert!(t.elapsed().as_secs() < 20, "{:?}", t.elapsed());
 }
+
+/// llama.cpp's `grammars/json.gbnf`, as it ships: multi-line rules, an empty alternative,
+/// escapes in classes, comments.
+const JSON_GBNF: &str = r#"root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+"#;
+
+#[test]
+fn llama_cpp_json_gbnf_compiles_and_constrains() {
+    let tok = tokenizer();
+    let compiler = GrammarCompiler::new(&tok, tok.vocab_size()).unwrap();
+    let mut c = compiler
+        .compile(&Grammar::Gbnf(JSON_GBNF.into()))
+        .unwrap_or_else(|e| panic!("{e}\n{}", gbnf_to_lark(JSON_GBNF).unwrap()));
+    for &b in br#"{"a": [1.5, "x\n", true], "b": {}}"# {
+        assert!(allowed(c.mask().unwrap(), byte_token(b)), "{:?}", b as char);
+        c.commit(byte_token(b)).unwrap();
+    }
+    assert!(allowed(c.mask().unwrap(), 2), "complete: EOS allowed");
+    assert!(!allowed(c.mask().unwrap(), byte_token(b'x')));
+}
