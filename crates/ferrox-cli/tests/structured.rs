@@ -46,6 +46,17 @@ fn strict_json_schemas_validate_and_speculation_changes_no_text() {
     eprintln!("draft acceptance under grammars: {ratio}");
     assert!(ratio > 0.0, "no draft was accepted");
     assert_eq!(plain["acceptance"], 0.0);
+    for (what, v) in [("drafts", &spec), ("--no-spec", &plain)] {
+        let masks = v["masks"].as_u64().unwrap();
+        let secs = v["mask_seconds"].as_f64().unwrap();
+        eprintln!(
+            "{what}: {masks} grammar masks, {:.0} µs each",
+            secs * 1e6 / masks.max(1) as f64
+        );
+        assert!(masks > 0);
+    }
+    // One mask per committed token (plus the end), drafts or not.
+    assert_eq!(spec["masks"], plain["masks"]);
     for (x, y) in a.iter().zip(b) {
         let name = &x["name"];
         eprintln!(

@@ -5,7 +5,8 @@ Sends 20 strict `response_format: json_schema` chats (nested objects, enums, arr
 with bounds, required fields, $ref, anyOf, patterns), greedy, and validates every answer with
 the `jsonschema` package; then one streamed schema answer, a `json_object` answer, a GBNF
 `grammar` answer (llama-server's field, through the client's `extra_body`) and a schema the
-server must refuse; last, the server's draft acceptance ratio (`/metrics`). Prints one JSON
+server must refuse; last, the server's draft acceptance ratio and grammar mask counters
+(`/metrics`). Prints one JSON
 object with every text and verdict.
 """
 import json
@@ -150,7 +151,9 @@ except Exception as e:  # the client raises BadRequestError
 req = urllib.request.Request(base.removesuffix("/v1") + "/metrics",
                              headers={"Authorization": "Bearer test-key"})
 metrics = urllib.request.urlopen(req, timeout=60).read().decode()
-out["acceptance"] = next(float(line.split()[1]) for line in metrics.splitlines()
-                         if line.startswith("ferrox_speculative_acceptance_ratio "))
+values = dict(line.split() for line in metrics.splitlines() if line.startswith("ferrox_"))
+out["acceptance"] = float(values["ferrox_speculative_acceptance_ratio"])
+out["masks"] = int(values["ferrox_grammar_masks_total"])
+out["mask_seconds"] = float(values["ferrox_grammar_mask_seconds_total"])
 
 print(json.dumps(out))

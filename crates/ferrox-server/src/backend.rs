@@ -103,6 +103,10 @@ pub trait Engine: Send {
     fn spec_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Grammar masks computed so far and the nanoseconds they took (structured output).
+    fn grammar_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +173,8 @@ pub struct Metrics {
     pub decode_nanos: AtomicU64,
     pub draft_tokens: AtomicU64,
     pub accepted_tokens: AtomicU64,
+    pub grammar_masks: AtomicU64,
+    pub grammar_mask_nanos: AtomicU64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -274,6 +280,9 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
         let (drafted, accepted) = engine.spec_counts();
         m.draft_tokens.store(drafted, Ordering::Relaxed);
         m.accepted_tokens.store(accepted, Ordering::Relaxed);
+        let (masks, mask_nanos) = engine.grammar_counts();
+        m.grammar_masks.store(masks, Ordering::Relaxed);
+        m.grammar_mask_nanos.store(mask_nanos, Ordering::Relaxed);
         if r.is_err() {
             tracing::error!(
                 "engine step panicked; ending its {} requests",

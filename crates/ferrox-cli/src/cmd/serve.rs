@@ -192,6 +192,9 @@ impl Engine for ModelEngine {
     fn spec_counts(&self) -> (u64, u64) {
         (self.engine.stats.drafted, self.engine.stats.accepted)
     }
+    fn grammar_counts(&self) -> (u64, u64) {
+        (self.engine.stats.masks, self.engine.stats.mask_nanos)
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -68,6 +68,9 @@ pub struct BatchStats {
     pub rows: u64,
     pub drafted: u64,
     pub accepted: u64,
+    /// Grammar masks computed (structured output) and the nanoseconds they took.
+    pub masks: u64,
+    pub mask_nanos: u64,
 }
 
 /// How a generation ended, with what it hands back.
@@ -297,6 +300,8 @@ impl<'m> BatchEngine<'m> {
             let c = slot.commit(logits, vocab, secs, alone, sink);
             self.stats.drafted += c.drafted as u64;
             self.stats.accepted += c.accepted as u64;
+            self.stats.masks += c.masks;
+            self.stats.mask_nanos += c.mask_time.as_nanos() as u64;
         }
     }
 

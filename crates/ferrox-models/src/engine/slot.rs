@@ -10,6 +10,7 @@ use crate::speculative::{verify_rows_constrained, Speculation};
 use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
+use std::time::Duration;
 
 pub(super) struct Job<'t> {
     pub id: u64,
@@ -44,6 +45,9 @@ pub(super) struct Slot<'t> {
 pub(super) struct Committed {
     pub drafted: usize,
     pub accepted: usize,
+    /// Grammar masks this step computed and their time.
+    pub masks: u64,
+    pub mask_time: Duration,
 }
 
 impl<'t> Slot<'t> {
@@ -151,6 +155,8 @@ impl<'t> Slot<'t> {
         let mut done = Committed {
             drafted: 0,
             accepted: 0,
+            masks: 0,
+            mask_time: Duration::ZERO,
         };
         let Some(job) = self.job.as_mut() else {
             return done;
@@ -169,6 +175,7 @@ impl<'t> Slot<'t> {
         let n_draft = if decoding { job.input.len() - 1 } else { 0 };
         let draft = &job.input[job.input.len() - n_draft..];
         let (id, rules) = (job.id, &mut job.rules);
+        let before = job.constraint.as_ref().map(|c| c.stats);
         let mut stop = None;
         let verdict = verify_rows_constrained(
             logits.chunks_exact(vocab),
@@ -182,6 +189,10 @@ impl<'t> Slot<'t> {
             },
         );
         job.next = verdict.next;
+        if let (Some(c), Some(b)) = (job.constraint.as_ref(), before) {
+            done.masks = c.stats.masks - b.masks;
+            done.mask_time = c.stats.mask_time.saturating_sub(b.mask_time);
+        }
         let keep = self.history.len() - n_draft + verdict.accepted;
         self.truncate(keep);
         if decoding {
