@@ -542,6 +542,21 @@ ws ::= [ \t\n]*
         assert_eq!(lark, "start: \"Aé\\\"\" /[^\\x{5d}a-c\\x{2d}]/ /(?s:.)/\n");
     }
 
+    /// Random texts over GBNF's alphabet: an error or Lark text, never a panic.
+    #[test]
+    fn arbitrary_text_never_panics() {
+        let alphabet: Vec<char> = "root ::=\"ab|()[]^-*+?{},.#\\xu0\n\té".chars().collect();
+        let mut rng = crate::sampling::Rng::new(7);
+        for _ in 0..20_000 {
+            let len = (rng.next_u64() % 40) as usize;
+            let text: String = (0..len)
+                .map(|_| alphabet[(rng.next_u64() % alphabet.len() as u64) as usize])
+                .collect();
+            let _ = gbnf_to_lark(&format!("root ::= {text}"));
+            let _ = gbnf_to_lark(&text);
+        }
+    }
+
     #[test]
     fn errors_name_the_line() {
         let e = gbnf_to_lark("root ::= a\n").unwrap_err();
