@@ -11,8 +11,8 @@ const PROMPT: &str = "Write a Python function that checks whether a number is pr
 const N: usize = 32;
 const KEY: &str = "test-key";
 
-fn start(model: &str) -> (common::server::Server, String) {
-    common::server::start(model, &["--parallel", "2", "-c", "2048", "--api-key", KEY])
+fn start(model: &str) -> (common::Server, String) {
+    common::serve(model, &["--parallel", "2", "-c", "2048", "--api-key", KEY])
 }
 
 /// What `ferrox run` prints for the prompt, greedy (its stdout ends with one newline).

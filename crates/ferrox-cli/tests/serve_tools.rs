@@ -4,14 +4,14 @@
 //! arrives as `tool_calls` deltas and no call markup leaks into the content.
 
 mod common;
-use common::server::{python_json, start};
+use common::server::python_json;
 
 const MODEL: &str = "qwen2.5-coder:1.5b-instruct";
 
 #[test]
 fn openai_client_tool_round_trip() {
     let path = common::model(MODEL);
-    let (_server, addr) = start(path.to_str().unwrap(), &["--parallel", "1", "-c", "2048"]);
+    let (_server, addr) = common::serve(path.to_str().unwrap(), &["--parallel", "1", "-c", "2048"]);
     let v = python_json(
         "openai_tools.py",
         &[format!("http://{addr}/v1"), MODEL.to_string()],

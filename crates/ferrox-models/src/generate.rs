@@ -14,6 +14,7 @@ use crate::decoder::Decoder;
 use crate::engine::{BatchEngine, JobEnd, Sink};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{SpecStats, Speculation};
+use crate::structured::ConstraintStats;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::time::{Duration, Instant};
@@ -30,6 +31,10 @@ pub struct GenerateOutput {
     pub gen_time: Duration,
     /// Speculation counters of this call (all zero without speculation).
     pub spec: SpecStats,
+    /// Why the generation failed (`StopReason::Grammar`: its grammar could not continue).
+    pub error: Option<String>,
+    /// Mask counts and time of the generation's grammar, when it had one.
+    pub constraint: Option<ConstraintStats>,
 }
 
 pub struct Session<'m> {
@@ -121,6 +126,8 @@ impl<'m> Session<'m> {
             gen_tokens: 0,
             gen_time: Duration::ZERO,
             spec: SpecStats::default(),
+            error: None,
+            constraint: None,
         };
         // The only refusal left for a one-slot engine: the prompt does not fit the context.
         let Ok(slot) = self.engine.pick_slot(prompt) else {
@@ -141,6 +148,8 @@ impl<'m> Session<'m> {
         let end = sink.end.take().expect("the loop ran until the end");
         *sampler = end.sampler;
         out.stop = end.stop;
+        out.error = end.error;
+        out.constraint = end.constraint.map(|c| c.stats);
         out.prompt_tokens = end.prompt_tokens;
         out.prompt_time = Duration::from_secs_f64(end.prompt_secs);
         out.gen_tokens = out.tokens.len();

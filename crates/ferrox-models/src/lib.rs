@@ -14,6 +14,7 @@ pub mod perplexity;
 pub mod sampling;
 pub mod speculative;
 pub mod state;
+pub mod structured;
 pub mod weights;
 
 pub use config::ModelConfig;

@@ -109,20 +109,40 @@ impl Sampler {
 
     /// Picks the next token from `logits` given the `history` of tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[TokenId]) -> TokenId {
+        self.sample_masked(logits, history, None)
+    }
+
+    /// [`sample`](Self::sample) among the tokens `mask` allows (a bitset: bit `t % 32` of word
+    /// `t / 32`; tokens past its end are not allowed), the grammar's set in constrained
+    /// sampling. The mask applies after the penalties and before every other stage, so the
+    /// chain and the draw are plain sampling's over the allowed tokens. A mask that allows
+    /// none of `logits` gives token 0 (the constraint never hands out an empty mask).
+    pub fn sample_masked(
+        &mut self,
+        logits: &[f32],
+        history: &[TokenId],
+        mask: Option<&[u32]>,
+    ) -> TokenId {
         if self.config.is_greedy() {
             if !self.penalizes() && self.config.logit_bias.is_empty() {
-                return argmax(logits);
+                return match mask {
+                    None => argmax(logits),
+                    Some(m) => argmax_masked(logits, m),
+                };
             }
             let mut l = std::mem::take(&mut self.cands);
             l.clear();
             l.extend(logits.iter().copied().enumerate());
             self.penalize(&mut l, history);
+            if let Some(m) = mask {
+                l.retain(|&(t, _)| allowed(m, t));
+            }
             let best = argmax_cands(&l);
             self.cands = l;
             return best;
         }
         let mut c = std::mem::take(&mut self.cands);
-        self.distribution_into(logits, history, &mut c);
+        self.distribution_into(logits, history, mask, &mut c);
         let tok = draw(&c, &mut self.rng);
         self.cands = c;
         tok
@@ -138,14 +158,23 @@ impl Sampler {
             let best = argmax_cands(&out);
             return vec![(best, 1.0)];
         }
-        self.distribution_into(logits, history, &mut out);
+        self.distribution_into(logits, history, None, &mut out);
         out
     }
 
-    fn distribution_into(&mut self, logits: &[f32], history: &[TokenId], c: &mut Vec<Candidate>) {
+    fn distribution_into(
+        &mut self,
+        logits: &[f32],
+        history: &[TokenId],
+        mask: Option<&[u32]>,
+        c: &mut Vec<Candidate>,
+    ) {
         c.clear();
         c.extend(logits.iter().copied().enumerate());
         self.penalize(c, history);
+        if let Some(m) = mask {
+            c.retain(|&(t, _)| allowed(m, t));
+        }
         temperature(c, self.config.temperature);
         top_k(c, self.config.top_k);
         softmax_sorted(c);
@@ -204,7 +233,34 @@ fn argmax(logits: &[f32]) -> TokenId {
     best
 }
 
+/// Whether bitset `mask` allows token `t`.
+fn allowed(mask: &[u32], t: TokenId) -> bool {
+    mask.get(t / 32).is_some_and(|w| w >> (t % 32) & 1 != 0)
+}
+
+/// The first index of the largest logit among the tokens `mask` allows (0 when none is).
+fn argmax_masked(logits: &[f32], mask: &[u32]) -> TokenId {
+    let mut best: Option<TokenId> = None;
+    for (w, &bits) in mask.iter().enumerate() {
+        let mut bits = bits;
+        while bits != 0 {
+            let t = w * 32 + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let Some(&l) = logits.get(t) else {
+                return best.unwrap_or(0);
+            };
+            if best.is_none_or(|b| l > logits[b]) {
+                best = Some(t);
+            }
+        }
+    }
+    best.unwrap_or(0)
+}
+
 fn argmax_cands(c: &[Candidate]) -> TokenId {
+    if c.is_empty() {
+        return 0;
+    }
     let mut best = 0;
     for (i, &(_, l)) in c.iter().enumerate() {
         if l > c[best].1 {
@@ -375,6 +431,26 @@ mod tests {
         });
         // 3.0 / 1.5 = 2.0 < 2.9
         assert_eq!(s.sample(&logits(), &[1]), 5);
+    }
+
+    #[test]
+    fn masked_sampling_only_draws_allowed_tokens() {
+        // Tokens 0, 2 and 4 allowed: greedy takes 2 (logit 2.0), not 1 or 5.
+        let mask = [0b10101u32];
+        let mut s = Sampler::new(SamplerConfig::greedy());
+        assert_eq!(s.sample_masked(&logits(), &[], Some(&mask)), 2);
+        let mut s = Sampler::new(SamplerConfig {
+            repeat_penalty: 4.0,
+            ..SamplerConfig::greedy()
+        });
+        // 2.0 / 4 = 0.5 < 1.0: token 0 among the allowed; token 4 (0.5) ties and loses.
+        assert_eq!(s.sample_masked(&logits(), &[2], Some(&mask)), 0);
+        let mut s = unfiltered(1.0);
+        for _ in 0..200 {
+            assert!([0, 2, 4].contains(&s.sample_masked(&logits(), &[], Some(&mask))));
+        }
+        // A mask shorter than the vocabulary allows nothing past its end.
+        assert_eq!(argmax_masked(&logits(), &[]), 0);
     }
 
     /// The candidates of `logits()` after `config`'s penalties for `history`.

@@ -38,6 +38,7 @@ fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
         max_tokens: max,
         stop: vec!["\n\n\n".into()],
         logprobs: Some(2),
+        constraint: None,
     }
 }
 
@@ -89,6 +90,7 @@ fn batched(
         eng.step(|id, ev| match ev {
             BatchEvent::Logprob(l) => lps.entry(id).or_default().push(l),
             BatchEvent::Text(t) => text.entry(id).or_default().push_str(&t),
+            BatchEvent::Error(e) => panic!("{e}"),
             BatchEvent::Done { stop, .. } => {
                 done.insert(id, stop);
             }
@@ -182,7 +184,7 @@ fn same_prompt_requests_share_the_prefill() {
                 BatchEvent::Done { stop, .. } => {
                     stops.insert(id, stop);
                 }
-                BatchEvent::Logprob(_) => {}
+                BatchEvent::Logprob(_) | BatchEvent::Error(_) => {}
             });
         }
         for id in 0..3 {

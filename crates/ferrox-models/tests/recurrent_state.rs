@@ -105,6 +105,7 @@ fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
         max_tokens: max,
         stop: Vec::new(),
         logprobs: None,
+        constraint: None,
     }
 }
 
@@ -271,7 +272,7 @@ fn batched(
             BatchEvent::Done { stop, .. } => {
                 done.insert(id, stop);
             }
-            BatchEvent::Logprob(_) => {}
+            BatchEvent::Logprob(_) | BatchEvent::Error(_) => {}
         });
         steps += 1;
         assert!(steps < 1000, "engine does not finish");

@@ -111,18 +111,21 @@ fn session_stop_rules_and_chat_turns_match_plain() {
                 max_tokens: 80,
                 stop: vec!["over the lazy".into()],
                 ignore_eog: false,
+                constraint: None,
             },
             // Token budget in the middle of a draft.
             GenerateParams {
                 max_tokens: 7,
                 stop: vec![],
                 ignore_eog: false,
+                constraint: None,
             },
             // Natural end of generation.
             GenerateParams {
                 max_tokens: 120,
                 stop: vec![],
                 ignore_eog: false,
+                constraint: None,
             },
         ];
         for params in &cases {

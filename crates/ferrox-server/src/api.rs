@@ -106,6 +106,12 @@ pub struct CommonParams {
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
     pub n: Option<i64>,
+    /// OpenAI structured outputs: `{"type": "text" | "json_object" | "json_schema", ...}`.
+    pub response_format: Option<ResponseFormat>,
+    /// llama-server: a GBNF grammar (or llguidance Lark after a `%llguidance` line).
+    pub grammar: Option<String>,
+    /// llama-server: a JSON schema the output must follow.
+    pub json_schema: Option<Value>,
     /// Chat: `true` for per-token log-probabilities; completions: the number of alternatives.
     pub logprobs: Option<Value>,
     /// Chat: alternatives per token (0–20), with `logprobs: true`.
@@ -121,6 +127,26 @@ pub struct CommonParams {
     /// Fields not named above, checked by `http::params` (refused unless known harmless).
     #[serde(flatten)]
     pub extra: serde_json::Map<String, Value>,
+}
+
+/// `response_format` (OpenAI structured outputs). The type is a plain string so an unknown
+/// one gets a message naming it.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct ResponseFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub json_schema: Option<JsonSchemaFormat>,
+    /// llama-server's form: `{"type": "json_object", "schema": {...}}`.
+    pub schema: Option<Value>,
+}
+
+/// `response_format.json_schema`.
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct JsonSchemaFormat {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub schema: Option<Value>,
+    pub strict: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -3,6 +3,7 @@
 //! generation by one batched step; requests join and leave between steps), a bounded queue in
 //! front, cancellation when the client goes away.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
@@ -21,6 +22,7 @@ pub struct RenderedChat {
     pub in_reasoning: bool,
 }
 use ferrox_tokenizer::TokenId;
+use serde_json::Value;
 
 /// The sampler a request gets for the fields it leaves out: llama.cpp's defaults (as
 /// llama-server applies them to OpenAI requests), the same as `ferrox run`'s flags (a test in
@@ -62,6 +64,42 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     /// Name log-probability tokens `token_id:N` (vLLM's `return_tokens_as_token_ids`).
     pub tokens_as_ids: bool,
+    /// The grammar the output must follow (structured output, or a tool-call shape).
+    pub grammar: Option<GrammarSpec>,
+    /// `grammar` compiled by [`Backend::compile_grammar`] (the HTTP layer does it off the
+    /// async workers before the request is queued).
+    pub compiled: Option<CompiledGrammar>,
+}
+
+/// A grammar as a request states it; the backend compiles it for its tokenizer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GrammarSpec {
+    /// Any JSON object.
+    JsonObject,
+    /// JSON valid under `schema`; `strict` refuses schema features that cannot be enforced.
+    JsonSchema { schema: Value, strict: bool },
+    /// llama.cpp's GBNF.
+    Gbnf(String),
+    /// llguidance's Lark dialect (may embed `%json {schema}` and special tokens): what a tool
+    /// call shape such as `<tool_call>{json}</tool_call>` is written in.
+    Lark(String),
+}
+
+/// A backend's compiled grammar, opaque to the HTTP layer; the backend's engine takes it back
+/// (by downcasting) when the request is admitted.
+#[derive(Clone)]
+pub struct CompiledGrammar(pub Arc<dyn Any + Send + Sync>);
+
+impl std::fmt::Debug for CompiledGrammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompiledGrammar")
+    }
+}
+
+impl PartialEq for CompiledGrammar {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +153,10 @@ pub trait Engine: Send {
     fn spec_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Grammar masks computed so far and the nanoseconds they took (structured output).
+    fn grammar_counts(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +187,12 @@ pub trait Backend: Send + Sync + 'static {
     fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError>;
     /// A fresh engine with `slots` slots.
     fn new_engine(&self, slots: usize) -> Box<dyn Engine>;
+    /// Compiles `grammar` for this model (may take a while: called on a blocking thread). The
+    /// error is the message a 400 answer carries.
+    fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
+        let _ = grammar;
+        Err("this backend does not support grammars or structured output".into())
+    }
 }
 
 /// What a running generation reports to its HTTP handler.
@@ -154,7 +202,8 @@ pub enum Event {
     Logprob(TokenLogprob),
     Text(String),
     Done(GenSummary),
-    /// The generation could not run or continue; nothing follows.
+    /// The generation could not run or continue (the engine failed, its grammar could not go
+    /// on); nothing follows.
     Failed(String),
 }
 
@@ -180,6 +229,8 @@ pub struct Metrics {
     pub decode_nanos: AtomicU64,
     pub draft_tokens: AtomicU64,
     pub accepted_tokens: AtomicU64,
+    pub grammar_masks: AtomicU64,
+    pub grammar_mask_nanos: AtomicU64,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -288,6 +339,9 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
         let (drafted, accepted) = engine.spec_counts();
         m.draft_tokens.store(drafted, Ordering::Relaxed);
         m.accepted_tokens.store(accepted, Ordering::Relaxed);
+        let (masks, mask_nanos) = engine.grammar_counts();
+        m.grammar_masks.store(masks, Ordering::Relaxed);
+        m.grammar_mask_nanos.store(mask_nanos, Ordering::Relaxed);
         if r.is_err() {
             tracing::error!(
                 "engine step panicked; ending its {} requests",

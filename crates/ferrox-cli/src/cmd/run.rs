@@ -8,9 +8,12 @@ use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
     Drafter, LongestMatchDrafter, PromptLookupSpeculator, Speculation,
 };
+use ferrox_models::structured::{Grammar, GrammarCompiler};
 use ferrox_tokenizer::template::{render_prompt, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::io::Write;
+
+use anyhow::Context;
 
 /// Sampling and generation flags shared by `run` and `chat`.
 #[derive(clap::Args, Clone)]
@@ -124,8 +127,47 @@ pub struct Args {
     /// Send the prompt as is, without the chat template.
     #[arg(long)]
     pub raw: bool,
+    /// Constrain the output to a JSON schema: inline JSON or a file (as llama-cli's -j).
+    #[arg(short = 'j', long = "json-schema", value_name = "SCHEMA|FILE")]
+    pub json_schema: Option<String>,
+    /// Constrain the output to a GBNF grammar (llguidance Lark after a `%llguidance` line).
+    #[arg(long, conflicts_with = "json_schema")]
+    pub grammar: Option<String>,
+    /// Constrain the output to the GBNF grammar in a file.
+    #[arg(long = "grammar-file", value_name = "FILE", conflicts_with_all = ["json_schema", "grammar"])]
+    pub grammar_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub gen: GenFlags,
+}
+
+impl Args {
+    /// The grammar the flags ask for, if any.
+    fn grammar(&self) -> anyhow::Result<Option<Grammar>> {
+        if let Some(s) = &self.json_schema {
+            let text = if s.trim_start().starts_with('{') {
+                s.clone()
+            } else {
+                std::fs::read_to_string(s).with_context(|| format!("--json-schema {s}"))?
+            };
+            let schema = serde_json::from_str(&text).context("--json-schema is not JSON")?;
+            return Ok(Some(Grammar::JsonSchema {
+                schema,
+                strict: false,
+            }));
+        }
+        let text = match (&self.grammar, &self.grammar_file) {
+            (Some(g), _) => g.clone(),
+            (None, Some(f)) => std::fs::read_to_string(f)
+                .with_context(|| format!("--grammar-file {}", f.display()))?,
+            (None, None) => return Ok(None),
+        };
+        // llama.cpp's marker for llguidance's Lark.
+        Ok(Some(if text.trim_start().starts_with("%llguidance") {
+            Grammar::Lark(text)
+        } else {
+            Grammar::Gbnf(text)
+        }))
+    }
 }
 
 /// Tokenizes rendered template text: special tokens parsed, BOS added only when the model
@@ -157,6 +199,14 @@ pub fn report(out: &GenerateOutput) {
         rate(out.gen_tokens, out.gen_time),
         out.stop
     );
+    if let Some(c) = &out.constraint {
+        eprintln!(
+            "grammar: {} masks in {:.1} ms ({:.0} µs per mask)",
+            c.masks,
+            c.mask_time.as_secs_f64() * 1e3,
+            c.mask_time.as_secs_f64() * 1e6 / c.masks.max(1) as f64
+        );
+    }
     let s = &out.spec;
     if s.calls > 0 {
         eprintln!(
@@ -186,11 +236,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tokenize_prompt(tok, &text)
     };
     anyhow::ensure!(!ids.is_empty(), "empty prompt");
+    let mut params = args.gen.params();
+    if let Some(g) = args.grammar()? {
+        let t = std::time::Instant::now();
+        let compiler = GrammarCompiler::new(tok, eng.decoder.vocab_size())?;
+        let built = t.elapsed();
+        params.constraint = Some(compiler.compile(&g)?);
+        if args.gen.verbose {
+            eprintln!(
+                "grammar: token trie in {:.1} ms, grammar compiled in {:.1} ms",
+                built.as_secs_f64() * 1e3,
+                (t.elapsed() - built).as_secs_f64() * 1e3
+            );
+        }
+    }
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
     session.set_speculation(args.gen.speculation());
     let mut sampler = args.gen.sampler();
     let stdout = std::io::stdout();
-    let out = session.generate(&ids, &args.gen.params(), &mut sampler, |t| {
+    let out = session.generate(&ids, &params, &mut sampler, |t| {
         let mut o = stdout.lock();
         o.write_all(t.as_bytes()).is_ok() && o.flush().is_ok()
     });
@@ -198,6 +262,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = writeln!(stdout.lock());
     if args.gen.verbose {
         report(&out);
+    }
+    if let Some(e) = out.error {
+        anyhow::bail!("{e}");
     }
     Ok(())
 }

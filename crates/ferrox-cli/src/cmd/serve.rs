@@ -2,16 +2,17 @@
 //! Requests run on a continuous-batching `BatchEngine`: one batched forward per step for all
 //! slots, each slot with its own KV caches (prefix reuse across turns) and prompt-lookup drafts.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
+use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
-    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary, RenderedChat,
-    TokenLogprob,
+    Backend, BackendError, CompiledGrammar, Engine, Event, FinishReason, GenParams, GenSummary,
+    GrammarSpec, RenderedChat, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
 use ferrox_tokenizer::template::{render_chat, Message};
@@ -81,6 +82,8 @@ struct ModelBackend {
     tokenizer: &'static Tokenizer,
     ctx: usize,
     no_spec: bool,
+    /// Built on the first request with a grammar (the token trie takes a moment), then shared.
+    grammars: OnceLock<Result<GrammarCompiler, String>>,
 }
 
 struct ModelEngine {
@@ -131,6 +134,32 @@ impl Backend for ModelBackend {
         }
         Ok(self.tokenizer.decode(ids))
     }
+    fn compile_grammar(&self, spec: &GrammarSpec) -> Result<CompiledGrammar, String> {
+        let compiler = self
+            .grammars
+            .get_or_init(|| {
+                let t = std::time::Instant::now();
+                let c = GrammarCompiler::new(self.tokenizer, self.decoder.vocab_size())
+                    .map_err(|e| e.to_string());
+                tracing::info!(
+                    "grammar compiler built in {:.0} ms",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                c
+            })
+            .as_ref()?;
+        let grammar = match spec {
+            GrammarSpec::JsonObject => Grammar::JsonObject,
+            GrammarSpec::JsonSchema { schema, strict } => Grammar::JsonSchema {
+                schema: schema.clone(),
+                strict: *strict,
+            },
+            GrammarSpec::Gbnf(t) => Grammar::Gbnf(t.clone()),
+            GrammarSpec::Lark(t) => Grammar::Lark(t.clone()),
+        };
+        let constraint = compiler.compile(&grammar).map_err(|e| e.to_string())?;
+        Ok(CompiledGrammar(Arc::new(constraint)))
+    }
     fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
         let mut engine = BatchEngine::new(self.decoder, self.tokenizer, slots, self.ctx);
         if self.no_spec {
@@ -168,7 +197,16 @@ impl Engine for ModelEngine {
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
             logprobs: p.logprobs,
+            // Each generation runs its own copy of the compiled grammar's start state.
+            constraint: p
+                .compiled
+                .as_ref()
+                .and_then(|c| c.0.downcast_ref::<Constraint>())
+                .cloned(),
         };
+        if p.compiled.is_some() && params.constraint.is_none() {
+            return Err("the request's grammar was compiled by another backend".into());
+        }
         self.engine
             .admit(id, prompt, &params)
             .map_err(|e| e.to_string())?;
@@ -210,6 +248,12 @@ impl Engine for ModelEngine {
                 )
             }
             BatchEvent::Text(t) => events(id, Event::Text(t)),
+            BatchEvent::Error(e) => {
+                // A grammar that cannot go on ends the request as an error; the engine's
+                // `Done` that follows is dropped by the scheduler.
+                by_id.remove(&id);
+                events(id, Event::Failed(e))
+            }
             BatchEvent::Done { stop, tokens } => {
                 by_id.remove(&id);
                 events(
@@ -232,6 +276,9 @@ impl Engine for ModelEngine {
     }
     fn spec_counts(&self) -> (u64, u64) {
         (self.engine.stats.drafted, self.engine.stats.accepted)
+    }
+    fn grammar_counts(&self) -> (u64, u64) {
+        (self.engine.stats.masks, self.engine.stats.mask_nanos)
     }
 }
 
@@ -266,6 +313,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tokenizer,
         ctx,
         no_spec: args.no_spec,
+        grammars: OnceLock::new(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

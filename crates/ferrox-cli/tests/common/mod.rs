@@ -3,8 +3,9 @@
 #![allow(dead_code)]
 
 use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 pub mod server;
 
@@ -77,4 +78,40 @@ pub fn children_max_rss() -> u64 {
         0
     );
     ru.ru_maxrss as u64 * 1024
+}
+
+/// A running `ferrox serve`, killed when dropped.
+pub struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `ferrox serve -m MODEL --port 0 ARGS...` once it listens, and its address.
+pub fn serve(model: &str, args: &[&str]) -> (Server, String) {
+    let mut child = command()
+        .args(["serve", "-m", model, "--port", "0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let server = Server(child);
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("server exited before listening")
+            .unwrap();
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (server, addr)
 }

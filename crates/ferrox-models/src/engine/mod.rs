@@ -21,6 +21,7 @@ pub use stop::{GenerateParams, StopReason};
 use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
+use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
@@ -35,6 +36,8 @@ pub struct BatchParams {
     pub stop: Vec<String>,
     /// Report each committed token's log-probability with this many alternatives.
     pub logprobs: Option<usize>,
+    /// Structured output: only tokens this grammar allows (see `structured`).
+    pub constraint: Option<Constraint>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +46,8 @@ pub enum BatchEvent {
     /// may hold back).
     Logprob(TokenLogprob),
     Text(String),
+    /// Why the generation failed (its grammar could not continue); `Done` follows.
+    Error(String),
     Done {
         stop: StopReason,
         tokens: usize,
@@ -68,6 +73,9 @@ pub struct BatchStats {
     pub rows: u64,
     pub drafted: u64,
     pub accepted: u64,
+    /// Grammar masks computed (structured output) and the nanoseconds they took.
+    pub masks: u64,
+    pub mask_nanos: u64,
 }
 
 /// How a generation ended, with what it hands back.
@@ -78,6 +86,10 @@ pub(crate) struct JobEnd {
     /// The last text, held back until the end (empty after a stop string).
     pub text: String,
     pub sampler: Sampler,
+    /// The grammar's state at the end, when the generation had one.
+    pub constraint: Option<Constraint>,
+    /// Why the generation failed (`StopReason::Grammar`).
+    pub error: Option<String>,
     /// Prompt tokens evaluated (after prefix reuse) and their forward time.
     pub prompt_tokens: usize,
     pub prompt_secs: f64,
@@ -197,6 +209,7 @@ impl<'m> BatchEngine<'m> {
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
             ignore_eog: false,
+            constraint: p.constraint.clone(),
         };
         self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &limits);
         let fork = self.fork_source(slot, prompt);
@@ -243,6 +256,7 @@ impl<'m> BatchEngine<'m> {
             prompt: prompt.to_vec(),
             fed,
             sampler,
+            constraint: limits.constraint.clone(),
             rules: StopRules::new(self.tokenizer, limits),
             next: None,
             input: Vec::new(),
@@ -356,6 +370,8 @@ impl<'m> BatchEngine<'m> {
             let c = slot.commit(logits, vocab, secs, alone, sink);
             self.stats.drafted += c.drafted as u64;
             self.stats.accepted += c.accepted as u64;
+            self.stats.masks += c.masks;
+            self.stats.mask_nanos += c.mask_time.as_nanos() as u64;
         }
     }
 
@@ -427,6 +443,9 @@ impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
     fn done(&mut self, id: u64, end: JobEnd) {
         if !end.text.is_empty() {
             (self.0)(id, BatchEvent::Text(end.text));
+        }
+        if let Some(e) = end.error {
+            (self.0)(id, BatchEvent::Error(e));
         }
         let (stop, tokens) = (end.stop, end.tokens);
         (self.0)(id, BatchEvent::Done { stop, tokens });

@@ -6,9 +6,11 @@ use super::stop::{StopReason, StopRules};
 use super::{JobEnd, Sink};
 use crate::decoder::SeqBatch;
 use crate::sampling::{logprob, Sampler, TokenLogprob};
-use crate::speculative::{verify_rows, Speculation};
+use crate::speculative::{verify_rows_constrained, Speculation};
+use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
+use std::time::Duration;
 
 pub(super) struct Job<'t> {
     pub id: u64,
@@ -16,6 +18,8 @@ pub(super) struct Job<'t> {
     /// Prompt tokens in the cache.
     pub fed: usize,
     pub sampler: Sampler,
+    /// The grammar the output must follow (structured output).
+    pub constraint: Option<Constraint>,
     pub rules: StopRules<'t>,
     /// Chosen (sampled, counted, streamed) but not yet in the cache.
     pub next: Option<usize>,
@@ -53,6 +57,9 @@ pub(super) struct Slot<'t> {
 pub(super) struct Committed {
     pub drafted: usize,
     pub accepted: usize,
+    /// Grammar masks this step computed and their time.
+    pub masks: u64,
+    pub mask_time: Duration,
 }
 
 impl<'t> Slot<'t> {
@@ -147,6 +154,12 @@ impl<'t> Slot<'t> {
             self.history.push(next);
             spec.draft_into(&self.history, room, &mut job.input);
             self.history.pop();
+            // A draft token the grammar forbids cannot be accepted: no row for it or after it.
+            // (The fed token is already in the grammar's state.)
+            if let Some(c) = job.constraint.as_mut() {
+                let valid = c.valid_prefix(&job.input[1..]);
+                job.input.truncate(1 + valid);
+            }
         }
         job.input.len()
     }
@@ -184,6 +197,8 @@ impl<'t> Slot<'t> {
         let mut done = Committed {
             drafted: 0,
             accepted: 0,
+            masks: 0,
+            mask_time: Duration::ZERO,
         };
         let Some(job) = self.job.as_mut() else {
             return done;
@@ -202,11 +217,13 @@ impl<'t> Slot<'t> {
         let n_draft = if decoding { job.input.len() - 1 } else { 0 };
         let draft = &job.input[job.input.len() - n_draft..];
         let (id, rules, top) = (job.id, &mut job.rules, job.logprobs);
+        let before = job.constraint.as_ref().map(|c| c.stats);
         let mut stop = None;
-        let verdict = verify_rows(
+        let verdict = verify_rows_constrained(
             logits.chunks_exact(vocab),
             draft,
             &mut job.sampler,
+            job.constraint.as_mut(),
             &self.history,
             |tok, row| {
                 let lp = top.map(|n| logprob(row, tok, n));
@@ -215,6 +232,10 @@ impl<'t> Slot<'t> {
             },
         );
         job.next = verdict.next;
+        if let (Some(c), Some(b)) = (job.constraint.as_ref(), before) {
+            done.masks = c.stats.masks - b.masks;
+            done.mask_time = c.stats.mask_time.saturating_sub(b.mask_time);
+        }
         let keep = self.history.len() - n_draft + verdict.accepted;
         self.truncate(keep);
         if decoding {
@@ -230,6 +251,9 @@ impl<'t> Slot<'t> {
         done.accepted = verdict.accepted;
         if let Some(stop) = stop {
             self.finish(stop, sink);
+        } else if verdict.next.is_none() {
+            // Nothing stopped it and no token came: the grammar could not go on.
+            self.finish(StopReason::Grammar, sink);
         }
         done
     }
@@ -241,6 +265,15 @@ impl<'t> Slot<'t> {
             return;
         };
         let text = job.rules.finish(stop);
+        let error = match stop {
+            StopReason::Grammar => Some(
+                job.constraint
+                    .as_ref()
+                    .and_then(|c| c.error())
+                    .unwrap_or_else(|| "the grammar could not continue".into()),
+            ),
+            _ => None,
+        };
         sink.done(
             job.id,
             JobEnd {
@@ -248,6 +281,8 @@ impl<'t> Slot<'t> {
                 tokens: job.rules.tokens,
                 text,
                 sampler: job.sampler,
+                constraint: job.constraint,
+                error,
                 prompt_tokens: job.prompt_tokens,
                 prompt_secs: job.prompt_secs,
             },

@@ -2,6 +2,7 @@
 //! applies them: before a token, the token budget and end-of-generation tokens; after it, stop
 //! strings (text that may begin one is held back, a stop string is never emitted).
 
+use crate::structured::Constraint;
 use ferrox_tokenizer::{StreamDecoder, Tokenizer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +15,8 @@ pub enum StopReason {
     Context,
     /// The text callback asked to stop.
     Cancelled,
+    /// The generation's grammar could not continue (an error, reported with the end).
+    Grammar,
 }
 
 #[derive(Debug, Clone)]
@@ -22,6 +25,8 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// Sample EOG tokens as ordinary text instead of stopping (reference comparisons).
     pub ignore_eog: bool,
+    /// Only tokens this grammar allows (structured output); a fresh constraint per generation.
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for GenerateParams {
@@ -30,6 +35,7 @@ impl Default for GenerateParams {
             max_tokens: 256,
             stop: Vec::new(),
             ignore_eog: false,
+            constraint: None,
         }
     }
 }

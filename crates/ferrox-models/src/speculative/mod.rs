@@ -20,7 +20,7 @@ mod verify;
 pub use adaptive::AdaptiveDraft;
 pub use longest::LongestMatchDrafter;
 pub use speculation::{Drafter, SpecStats, Speculation};
-pub use verify::{verify, verify_rows, Verdict};
+pub use verify::{verify, verify_rows, verify_rows_constrained, Verdict};
 
 use crate::decoder::Decoder;
 use crate::generate::{GenerateParams, Session};
@@ -145,6 +145,7 @@ pub fn speculative_decode(
         max_tokens: max_new_tokens,
         stop: Vec::new(),
         ignore_eog: true,
+        constraint: None,
     };
     let mut greedy = Sampler::new(SamplerConfig::greedy());
     let out = session.on_caches(kv_caches, |s| {

@@ -3,6 +3,7 @@
 //! it exact and reproducible.
 
 use crate::sampling::Sampler;
+use crate::structured::Constraint;
 use crate::TokenId;
 
 /// How a verification ended: `accepted` draft tokens were kept, and either `next` (the token
@@ -33,6 +34,24 @@ pub fn verify_rows<'r>(
     draft: &[TokenId],
     sampler: &mut Sampler,
     context: &[usize],
+    commit: impl FnMut(usize, &[f32]) -> bool,
+) -> Verdict {
+    verify_rows_constrained(rows, draft, sampler, None, context, commit)
+}
+
+/// [`verify_rows`] under a grammar: row `i` is sampled among the tokens `constraint` allows
+/// after the tokens committed before it, and a token advances the constraint once `commit`
+/// has taken it. A draft token is only ever compared, never fed to the constraint, so a
+/// rejection leaves nothing to undo and the output is constrained plain decoding's.
+///
+/// When the constraint cannot go on (no mask, a token it refuses) the verification ends as
+/// if `commit` had stopped it: `next` is `None` and `constraint.error()` says why.
+pub fn verify_rows_constrained<'r>(
+    rows: impl IntoIterator<Item = &'r [f32]>,
+    draft: &[TokenId],
+    sampler: &mut Sampler,
+    mut constraint: Option<&mut Constraint>,
+    context: &[usize],
     mut commit: impl FnMut(usize, &[f32]) -> bool,
 ) -> Verdict {
     let base = context.len() - draft.len();
@@ -41,12 +60,24 @@ pub fn verify_rows<'r>(
         let row = rows
             .next()
             .expect("verify needs one logits row per draft token plus one");
-        let x = sampler.sample(row, &context[..base + i]);
+        let stopped = Verdict {
+            accepted: i,
+            next: None,
+        };
+        let x = match constraint.as_deref_mut() {
+            None => sampler.sample(row, &context[..base + i]),
+            Some(c) => match c.mask() {
+                Ok(mask) => sampler.sample_masked(row, &context[..base + i], Some(mask)),
+                Err(_) => return stopped,
+            },
+        };
         if !commit(x, row) {
-            return Verdict {
-                accepted: i,
-                next: None,
-            };
+            return stopped;
+        }
+        if let Some(c) = constraint.as_deref_mut() {
+            if c.commit(x).is_err() {
+                return stopped;
+            }
         }
         if draft.get(i) != Some(&x) {
             return Verdict {

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use ferrox_tokenizer::TokenId;
 
 use super::error::{check_auth, parse_body};
-use super::params::validate;
+use super::params::{grammar, validate};
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
 use super::tools::{tool_names, OutputSetup, ToolChoice, ToolPlan};
@@ -63,7 +63,8 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             .backend
             .chat_prompt(&chat)
             .map_err(|e| ApiError::bad(e.to_string()).param("messages"))?;
-        let params = validate(&s, Kind::Chat, &req.common, rendered.tokens.len())?;
+        let mut params = validate(&s, Kind::Chat, &req.common, rendered.tokens.len())?;
+        compile_grammar(&s, &req.common, &mut params).await?;
         let output = OutputSetup {
             format: match chat.tools {
                 Some(_) => rendered.tool_format,
@@ -98,11 +99,38 @@ pub(super) async fn completions(
             return Err(ApiError::bad("the prompt is empty").param("prompt"));
         }
         let prompt = s.backend.text_prompt(&text);
-        let params = validate(&s, Kind::Completion, &req.common, prompt.len())?;
+        let mut params = validate(&s, Kind::Completion, &req.common, prompt.len())?;
+        compile_grammar(&s, &req.common, &mut params).await?;
         start(&s, Kind::Completion, &req.common, prompt, params, None).await
     }
     .await;
     finish(&s, r)
+}
+
+/// Compiles the request's grammar on a blocking thread (a large schema takes a while and must
+/// not hold up an async worker); a grammar the backend refuses is a 400 naming the parameter
+/// it came from, with the compiler's message.
+async fn compile_grammar(
+    s: &Shared,
+    c: &CommonParams,
+    params: &mut GenParams,
+) -> Result<(), ApiError> {
+    let Some(spec) = params.grammar.clone() else {
+        return Ok(());
+    };
+    let param = grammar(c)?.map_or("response_format", |(_, p)| p);
+    let backend = s.backend.clone();
+    let compiled = tokio::task::spawn_blocking(move || backend.compile_grammar(&spec))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the grammar compiler failed",
+            )
+        })?
+        .map_err(|e| ApiError::bad(e).param(param))?;
+    params.compiled = Some(compiled);
+    Ok(())
 }
 
 fn finish(s: &AppState, r: Result<Response, ApiError>) -> Response {

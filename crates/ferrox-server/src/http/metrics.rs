@@ -10,7 +10,7 @@ use super::error::check_auth;
 use super::{ApiError, Shared};
 
 /// Name, type and help of each metric, in the order of the values in [`metrics`].
-const METRICS: [(&str, &str, &str); 11] = [
+const METRICS: [(&str, &str, &str); 13] = [
     ("requests_total", "counter", "Completion requests accepted."),
     (
         "request_errors_total",
@@ -41,6 +41,16 @@ const METRICS: [(&str, &str, &str); 11] = [
         "speculative_acceptance_ratio",
         "gauge",
         "Accepted draft tokens over proposed draft tokens.",
+    ),
+    (
+        "grammar_masks_total",
+        "counter",
+        "Allowed-token masks computed for constrained generations.",
+    ),
+    (
+        "grammar_mask_seconds_total",
+        "counter",
+        "Engine time spent computing grammar masks.",
     ),
 ];
 
@@ -79,6 +89,11 @@ pub(super) async fn metrics(
         s.scheduler.parallel.to_string(),
         format!("{tps:.3}"),
         format!("{acceptance:.4}"),
+        ld(&m.grammar_masks),
+        format!(
+            "{:.6}",
+            m.grammar_mask_nanos.load(Ordering::Relaxed) as f64 / 1e9
+        ),
     ];
     let mut out = String::new();
     for ((name, kind, help), v) in METRICS.iter().zip(values) {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::generate::Kind;
 use super::{ApiError, AppState};
 use crate::api::CommonParams;
-use crate::backend::{GenParams, DEFAULT_SAMPLING};
+use crate::backend::{GenParams, GrammarSpec, DEFAULT_SAMPLING};
 
 /// Most choices (`n`) one request may ask for.
 const MAX_CHOICES: i64 = 8;
@@ -76,6 +76,8 @@ pub(super) fn validate(
         logit_bias: logit_bias(c, b.vocab_size())?,
         logprobs: logprobs(kind, c)?,
         tokens_as_ids: c.return_tokens_as_token_ids.unwrap_or(false),
+        grammar: grammar(c)?.map(|(g, _)| g),
+        compiled: None,
     })
 }
 
@@ -246,4 +248,92 @@ fn logprobs(kind: Kind, c: &CommonParams) -> Result<Option<usize>, ApiError> {
             },
         },
     }
+}
+
+/// Largest grammar or schema text a request may carry (llguidance's own limits bound the
+/// compile work; this bounds what is parsed before it).
+const MAX_GRAMMAR_BYTES: usize = 1 << 20;
+
+/// The grammar a request asks for through `response_format` (OpenAI structured outputs), or
+/// llama-server's `grammar` (GBNF; llguidance Lark after a `%llguidance` line) and
+/// `json_schema`, with the parameter it came from. At most one of them.
+pub(super) fn grammar(c: &CommonParams) -> Result<Option<(GrammarSpec, &'static str)>, ApiError> {
+    let mut found: Vec<(GrammarSpec, &'static str)> = Vec::new();
+    if let Some(rf) = &c.response_format {
+        let bad = |m: String| ApiError::bad(m).param("response_format");
+        match rf.kind.as_str() {
+            "text" => {}
+            "json_object" => found.push((
+                match &rf.schema {
+                    Some(schema) => GrammarSpec::JsonSchema {
+                        schema: schema_object(schema, "response_format")?,
+                        strict: false,
+                    },
+                    None => GrammarSpec::JsonObject,
+                },
+                "response_format",
+            )),
+            "json_schema" => {
+                let js = rf.json_schema.as_ref().ok_or_else(|| {
+                    bad("response_format of type json_schema needs a json_schema object".into())
+                })?;
+                let schema = js
+                    .schema
+                    .as_ref()
+                    .or(rf.schema.as_ref())
+                    .ok_or_else(|| bad("response_format.json_schema needs a schema".into()))?;
+                found.push((
+                    GrammarSpec::JsonSchema {
+                        schema: schema_object(schema, "response_format")?,
+                        strict: js.strict.unwrap_or(false),
+                    },
+                    "response_format",
+                ));
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown response_format type `{other}` (text, json_object or json_schema)"
+                )))
+            }
+        }
+    }
+    if let Some(g) = &c.grammar {
+        if g.len() > MAX_GRAMMAR_BYTES {
+            return Err(ApiError::bad("grammar is too large").param("grammar"));
+        }
+        let spec = match g.trim_start().strip_prefix("%llguidance") {
+            // llama.cpp's marker for llguidance's Lark; the line is Lark's own header.
+            Some(_) => GrammarSpec::Lark(g.clone()),
+            None => GrammarSpec::Gbnf(g.clone()),
+        };
+        if !g.trim().is_empty() {
+            found.push((spec, "grammar"));
+        }
+    }
+    if let Some(schema) = &c.json_schema {
+        found.push((
+            GrammarSpec::JsonSchema {
+                schema: schema_object(schema, "json_schema")?,
+                strict: false,
+            },
+            "json_schema",
+        ));
+    }
+    if found.len() > 1 {
+        return Err(ApiError::bad(
+            "give at most one of response_format (json_object / json_schema), grammar and json_schema",
+        )
+        .param(found[1].1));
+    }
+    Ok(found.pop())
+}
+
+fn schema_object(schema: &Value, param: &'static str) -> Result<Value, ApiError> {
+    if !schema.is_object() {
+        return Err(ApiError::bad("a JSON schema must be an object").param(param));
+    }
+    if serde_json::to_string(schema).map_or(0, |s| s.len()) > MAX_GRAMMAR_BYTES {
+        return Err(ApiError::bad("the JSON schema is too large").param(param));
+    }
+    Ok(schema.clone())
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use ferrox_server::api::ChatPrompt;
 use ferrox_server::backend::RenderedChat;
 use ferrox_server::backend::{
-    Backend, BackendError, Engine, Event, FinishReason, GenParams, GenSummary, TokenLogprob,
+    Backend, BackendError, CompiledGrammar, Engine, Event, FinishReason, GenParams, GenSummary,
+    GrammarSpec, TokenLogprob,
 };
 use ferrox_server::Options;
 use ferrox_tokenizer::chat_output::ToolFormat;
@@ -20,7 +21,10 @@ use tokio::net::TcpStream;
 /// A backend whose tokens are bytes and whose engine writes `w0 w1 ...`, one word a step
 /// (50 ms a step while a prompt containing "slow" runs). A prompt containing "panic" makes the
 /// step panic after two words, "refuse" is refused at admission, "seed" writes `seed=N `
-/// first; with log-probabilities asked for, word `i` has log-probability `-i/10`.
+/// first; with log-probabilities asked for, word `i` has log-probability `-i/10`. Grammars: a
+/// GBNF text containing `bad` is refused at compile time, one containing `fail` fails during
+/// generation; any other compiled grammar makes the engine write `{"grammar": "<kind>"}`
+/// instead of words.
 pub struct Fake;
 
 /// One running fake generation: emits `w0 `, `w1 `, ... one word per step.
@@ -96,6 +100,26 @@ impl Engine for FakeEngine {
                     cancelled: false,
                 })
             };
+            if let Some(c) = &g.params.compiled {
+                let spec =
+                    c.0.downcast_ref::<GrammarSpec>()
+                        .expect("the fake's grammar");
+                assert_eq!(Some(spec), g.params.grammar.as_ref());
+                match spec {
+                    GrammarSpec::Gbnf(t) if t.contains("fail") => {
+                        events(g.id, Event::Text("{".into()));
+                        events(g.id, Event::Failed("the grammar could not continue".into()));
+                        return false;
+                    }
+                    spec => {
+                        let kind = format!("{spec:?}");
+                        let kind = kind.split([' ', '(']).next().unwrap_or("");
+                        events(g.id, Event::Text(format!("{{\"grammar\": \"{kind}\"}}")));
+                    }
+                }
+                events(g.id, done(FinishReason::Stop, 1));
+                return false;
+            }
             if g.i >= g.params.max_tokens {
                 events(g.id, done(FinishReason::Length, g.i));
                 return false;
@@ -183,6 +207,12 @@ impl Backend for Fake {
             slots,
             running: Vec::new(),
         })
+    }
+    fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
+        match grammar {
+            GrammarSpec::Gbnf(t) if t.contains("bad") => Err("fake: bad grammar".into()),
+            g => Ok(CompiledGrammar(Arc::new(g.clone()))),
+        }
     }
 }
 
