@@ -28,7 +28,19 @@ WEATHER = {
         },
     },
 }
-SCHEMAS = {WEATHER["function"]["name"]: WEATHER["function"]["parameters"]}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two numbers",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"],
+        },
+    },
+}
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, ADD)}
 
 
 def checked(calls):
@@ -79,4 +91,25 @@ for chunk in client.chat.completions.create(model=model, messages=question, tool
 out["stream_content"] = "".join(content)
 out["stream_calls"] = [[c["name"], json.loads(c["arguments"])] for _, c in sorted(calls.items())]
 out["stream_finish"] = finish
+# tool_choice "required": a call every time, whatever the prompt (grammar-constrained).
+PROMPTS = [
+    "Tell me a joke.", "What is 17 plus 25?", "Weather in Oslo?", "Write a haiku about rain.",
+    "How warm is it in Cairo in fahrenheit?", "Sum 3.5 and 4.25.", "Who are you?",
+    "Is it raining in London?", "Add minus two and seven.", "Explain recursion briefly.",
+    "Temperature in Tokyo please.", "What is 100 + 1?", "Say hello.", "Forecast for Lima.",
+    "Compute 0.1 + 0.2.", "List three colors.", "Weather for Nairobi in celsius.",
+    "What's 12 and 30 together?", "Translate 'cat' to French.", "Is Berlin cold today?",
+]
+required = []
+for q in PROMPTS:
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": q}],
+                                       tools=[WEATHER, ADD], tool_choice="required",
+                                       temperature=0, max_tokens=96)
+    required.append([r.choices[0].finish_reason, checked(r.choices[0].message.tool_calls or [])])
+out["required"] = required
+r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Say hello."}],
+                                   tools=[WEATHER, ADD],
+                                   tool_choice={"type": "function", "function": {"name": "add"}},
+                                   temperature=0, max_tokens=96)
+out["named"] = [r.choices[0].finish_reason, checked(r.choices[0].message.tool_calls or [])]
 print(json.dumps(out))

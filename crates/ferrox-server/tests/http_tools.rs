@@ -132,3 +132,33 @@ async fn bad_tool_fields() {
         assert_eq!(r.json()["error"]["param"], param, "{extra}");
     }
 }
+
+/// `tool_choice: "required"` (or a named function) becomes a grammar the backend compiles and
+/// the engine enforces; it cannot be combined with another grammar.
+#[tokio::test]
+async fn required_tool_choice_is_a_grammar() {
+    let a = server(1, 4, None).await;
+    for choice in [
+        json!("required"),
+        json!({"type": "function", "function": {"name": "get_weather"}}),
+    ] {
+        let body = chat(
+            user("weather?"),
+            json!({"tools": weather_tools(), "tool_choice": choice}),
+        );
+        let v = post(&a, "/v1/chat/completions", body).await.json();
+        // The fake engine answers a compiled grammar with its kind.
+        assert_eq!(
+            v["choices"][0]["message"]["content"], "{\"grammar\": \"Lark\"}",
+            "{v}"
+        );
+    }
+    let both = chat(
+        user("weather?"),
+        json!({"tools": weather_tools(), "tool_choice": "required",
+               "response_format": {"type": "json_object"}}),
+    );
+    let r = post(&a, "/v1/chat/completions", both).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["param"], "tool_choice");
+}

@@ -13,7 +13,7 @@ use super::error::{check_auth, parse_body};
 use super::params::{grammar, validate};
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
-use super::tools::{tool_names, OutputSetup, ToolChoice, ToolPlan};
+use super::tools::{tool_names, OutputSetup, ToolPlan};
 use super::{new_id, unix_now, ApiError, AppState, Shared};
 use crate::api::{ChatPrompt, ChatRequest, CommonParams, CompletionRequest, PromptField};
 use crate::backend::{GenParams, Job, SubmitError};
@@ -48,12 +48,6 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             }
         }
         let plan = ToolPlan::of(&req)?;
-        if matches!(plan.choice, ToolChoice::Required | ToolChoice::Named(_)) {
-            return Err(ApiError::bad(
-                "tool_choice \"required\" or a named function needs constrained decoding, which this server does not have yet",
-            )
-            .param("tool_choice"));
-        }
         let chat = ChatPrompt {
             messages: &req.messages,
             tools: plan.offered(&req),
@@ -64,6 +58,16 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             .chat_prompt(&chat)
             .map_err(|e| ApiError::bad(e.to_string()).param("messages"))?;
         let mut params = validate(&s, Kind::Chat, &req.common, rendered.tokens.len())?;
+        // A call the model must make is a grammar: it always parses.
+        if let Some(forced) = plan.forced_grammar(&req, rendered.tool_format)? {
+            if params.grammar.is_some() {
+                return Err(ApiError::bad(
+                    "tool_choice \"required\" or a named function cannot be combined with response_format or a grammar",
+                )
+                .param("tool_choice"));
+            }
+            params.grammar = Some(forced);
+        }
         compile_grammar(&s, &req.common, &mut params).await?;
         let output = OutputSetup {
             format: match chat.tools {
@@ -118,7 +122,7 @@ async fn compile_grammar(
     let Some(spec) = params.grammar.clone() else {
         return Ok(());
     };
-    let param = grammar(c)?.map_or("response_format", |(_, p)| p);
+    let param = grammar(c)?.map_or("tool_choice", |(_, p)| p);
     let backend = s.backend.clone();
     let compiled = tokio::task::spawn_blocking(move || backend.compile_grammar(&spec))
         .await

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::{new_id, ApiError};
 use crate::api::ChatRequest;
+use crate::backend::GrammarSpec;
 use ferrox_tokenizer::chat_output::{OutputParser, OutputPart, ToolCall, ToolFormat};
 
 /// What the request allows the model to do with its tools.
@@ -93,6 +94,63 @@ impl ToolPlan {
         })
     }
 
+    /// With `tool_choice` `"required"` or a named function, the grammar the answer must follow:
+    /// one call in the template's format (or several with `parallel_tool_calls`), its name
+    /// among the allowed tools and its arguments valid under that tool's `parameters` schema.
+    pub fn forced_grammar(
+        &self,
+        req: &ChatRequest,
+        format: ToolFormat,
+    ) -> Result<Option<GrammarSpec>, ApiError> {
+        let allowed: Vec<&Value> = match &self.choice {
+            ToolChoice::None | ToolChoice::Auto => return Ok(None),
+            ToolChoice::Required => req.tools.iter().flatten().collect(),
+            ToolChoice::Named(n) => req
+                .tools
+                .iter()
+                .flatten()
+                .filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n))
+                .collect(),
+        };
+        let (args_key, open, close) = match format {
+            ToolFormat::Hermes => ("arguments", "<tool_call>\n", "\n</tool_call>"),
+            ToolFormat::Llama3Json => ("parameters", "", ""),
+            other => {
+                return Err(ApiError::bad(format!(
+                    "tool_choice \"required\" or a named function is not supported for this model's tool-call format ({other:?})"
+                ))
+                .param("tool_choice"))
+            }
+        };
+        let options: Vec<Value> = allowed
+            .iter()
+            .map(|t| {
+                let name = t.pointer("/function/name").cloned().unwrap_or(Value::Null);
+                let params = t
+                    .pointer("/function/parameters")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"}));
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": name}, args_key: params},
+                    "required": ["name", args_key],
+                    "additionalProperties": false,
+                })
+            })
+            .collect();
+        let schema = json!({"anyOf": options});
+        let call = format!("{}%json {}{}", lark_str(open), schema, lark_str(close));
+        let calls = if self.parallel && format == ToolFormat::Hermes {
+            "call (\"\\n\" call)*"
+        } else {
+            "call"
+        };
+        Ok(Some(GrammarSpec::Lark(format!(
+            "start: {calls}\ncall: {}\n",
+            call.trim()
+        ))))
+    }
+
     /// The tools to show the template (none when the model may not call them).
     pub fn offered<'r>(&self, req: &'r ChatRequest) -> Option<&'r [Value]> {
         (self.choice != ToolChoice::None)
@@ -158,4 +216,12 @@ pub(super) fn split_answer(setup: &OutputSetup, text: &str) -> (String, String, 
         }
     }
     (reasoning, content, calls)
+}
+
+/// `s` as a Lark string literal followed by a space (nothing for the empty string).
+fn lark_str(s: &str) -> String {
+    if s.is_empty() {
+        return String::new();
+    }
+    format!("{} ", serde_json::to_string(s).unwrap_or_default())
 }
