@@ -2,8 +2,6 @@
 //! chat and completion, streaming and not; greedy chat text, alone and with four clients at
 //! once, equals what `ferrox run --temp 0` prints for the same prompt.
 
-use std::process::Command;
-
 mod common;
 use common::DEFAULT_MODEL;
 
@@ -29,19 +27,15 @@ fn openai_client_chat_and_completions_match_greedy_generation() {
     assert!(!expected.trim().is_empty());
 
     let (_server, addr) = start(path.to_str().unwrap());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(format!("http://{addr}/v1"))
-        .args([DEFAULT_MODEL, PROMPT, &N.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openai client failed (.ci/run installs it with pip):\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = common::server::python_json(
+        "openai_client.py",
+        &[
+            format!("http://{addr}/v1"),
+            DEFAULT_MODEL.to_string(),
+            PROMPT.to_string(),
+            N.to_string(),
+        ],
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         v["chat"],
         expected.as_str(),

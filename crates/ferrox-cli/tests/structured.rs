@@ -6,8 +6,6 @@
 //! 400 naming `response_format`. `ferrox run` with `-j`, `--grammar-file` (GBNF) and a Lark
 //! tool-call shape through `--grammar`.
 
-use std::process::Command;
-
 mod common;
 use common::DEFAULT_MODEL;
 
@@ -16,19 +14,10 @@ fn run_client(model: &str, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["--parallel", "2", "-c", "2048", "--api-key", "test-key"];
     all.extend_from_slice(args);
     let (_server, addr) = common::serve(model, &all);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/structured_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(format!("http://{addr}/v1"))
-        .arg(DEFAULT_MODEL)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "structured client failed (.ci/run installs openai and jsonschema with pip):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::server::python_json(
+        "structured_client.py",
+        &[format!("http://{addr}/v1"), DEFAULT_MODEL.to_string()],
+    )
 }
 
 #[test]

@@ -39,6 +39,7 @@ fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
         stop: vec!["\n\n\n".into()],
         logprobs: Some(2),
         constraint: None,
+        keep_special: false,
     }
 }
 

@@ -106,6 +106,7 @@ fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
         stop: Vec::new(),
         logprobs: None,
         constraint: None,
+        keep_special: false,
     }
 }
 

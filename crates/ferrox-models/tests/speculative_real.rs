@@ -112,6 +112,7 @@ fn session_stop_rules_and_chat_turns_match_plain() {
                 stop: vec!["over the lazy".into()],
                 ignore_eog: false,
                 constraint: None,
+                keep_special: false,
             },
             // Token budget in the middle of a draft.
             GenerateParams {
@@ -119,6 +120,7 @@ fn session_stop_rules_and_chat_turns_match_plain() {
                 stop: vec![],
                 ignore_eog: false,
                 constraint: None,
+                keep_special: false,
             },
             // Natural end of generation.
             GenerateParams {
@@ -126,6 +128,7 @@ fn session_stop_rules_and_chat_turns_match_plain() {
                 stop: vec![],
                 ignore_eog: false,
                 constraint: None,
+                keep_special: false,
             },
         ];
         for params in &cases {

@@ -64,6 +64,8 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     /// Name log-probability tokens `token_id:N` (vLLM's `return_tokens_as_token_ids`).
     pub tokens_as_ids: bool,
+    /// Keep special tokens in the text (the answer's format needs them: gpt-oss's harmony).
+    pub keep_special: bool,
     /// The grammar the output must follow (structured output, or a tool-call shape).
     pub grammar: Option<GrammarSpec>,
     /// `grammar` compiled by [`Backend::compile_grammar`] (the HTTP layer does it off the

@@ -197,6 +197,7 @@ impl Engine for ModelEngine {
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
             logprobs: p.logprobs,
+            keep_special: p.keep_special,
             // Each generation runs its own copy of the compiled grammar's start state.
             constraint: p
                 .compiled

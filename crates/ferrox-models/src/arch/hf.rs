@@ -318,6 +318,28 @@ impl<'a> HfConfig<'a> {
         Ok(())
     }
 
+    /// Qwen2-MoE / Qwen3-Next experts: softmax routing, one shared expert behind a sigmoid
+    /// gate when `shared_expert_intermediate_size` is set, `norm_topk_prob` defaulting to
+    /// `renormalise`, and Qwen's dense/MoE layer rule.
+    pub fn qwen_gated_shared_moe(
+        &self,
+        cfg: &mut ModelConfig,
+        renormalise: bool,
+    ) -> Result<(), LoadError> {
+        let shared_ffn = self.usize("shared_expert_intermediate_size").unwrap_or(0);
+        cfg.moe = MoeConfig {
+            n_experts: self.req("num_experts")?,
+            n_experts_active: self.req("num_experts_per_tok")?,
+            expert_ffn_dim: self.req("moe_intermediate_size")?,
+            n_shared_experts: usize::from(shared_ffn > 0),
+            shared_ffn_dim: shared_ffn,
+            shared_expert_gate: shared_ffn > 0,
+            norm_topk_prob: self.bool("norm_topk_prob").unwrap_or(renormalise),
+            ..MoeConfig::none(cfg.hidden_dim)
+        };
+        self.qwen_moe_layers(cfg)
+    }
+
     /// Every layer's FFN is the MoE block (or as `mlp_layer_types` says).
     pub fn moe_everywhere(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
         let all = vec![true; cfg.n_layers];

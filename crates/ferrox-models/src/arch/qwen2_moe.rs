@@ -7,7 +7,7 @@
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{shared_ffn, DENSE_FFN, NORMS, ROUTED_FFN, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
-use crate::config::{ModelConfig, MoeConfig};
+use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
@@ -31,18 +31,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("qwen2_moe", false)?;
     cfg.qkv_bias = true;
     c.qwen_sliding(&mut cfg)?;
-    let shared_ffn = c.usize("shared_expert_intermediate_size").unwrap_or(0);
-    cfg.moe = MoeConfig {
-        n_experts: c.req("num_experts")?,
-        n_experts_active: c.req("num_experts_per_tok")?,
-        expert_ffn_dim: c.req("moe_intermediate_size")?,
-        n_shared_experts: usize::from(shared_ffn > 0),
-        shared_ffn_dim: shared_ffn,
-        shared_expert_gate: shared_ffn > 0,
-        norm_topk_prob: c.bool("norm_topk_prob").unwrap_or(false),
-        ..MoeConfig::none(cfg.hidden_dim)
-    };
-    c.qwen_moe_layers(&mut cfg)?;
+    c.qwen_gated_shared_moe(&mut cfg, false)?;
     Ok(cfg)
 }
 

@@ -19,7 +19,7 @@ use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::qwen2_moe::SHARED_EXPERT;
 use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, ROUTED_FFN};
 use super::{Architecture, GgufMeta, HfConfig};
-use crate::config::{AttnKind, LinearAttnConfig, ModelConfig, MoeConfig, NormKind};
+use crate::config::{AttnKind, LinearAttnConfig, ModelConfig, NormKind};
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 use ferrox_format::gguf::MetaValue;
 
@@ -180,18 +180,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
         v_head_dim: c.req("linear_value_head_dim")?,
     };
     set_linear(&mut cfg, dims, linear)?;
-    let shared_ffn = c.usize("shared_expert_intermediate_size").unwrap_or(0);
-    cfg.moe = MoeConfig {
-        n_experts: c.req("num_experts")?,
-        n_experts_active: c.req("num_experts_per_tok")?,
-        expert_ffn_dim: c.req("moe_intermediate_size")?,
-        n_shared_experts: usize::from(shared_ffn > 0),
-        shared_ffn_dim: shared_ffn,
-        shared_expert_gate: shared_ffn > 0,
-        norm_topk_prob: c.bool("norm_topk_prob").unwrap_or(true),
-        ..MoeConfig::none(cfg.hidden_dim)
-    };
-    c.qwen_moe_layers(&mut cfg)?;
+    c.qwen_gated_shared_moe(&mut cfg, true)?;
     Ok(cfg)
 }
 

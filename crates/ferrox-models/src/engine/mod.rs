@@ -38,6 +38,8 @@ pub struct BatchParams {
     pub logprobs: Option<usize>,
     /// Structured output: only tokens this grammar allows (see `structured`).
     pub constraint: Option<Constraint>,
+    /// Special tokens stay in the text (see `GenerateParams::keep_special`).
+    pub keep_special: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -210,6 +212,7 @@ impl<'m> BatchEngine<'m> {
             stop: p.stop.clone(),
             ignore_eog: false,
             constraint: p.constraint.clone(),
+            keep_special: p.keep_special,
         };
         self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &limits);
         let fork = self.fork_source(slot, prompt);

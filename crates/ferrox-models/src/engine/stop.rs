@@ -27,6 +27,9 @@ pub struct GenerateParams {
     pub ignore_eog: bool,
     /// Only tokens this grammar allows (structured output); a fresh constraint per generation.
     pub constraint: Option<Constraint>,
+    /// Decode special tokens into the text (gpt-oss's harmony markers carry the answer's
+    /// structure); otherwise they are left out, as llama.cpp's server does.
+    pub keep_special: bool,
 }
 
 impl Default for GenerateParams {
@@ -36,6 +39,7 @@ impl Default for GenerateParams {
             stop: Vec::new(),
             ignore_eog: false,
             constraint: None,
+            keep_special: false,
         }
     }
 }
@@ -56,7 +60,8 @@ pub(crate) struct StopRules<'t> {
 impl<'t> StopRules<'t> {
     pub(crate) fn new(tokenizer: Option<&'t Tokenizer>, params: &GenerateParams) -> Self {
         StopRules {
-            tokenizer: tokenizer.map(|t| (t, t.stream_decoder().skip_special(true))),
+            tokenizer: tokenizer
+                .map(|t| (t, t.stream_decoder().skip_special(!params.keep_special))),
             held: String::new(),
             max_stop: params.stop.iter().map(|s| s.len()).max().unwrap_or(0),
             stop: params.stop.clone(),

@@ -146,6 +146,7 @@ pub fn speculative_decode(
         stop: Vec::new(),
         ignore_eog: true,
         constraint: None,
+        keep_special: false,
     };
     let mut greedy = Sampler::new(SamplerConfig::greedy());
     let out = session.on_caches(kv_caches, |s| {

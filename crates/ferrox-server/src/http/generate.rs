@@ -69,9 +69,13 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             params.grammar = Some(forced);
         }
         compile_grammar(&s, &req.common, &mut params).await?;
+        // Harmony's channels say what is reasoning and what is the answer, tools or not.
+        let harmony = rendered.tool_format.needs_special_tokens();
+        params.keep_special = harmony;
         let output = OutputSetup {
             format: match chat.tools {
                 Some(_) => rendered.tool_format,
+                None if harmony => rendered.tool_format,
                 None => ToolFormat::None,
             },
             names: chat.tools.map(tool_names).unwrap_or_default(),

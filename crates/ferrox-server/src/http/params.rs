@@ -76,6 +76,7 @@ pub(super) fn validate(
         logit_bias: logit_bias(c, b.vocab_size())?,
         logprobs: logprobs(kind, c)?,
         tokens_as_ids: c.return_tokens_as_token_ids.unwrap_or(false),
+        keep_special: false,
         grammar: grammar(c)?.map(|(g, _)| g),
         compiled: None,
     })

@@ -8,7 +8,11 @@
 //!   `<|python_tag|>`);
 //! - Mistral: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]` or `[TOOL_CALLS]NAME[ARGS]{…}`;
 //! - DeepSeek-V3: `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and a fenced JSON block (V3.1:
-//!   `NAME<｜tool▁sep｜>{…}`), up to `<｜tool▁call▁end｜>`.
+//!   `NAME<｜tool▁sep｜>{…}`), up to `<｜tool▁call▁end｜>`;
+//! - gpt-oss (OpenAI's harmony format): messages `<|channel|>CHANNEL[ to=RECIPIENT]<|message|>…`
+//!   ended by `<|end|>`, `<|call|>` or `<|return|>`; the `analysis` channel is reasoning,
+//!   `final` the answer, a message `to=functions.NAME` a call. Its markers are special tokens,
+//!   so the text must be decoded with them ([`ToolFormat::needs_special_tokens`]).
 //!
 //! Small models often answer a tool request with the bare JSON call, or one fenced as
 //! ```` ```json ````, instead of the template's markers (Qwen2.5-Coder does); as llama.cpp's
@@ -28,6 +32,8 @@ pub enum ToolFormat {
     Llama3Json,
     Mistral,
     DeepSeekV3,
+    /// OpenAI's harmony messages (gpt-oss).
+    Harmony,
     /// The template shows no tool-call format.
     None,
 }
@@ -35,7 +41,9 @@ pub enum ToolFormat {
 impl ToolFormat {
     /// The format a chat template teaches (`None` when it has no tool calls).
     pub fn detect(template: &str) -> ToolFormat {
-        if template.contains("<arg_key>") {
+        if template.contains("<|channel|>") {
+            ToolFormat::Harmony
+        } else if template.contains("<arg_key>") {
             ToolFormat::Glm45
         } else if template.contains("<tool_call>") {
             ToolFormat::Hermes
@@ -50,13 +58,18 @@ impl ToolFormat {
         }
     }
 
+    /// The answer's structure is in special tokens, which text decoding must keep.
+    pub fn needs_special_tokens(self) -> bool {
+        self == ToolFormat::Harmony
+    }
+
     /// The text that opens a call (or the calls) in this format.
     fn opener(self) -> Option<&'static str> {
         match self {
             ToolFormat::Hermes | ToolFormat::Glm45 => Some("<tool_call>"),
             ToolFormat::Mistral => Some("[TOOL_CALLS]"),
             ToolFormat::DeepSeekV3 => Some("<｜tool▁call▁begin｜>"),
-            ToolFormat::Llama3Json | ToolFormat::None => None,
+            ToolFormat::Llama3Json | ToolFormat::Harmony | ToolFormat::None => None,
         }
     }
 
@@ -95,7 +108,22 @@ enum Mode {
     Call,
     /// An answer that may be one bare or fenced JSON call: held until the end.
     WholeJson,
+    /// Harmony: a message header, up to `<|message|>`.
+    HarmonyHeader,
+    /// Harmony: a message body of this kind, up to its end marker.
+    HarmonyBody(Body),
 }
+
+/// What a harmony message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Reasoning,
+    Content,
+    /// A call to the function named in `OutputParser::callee`.
+    Call,
+}
+
+const HARMONY_ENDS: [&str; 4] = ["<|end|>", "<|call|>", "<|return|>", "<|start|>"];
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
@@ -109,6 +137,8 @@ pub struct OutputParser {
     buf: String,
     /// Reasoning just ended: whitespace before the answer is dropped.
     trim_next: bool,
+    /// Harmony: the function the current message calls.
+    callee: String,
 }
 
 impl OutputParser {
@@ -119,13 +149,16 @@ impl OutputParser {
         OutputParser {
             format,
             names: Vec::new(),
-            mode: if in_reasoning {
+            mode: if format == ToolFormat::Harmony {
+                Mode::HarmonyHeader
+            } else if in_reasoning {
                 Mode::Reasoning
             } else {
                 Mode::Start
             },
             buf: String::new(),
             trim_next: false,
+            callee: String::new(),
         }
     }
 
@@ -147,6 +180,8 @@ impl OutputParser {
                 Mode::Content => self.content(out),
                 Mode::Call => self.call(out),
                 Mode::WholeJson => {}
+                Mode::HarmonyHeader => self.harmony_header(),
+                Mode::HarmonyBody(body) => self.harmony_body(body, out),
             }
             if (self.mode, self.buf.len()) == before {
                 return;
@@ -171,8 +206,79 @@ impl OutputParser {
                 Some(calls) => out.extend(calls.into_iter().map(OutputPart::ToolCall)),
                 None => self.emit_content(rest, out),
             },
+            // A header cut short says nothing; a body ends with the output.
+            Mode::HarmonyHeader => {}
+            Mode::HarmonyBody(body) => {
+                self.buf = rest;
+                self.end_harmony_body(body, self.buf.len(), out);
+            }
         }
         self.mode = Mode::Content;
+    }
+
+    /// A harmony header (`<|start|>assistant`, `<|channel|>analysis`, ` to=functions.f`,
+    /// ` <|constrain|>json`, in any order) up to `<|message|>` says what the body is.
+    fn harmony_header(&mut self) {
+        let Some(i) = self.buf.find("<|message|>") else {
+            return;
+        };
+        let header: String = self.buf.drain(..i + "<|message|>".len()).collect();
+        let recipient = header.split("to=").nth(1).map(|r| {
+            r.split(|c: char| c.is_whitespace() || c == '<')
+                .next()
+                .unwrap_or("")
+        });
+        let body = match recipient.and_then(|r| r.strip_prefix("functions.")) {
+            Some(name) => {
+                self.callee = name.to_string();
+                Body::Call
+            }
+            None if header.contains("<|channel|>analysis") => Body::Reasoning,
+            None => Body::Content,
+        };
+        self.mode = Mode::HarmonyBody(body);
+    }
+
+    fn harmony_body(&mut self, body: Body, out: &mut Vec<OutputPart>) {
+        let end = HARMONY_ENDS
+            .iter()
+            .filter_map(|m| self.buf.find(m).map(|i| (i, m.len())))
+            .min();
+        match end {
+            Some((i, len)) => {
+                self.end_harmony_body(body, i, out);
+                self.buf.drain(..len);
+                self.mode = Mode::HarmonyHeader;
+            }
+            None if body == Body::Call => {}
+            None => {
+                let keep = held_back(&self.buf, &HARMONY_ENDS);
+                let text: String = self.buf.drain(..self.buf.len() - keep).collect();
+                let part = match body {
+                    Body::Reasoning => OutputPart::Reasoning(text),
+                    _ => OutputPart::Content(text),
+                };
+                emit(out, part);
+            }
+        }
+    }
+
+    /// The first `at` bytes of the buffer end the current harmony message.
+    fn end_harmony_body(&mut self, body: Body, at: usize, out: &mut Vec<OutputPart>) {
+        let text: String = self.buf.drain(..at).collect();
+        match body {
+            Body::Reasoning => emit(out, OutputPart::Reasoning(text)),
+            Body::Content => emit(out, OutputPart::Content(text)),
+            Body::Call => match serde_json::from_str::<Value>(text.trim()) {
+                Ok(arguments) if arguments.is_object() => {
+                    out.push(OutputPart::ToolCall(ToolCall {
+                        name: std::mem::take(&mut self.callee),
+                        arguments,
+                    }))
+                }
+                _ => emit(out, OutputPart::Content(text)),
+            },
+        }
     }
 
     /// Decides how the output opens once enough of it is there.
@@ -324,7 +430,7 @@ fn parse_calls(format: ToolFormat, body: &str) -> Option<Vec<ToolCall>> {
         ToolFormat::Glm45 => glm_call(body).map(|c| vec![c]),
         ToolFormat::Mistral => mistral_calls(body),
         ToolFormat::DeepSeekV3 => deepseek_call(body).map(|c| vec![c]),
-        ToolFormat::None => None,
+        ToolFormat::Harmony | ToolFormat::None => None,
     }
 }
 
@@ -414,160 +520,4 @@ fn deepseek_call(body: &str) -> Option<ToolCall> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// The parts of `text` fed `step` bytes (char-aligned) at a time.
-    fn parse(format: ToolFormat, thinking: bool, text: &str, step: usize) -> Vec<OutputPart> {
-        let mut p = OutputParser::new(format, thinking);
-        let mut out = Vec::new();
-        let chars: Vec<char> = text.chars().collect();
-        for piece in chars.chunks(step) {
-            p.push(&piece.iter().collect::<String>(), &mut out);
-        }
-        p.finish(&mut out);
-        // Merge what streaming split, to compare with the whole.
-        let mut merged = Vec::new();
-        for part in out {
-            emit(&mut merged, part);
-        }
-        merged
-    }
-
-    fn call(name: &str, args: Value) -> OutputPart {
-        OutputPart::ToolCall(ToolCall {
-            name: name.into(),
-            arguments: args,
-        })
-    }
-
-    fn content(s: &str) -> OutputPart {
-        OutputPart::Content(s.into())
-    }
-
-    #[test]
-    fn hermes_calls_between_text_any_chunking() {
-        let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
-        for step in [1, 2, 3, 7, 1000] {
-            let got = parse(ToolFormat::Hermes, false, text, step);
-            assert_eq!(
-                got,
-                vec![
-                    content("Let me check.\n"),
-                    call("get_weather", json!({"city": "Paris"})),
-                    content("\n"),
-                    call("now", json!({})),
-                ],
-                "step {step}"
-            );
-        }
-    }
-
-    #[test]
-    fn broken_call_is_text_and_plain_text_passes() {
-        let bad = "<tool_call>\n{not json}\n</tool_call> ok";
-        assert_eq!(parse(ToolFormat::Hermes, false, bad, 2), vec![content(bad)]);
-        let plain = "a < b and <tool is fine";
-        assert_eq!(
-            parse(ToolFormat::Hermes, false, plain, 1),
-            vec![content(plain)]
-        );
-        assert_eq!(parse(ToolFormat::None, false, bad, 3), vec![content(bad)]);
-    }
-
-    #[test]
-    fn reasoning_is_split_off() {
-        let text = "<think>\nLet me think.\n</think>\n\nThe answer is 4.";
-        for step in [1, 4, 100] {
-            assert_eq!(
-                parse(ToolFormat::Hermes, false, text, step),
-                vec![
-                    OutputPart::Reasoning("\nLet me think.\n".into()),
-                    content("The answer is 4."),
-                ]
-            );
-        }
-        // The prompt opened the block (DeepSeek-R1): the output starts inside it.
-        assert_eq!(
-            parse(ToolFormat::None, true, "hmm</think>yes", 2),
-            vec![OutputPart::Reasoning("hmm".into()), content("yes")]
-        );
-    }
-
-    #[test]
-    fn glm_llama_mistral_deepseek() {
-        let glm = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>";
-        assert_eq!(
-            parse(ToolFormat::Glm45, false, glm, 5),
-            vec![call("get_weather", json!({"city": "Beijing", "days": 3}))]
-        );
-        let llama = "{\"name\": \"f\", \"parameters\": {\"x\": 1}}";
-        assert_eq!(
-            parse(ToolFormat::Llama3Json, false, llama, 3),
-            vec![call("f", json!({"x": 1}))]
-        );
-        assert_eq!(
-            parse(ToolFormat::Llama3Json, false, "{not a call}", 3),
-            vec![content("{not a call}")]
-        );
-        let mistral = "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}}, {\"name\": \"g\", \"arguments\": {}}]";
-        assert_eq!(
-            parse(ToolFormat::Mistral, false, mistral, 4),
-            vec![call("f", json!({"x": 1})), call("g", json!({}))]
-        );
-        let ds = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"x\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
-        let got = parse(ToolFormat::DeepSeekV3, false, ds, 3);
-        assert!(got.contains(&call("f", json!({"x": 2}))), "{got:?}");
-    }
-
-    #[test]
-    fn fenced_or_bare_json_answer_calls_an_offered_tool() {
-        let run = |names: &[&str], text: &str| {
-            let mut p = OutputParser::new(ToolFormat::Hermes, false)
-                .with_tools(names.iter().map(|s| s.to_string()).collect());
-            let mut out = Vec::new();
-            for c in text.chars() {
-                p.push(&c.to_string(), &mut out);
-            }
-            p.finish(&mut out);
-            out
-        };
-        let fenced = "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\"city\": \"Paris\"}\n}\n```";
-        assert_eq!(
-            run(&["get_weather"], fenced),
-            vec![call("get_weather", json!({"city": "Paris"}))]
-        );
-        let bare = "{\"name\": \"get_weather\", \"arguments\": {}}";
-        assert_eq!(
-            run(&["get_weather"], bare),
-            vec![call("get_weather", json!({}))]
-        );
-        // Not an offered tool, or code that merely looks like JSON: text.
-        assert_eq!(run(&["other"], bare), vec![content(bare)]);
-        let code = "```python\nprint(1)\n```";
-        assert_eq!(run(&["get_weather"], code), vec![content(code)]);
-        // Without tools offered nothing is held.
-        assert_eq!(
-            parse(ToolFormat::Hermes, false, bare, 2),
-            vec![content(bare)]
-        );
-    }
-
-    #[test]
-    fn formats_are_detected_from_templates() {
-        assert_eq!(
-            ToolFormat::detect("...<tool_call>\\n{\"name\": ..."),
-            ToolFormat::Hermes
-        );
-        assert_eq!(
-            ToolFormat::detect("<tool_call>{{ name }}<arg_key>"),
-            ToolFormat::Glm45
-        );
-        assert_eq!(
-            ToolFormat::detect("{{ '[TOOL_CALLS]' }}"),
-            ToolFormat::Mistral
-        );
-        assert_eq!(ToolFormat::detect("no tools here"), ToolFormat::None);
-    }
-}
+mod tests;
