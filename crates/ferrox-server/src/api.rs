@@ -159,6 +159,8 @@ pub struct ChatRequest {
     pub parallel_tool_calls: Option<bool>,
     /// Extra variables for the chat template (e.g. `{"enable_thinking": false}`).
     pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// `"low"`, `"medium"` or `"high"`: the template variable of that name (gpt-oss).
+    pub reasoning_effort: Option<String>,
     #[serde(flatten)]
     pub common: CommonParams,
 }

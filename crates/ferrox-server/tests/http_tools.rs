@@ -84,6 +84,8 @@ async fn tool_choice_none_and_round_trip_messages() {
     ]);
     let r = post(&a, "/v1/chat/completions", chat(msgs, json!({}))).await;
     assert_eq!(r.status, 200, "{}", r.body);
+    let low = chat(user("hi"), json!({"reasoning_effort": "low"}));
+    assert_eq!(post(&a, "/v1/chat/completions", low).await.status, 200);
 }
 
 #[tokio::test]
@@ -125,6 +127,7 @@ async fn bad_tool_fields() {
             json!({"tools": weather_tools(), "tool_choice": "sometimes"}),
             "tool_choice",
         ),
+        (json!({"reasoning_effort": "extreme"}), "reasoning_effort"),
     ];
     for (extra, param) in cases {
         let r = post(&a, "/v1/chat/completions", chat(user("x"), extra.clone())).await;

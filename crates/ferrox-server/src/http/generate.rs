@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ferrox_tokenizer::TokenId;
+use serde_json::Value;
 
 use super::error::{check_auth, parse_body};
 use super::params::{grammar, validate};
@@ -48,10 +49,11 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             }
         }
         let plan = ToolPlan::of(&req)?;
+        let kwargs = template_kwargs(&req)?;
         let chat = ChatPrompt {
             messages: &req.messages,
             tools: plan.offered(&req),
-            kwargs: req.chat_template_kwargs.as_ref(),
+            kwargs: kwargs.as_ref(),
         };
         let rendered = s
             .backend
@@ -208,4 +210,21 @@ async fn start(
     } else {
         Ok(collect_response(meta, rxs).await)
     }
+}
+
+/// `chat_template_kwargs`, with `reasoning_effort` (OpenAI's field, gpt-oss's template
+/// variable) among them when given.
+fn template_kwargs(req: &ChatRequest) -> Result<Option<serde_json::Map<String, Value>>, ApiError> {
+    let mut kw = req.chat_template_kwargs.clone();
+    if let Some(effort) = &req.reasoning_effort {
+        if !matches!(effort.as_str(), "low" | "medium" | "high") {
+            return Err(ApiError::bad(format!(
+                "reasoning_effort must be low, medium or high, got `{effort}`"
+            ))
+            .param("reasoning_effort"));
+        }
+        kw.get_or_insert_with(Default::default)
+            .insert("reasoning_effort".into(), Value::String(effort.clone()));
+    }
+    Ok(kw)
 }
