@@ -21,6 +21,12 @@ enum Command {
     Pull(cmd::pull::Args),
     /// Print a GGUF file's metadata and tensor table.
     Inspect(cmd::inspect::Args),
+    /// List the downloaded models.
+    List(cmd::models::ListArgs),
+    /// Delete downloaded models.
+    Rm(cmd::models::RmArgs),
+    /// Print a model's card: family, parameters, quantization, context, chat template.
+    Show(cmd::models::ShowArgs),
     /// Print the token ids (and pieces) of a text.
     Tokenize(cmd::tokenize::Args),
     /// Generate a completion of a prompt, streamed to stdout.
@@ -58,6 +64,9 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Pull(a) => cmd::pull::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
+        Command::List(a) => cmd::models::list(a),
+        Command::Rm(a) => cmd::models::rm(a),
+        Command::Show(a) => cmd::models::show(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Run(a) => cmd::run::run(a),
         Command::Chat(a) => cmd::chat::run(a),

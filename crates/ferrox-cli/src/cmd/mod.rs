@@ -5,6 +5,7 @@ pub mod engine;
 pub mod inspect;
 pub mod logits;
 pub mod model;
+pub mod models;
 pub mod perplexity;
 pub mod pull;
 pub mod run;

@@ -122,8 +122,8 @@ pub struct Args {
     /// Model: a catalog name, a path or hf:OWNER/REPO/FILE.gguf (default: the catalog default).
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt; without one, standard input is read to its end (`echo hi | ferrox run`).
+    pub prompt: Option<String>,
     /// Send the prompt as is, without the chat template.
     #[arg(long)]
     pub raw: bool,
@@ -226,10 +226,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.gen.threads);
     let eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
     let tok = eng.tokenizer()?;
+    let prompt = match &args.prompt {
+        Some(p) => p.clone(),
+        None => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+            s
+        }
+    };
     let ids = if args.raw {
-        tok.encode(&args.prompt, true, true)
+        tok.encode(&prompt, true, true)
     } else {
-        let text = render_prompt(tok, &[Message::user(args.prompt.clone())], true)?;
+        let text = render_prompt(tok, &[Message::user(prompt.clone())], true)?;
         if args.gen.verbose {
             eprintln!("prompt: {text:?}");
         }

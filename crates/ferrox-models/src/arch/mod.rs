@@ -191,16 +191,12 @@ fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
     let g = GgufMeta {
         file: Arc::new(file),
     };
-    let name = g.arch().to_string();
-    let arch = ARCHITECTURES
-        .iter()
-        .find(|a| a.gguf_archs.contains(&name.as_str()) && (a.gguf_claims)(&g))
-        .ok_or_else(|| unsupported(&name))?;
+    let (arch, cfg) = gguf_config(&g)?;
     let src = GgufSource {
         file: g.file.clone(),
         dequantize,
     };
-    let mut dec = crate::build::build(arch, (arch.config_from_gguf)(&g)?, &src)?;
+    let mut dec = crate::build::build(arch, cfg, &src)?;
     dec.source = ModelSource {
         path: path.to_path_buf(),
         is_gguf: true,
@@ -208,6 +204,17 @@ fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
     g.file.release_pages();
     dec.gguf = Some(g.file);
     Ok(dec)
+}
+
+/// A GGUF file's architecture and config, read from its metadata alone (no weights bound):
+/// what `ferrox show` prints.
+pub fn gguf_config(g: &GgufMeta) -> Result<(&'static Architecture, ModelConfig), LoadError> {
+    let name = g.arch().to_string();
+    let arch = ARCHITECTURES
+        .iter()
+        .find(|a| a.gguf_archs.contains(&name.as_str()) && (a.gguf_claims)(g))
+        .ok_or_else(|| unsupported(&name))?;
+    Ok((arch, (arch.config_from_gguf)(g)?))
 }
 
 /// Parses the text of a `config.json` into its architecture and config.
