@@ -179,13 +179,9 @@ fn raise_exception(msg: String) -> Result<Value, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, msg))
 }
 
-fn strftime_now(format: String) -> Result<Value, Error> {
-    // Days since 1970-01-01 → civil date (Howard Hinnant's algorithm); UTC.
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian (Howard Hinnant's
+/// `civil_from_days`).
+pub fn civil_date(days: i64) -> (i64, i64, i64) {
     let z = days + 719468;
     let era = z.div_euclid(146097);
     let doe = z - era * 146097;
@@ -194,7 +190,17 @@ fn strftime_now(format: String) -> Result<Value, Error> {
     let mp = (5 * doy + 2) / 153;
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn strftime_now(format: String) -> Result<Value, Error> {
+    // Days since 1970-01-01 → civil date (Howard Hinnant's algorithm); UTC.
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let (y, m, d) = civil_date(days);
     const MONTHS: [&str; 12] = [
         "January",
         "February",

@@ -79,19 +79,10 @@ pub fn list(_: ListArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `YYYY-MM-DD HH:MM` (UTC) of a Unix time (civil-from-days, Hinnant's algorithm).
+/// `YYYY-MM-DD HH:MM` (UTC) of a Unix time.
 fn utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
     let (h, m) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(mo <= 2);
+    let (y, mo, d) = ferrox_tokenizer::template::civil_date((secs / 86_400) as i64);
     format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}")
 }
 
