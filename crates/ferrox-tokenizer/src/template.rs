@@ -359,14 +359,15 @@ impl ChatTemplate {
 }
 
 /// The prompt text for a conversation with tools and template variables: the model's chat
-/// template, or [`plain_prompt`] (which shows neither) when the model has none.
+/// template (compiled once by the caller, [`ChatTemplate::for_tokenizer`]), or
+/// [`plain_prompt`] (which shows neither) when the model has none.
 pub fn render_chat(
-    tok: &crate::Tokenizer,
+    template: Option<&ChatTemplate>,
     messages: &[Message],
     tools: Option<&serde_json::Value>,
     kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> Result<String, TemplateError> {
-    match ChatTemplate::for_tokenizer(tok)? {
+    match template {
         Some(t) => t.render_with(messages, tools, true, kwargs),
         None => Ok(plain_prompt(messages, true)),
     }

@@ -15,7 +15,7 @@ use ferrox_server::backend::{
     GrammarSpec, RenderedChat, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
-use ferrox_tokenizer::template::{render_chat, Message};
+use ferrox_tokenizer::template::{render_chat, ChatTemplate, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 
 use super::engine;
@@ -82,6 +82,11 @@ struct ModelBackend {
     tokenizer: &'static Tokenizer,
     ctx: usize,
     no_spec: bool,
+    /// The model's chat template, compiled once (none: plain prompts); one that does not
+    /// compile fails each chat request, not the server.
+    template: Result<Option<ChatTemplate>, String>,
+    /// The tool-call format that template teaches.
+    tool_format: ToolFormat,
     /// Built on the first request with a grammar (the token trie takes a moment), then shared.
     grammars: OnceLock<Result<GrammarCompiler, String>>,
 }
@@ -110,11 +115,15 @@ impl Backend for ModelBackend {
     fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError> {
         let msgs: Vec<Message> = chat.messages.iter().map(template_message).collect();
         let tools = chat.tools.map(|t| serde_json::Value::Array(t.to_vec()));
-        let text = render_chat(self.tokenizer, &msgs, tools.as_ref(), chat.kwargs)
+        let template = self
+            .template
+            .as_ref()
+            .map_err(|e| BackendError::Template(e.clone()))?;
+        let text = render_chat(template.as_ref(), &msgs, tools.as_ref(), chat.kwargs)
             .map_err(|e| BackendError::Template(e.to_string()))?;
         Ok(RenderedChat {
             tokens: tokenize_prompt(self.tokenizer, &text),
-            tool_format: ToolFormat::detect(self.tokenizer.chat_template().unwrap_or("")),
+            tool_format: self.tool_format,
             // DeepSeek-R1-style templates open the reasoning block in the generation prompt.
             in_reasoning: text.trim_end().ends_with("<think>"),
         })
@@ -314,6 +323,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tokenizer,
         ctx,
         no_spec: args.no_spec,
+        template: ChatTemplate::for_tokenizer(tokenizer).map_err(|e| e.to_string()),
+        tool_format: ToolFormat::detect(tokenizer.chat_template().unwrap_or("")),
         grammars: OnceLock::new(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()

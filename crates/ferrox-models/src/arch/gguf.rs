@@ -335,6 +335,17 @@ impl GgufMeta {
         Ok(())
     }
 
+    /// llama.cpp's qwen2moe / qwen3next: one shared expert behind a sigmoid gate, as wide as
+    /// `expert_shared_feed_forward_length` (none when it is absent or 0).
+    pub fn gated_shared_expert(&self, cfg: &mut ModelConfig) {
+        let shared = self
+            .opt_usize("expert_shared_feed_forward_length")
+            .unwrap_or(0);
+        cfg.moe.n_shared_experts = usize::from(shared > 0);
+        cfg.moe.shared_ffn_dim = shared;
+        cfg.moe.shared_expert_gate = shared > 0;
+    }
+
     /// Multi-head latent attention: real head sizes from the `*_mla` keys, `head_dim` the rope
     /// dim, one decompressed key/value head per query head.
     pub fn mla(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {

@@ -100,6 +100,9 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 /// (columns `0, 2, 4, …`), then the up rows (columns `1, 3, 5, …`).
 fn gate_up_rows(t: &TensorRef) -> Result<TensorRef, LoadError> {
     let [e, h, f2] = dims3(t)?;
+    if f2 % 2 == 1 {
+        return Err(shape_err(t, "[experts, hidden, 2 × expert width]"));
+    }
     let f = f2 / 2;
     t.remap(vec![e, f2, h], |i| {
         let (x, r, c) = (i / (f2 * h), i / h % f2, i % h);
@@ -132,7 +135,7 @@ fn gate_up_bias(t: &TensorRef) -> Result<TensorRef, LoadError> {
 
 fn dims3(t: &TensorRef) -> Result<[usize; 3], LoadError> {
     match t.shape[..] {
-        [e, a, b] if b % 2 == 0 || !t.name.contains("gate_up") => Ok([e, a, b]),
+        [e, a, b] => Ok([e, a, b]),
         _ => Err(shape_err(t, "[experts, rows, columns]")),
     }
 }

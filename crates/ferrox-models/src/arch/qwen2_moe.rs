@@ -39,12 +39,6 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base("qwen2_moe", false)?;
     cfg.qkv_bias = true;
     g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX))?;
-    // llama.cpp's qwen2moe always has one gated shared expert.
-    let shared = g
-        .opt_usize("expert_shared_feed_forward_length")
-        .unwrap_or(0);
-    cfg.moe.n_shared_experts = usize::from(shared > 0);
-    cfg.moe.shared_ffn_dim = shared;
-    cfg.moe.shared_expert_gate = shared > 0;
+    g.gated_shared_expert(&mut cfg);
     Ok(cfg)
 }

@@ -20,22 +20,26 @@ mod experts;
 use crate::weights::{Bound, LoadError, Naming, WeightSource};
 use ferrox_core::matmul::WeightMatrix;
 
+/// A grouped-query attention layer's switches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GqaPlan {
+    pub rope: RopeConfig,
+    /// Attends to the last `window` positions only.
+    pub window: Option<usize>,
+    pub qkv_bias: bool,
+    pub qk_norm: bool,
+    /// Output-projection bias and per-head softmax sinks (gpt-oss).
+    pub o_bias: bool,
+    pub sinks: bool,
+    /// `attn_q` also emits a per-head sigmoid gate on the output (Qwen3-Next).
+    pub output_gate: bool,
+}
+
 /// Which attention a layer runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum AttnPlan {
     /// Grouped-query attention over per-head keys and values.
-    Gqa {
-        rope: RopeConfig,
-        /// Attends to the last `window` positions only.
-        window: Option<usize>,
-        qkv_bias: bool,
-        qk_norm: bool,
-        /// Output-projection bias and per-head softmax sinks (gpt-oss).
-        o_bias: bool,
-        sinks: bool,
-        /// `attn_q` also emits a per-head sigmoid gate on the output (Qwen3-Next).
-        output_gate: bool,
-    },
+    Gqa(GqaPlan),
     /// Gated DeltaNet linear attention (Qwen3-Next): a recurrent state instead of a KV cache.
     Linear,
     /// Multi-head latent attention; `indexer`: the DSA indexer this layer runs (`Full`) or
@@ -82,7 +86,7 @@ impl LayerPlan {
                     // No rotated pairs: the rotation is the identity.
                     rope.rotary_dim = 0;
                 }
-                AttnPlan::Gqa {
+                AttnPlan::Gqa(GqaPlan {
                     rope,
                     window: if sliding { cfg.sliding_window } else { None },
                     qkv_bias: cfg.qkv_bias,
@@ -90,7 +94,7 @@ impl LayerPlan {
                     o_bias: cfg.o_bias,
                     sinks: cfg.attn_sinks,
                     output_gate: cfg.attn_output_gate,
-                }
+                })
             }
         };
         LayerPlan {
@@ -110,13 +114,7 @@ impl LayerPlan {
     pub fn uses(&self, cfg: &ModelConfig, suffix: &str) -> bool {
         let moe = self.ffn == FfnPlan::Moe;
         let (gqa, qkv_bias, qk_norm, o_bias, sinks) = match self.attn {
-            AttnPlan::Gqa {
-                qkv_bias,
-                qk_norm,
-                o_bias,
-                sinks,
-                ..
-            } => (true, qkv_bias, qk_norm, o_bias, sinks),
+            AttnPlan::Gqa(p) => (true, p.qkv_bias, p.qk_norm, p.o_bias, p.sinks),
             AttnPlan::Mla { .. } | AttnPlan::Linear => (false, false, false, false, false),
         };
         let (mla, linear) = (
@@ -275,16 +273,7 @@ impl Parts<'_> {
     fn layer(&self, l: usize, plan: &LayerPlan) -> Result<Layer, LoadError> {
         let n = |s: &str| format!("blk.{l}.{s}");
         let attn: Box<dyn AttentionBlock> = match plan.attn {
-            AttnPlan::Gqa {
-                rope,
-                window,
-                output_gate,
-                ..
-            } => {
-                let mut a = self.gqa(l, &rope, window, &plan.attn)?;
-                a.output_gate = output_gate;
-                Box::new(a)
-            }
+            AttnPlan::Gqa(p) => Box::new(self.gqa(l, &p)?),
             AttnPlan::Linear => Box::new(self.deltanet(l)?),
             AttnPlan::Mla { indexer } => Box::new(self.mla(l, indexer)?),
         };
@@ -310,23 +299,7 @@ impl Parts<'_> {
         })
     }
 
-    fn gqa(
-        &self,
-        l: usize,
-        rope: &RopeConfig,
-        window: Option<usize>,
-        plan: &AttnPlan,
-    ) -> Result<StandardAttention, LoadError> {
-        let &AttnPlan::Gqa {
-            qkv_bias,
-            qk_norm,
-            o_bias,
-            sinks,
-            ..
-        } = plan
-        else {
-            return Err(LoadError::Config("GQA layer planned as MLA".into()));
-        };
+    fn gqa(&self, l: usize, p: &GqaPlan) -> Result<StandardAttention, LoadError> {
         let (cfg, b) = (self.cfg, self.b);
         let n = |s: &str| format!("blk.{l}.{s}");
         let [wq, wk, wv] = self.qkv(l)?;
@@ -338,28 +311,29 @@ impl Parts<'_> {
             cfg.n_heads,
             cfg.n_kv_heads,
             cfg.head_dim,
-            self.rope(rope)?,
+            self.rope(&p.rope)?,
         );
-        if qkv_bias {
+        if p.qkv_bias {
             a.bq = Some(b.vector(&n("attn_q.bias"))?);
             a.bk = Some(b.vector(&n("attn_k.bias"))?);
             a.bv = Some(b.vector(&n("attn_v.bias"))?);
         }
-        if qk_norm {
+        if p.qk_norm {
             a.q_norm = Some(self.norm(&n("attn_q_norm.weight"))?);
             a.k_norm = Some(self.norm(&n("attn_k_norm.weight"))?);
         }
-        if o_bias {
+        if p.o_bias {
             a.bo = Some(b.vector(&n("attn_output.bias"))?);
         }
-        if sinks {
+        if p.sinks {
             a.sinks = Some(b.vector(&n("attn_sinks.weight"))?);
         }
         if let Some(s) = cfg.attn_scale {
             a.scale = s;
         }
         a.softcap = cfg.attn_logit_softcap;
-        a.window = window;
+        a.window = p.window;
+        a.output_gate = p.output_gate;
         Ok(a)
     }
 
