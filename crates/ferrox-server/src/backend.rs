@@ -137,6 +137,8 @@ pub struct GenSummary {
     pub completion_tokens: usize,
     /// Cancelled because the client went away.
     pub cancelled: bool,
+    /// The stop string that ended the text (its index in `GenParams::stop`).
+    pub stop_string: Option<usize>,
 }
 
 /// The generations running on a model: up to `capacity()` at once, each in a slot with its
@@ -167,6 +169,9 @@ pub enum BackendError {
     Template(String),
     #[error("{0}")]
     BadTokens(String),
+    /// The backend cannot do what was asked (e.g. embeddings).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A loaded model as the server sees it.
@@ -194,6 +199,14 @@ pub trait Backend: Send + Sync + 'static {
     fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
         let _ = grammar;
         Err("this backend does not support grammars or structured output".into())
+    }
+    /// One L2-normalised embedding per input (token ids, each within the context). May take
+    /// a while: called on a blocking thread.
+    fn embed(&self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        let _ = inputs;
+        Err(BackendError::Unsupported(
+            "this backend does not compute embeddings".into(),
+        ))
     }
 }
 

@@ -1,13 +1,15 @@
-//! ferrox-server: the OpenAI-compatible HTTP server.
+//! ferrox-server: the HTTP server — OpenAI, Ollama and Anthropic routes over one engine.
 
 pub mod api;
 pub mod backend;
 pub mod http;
+pub mod library;
 
 use std::sync::Arc;
 
 pub use backend::{Backend, Engine, GenParams, Scheduler};
-pub use http::{router, AppState, Options};
+pub use http::{router, AppState, LibraryHandle, Options};
+pub use library::{Library, ModelCard, ModelEntry, PullStatus};
 
 /// Serves `backend` on `listener` until the process ends.
 pub async fn serve(

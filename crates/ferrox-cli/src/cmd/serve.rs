@@ -5,6 +5,7 @@
 use std::sync::{Arc, OnceLock};
 
 use ferrox_models::decoder::Decoder;
+use ferrox_models::embedding::{self, Pooling};
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
@@ -49,6 +50,10 @@ pub struct Args {
     /// Decode without prompt-lookup drafts.
     #[arg(long = "no-spec")]
     pub no_spec: bool,
+    /// How `/v1/embeddings` pools token states: mean, cls or last (default: the GGUF's
+    /// `pooling_type`, else last — a causal model's last state has seen the whole input).
+    #[arg(long)]
+    pub pooling: Option<Pooling>,
 }
 
 /// An API message as the chat template expects it: text content, and tool calls whose
@@ -89,6 +94,7 @@ struct ModelBackend {
     tool_format: ToolFormat,
     /// Built on the first request with a grammar (the token trie takes a moment), then shared.
     grammars: OnceLock<Result<GrammarCompiler, String>>,
+    pooling: Pooling,
 }
 
 struct ModelEngine {
@@ -168,6 +174,14 @@ impl Backend for ModelBackend {
         };
         let constraint = compiler.compile(&grammar).map_err(|e| e.to_string())?;
         Ok(CompiledGrammar(Arc::new(constraint)))
+    }
+    fn embed(&self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        // The caller checked ids and lengths; the decoder shares its scratch with the engine
+        // thread, so embeddings and generation steps take turns.
+        Ok(inputs
+            .iter()
+            .map(|ids| embedding::embed(self.decoder, ids, self.pooling))
+            .collect())
     }
     fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
         let mut engine = BatchEngine::new(self.decoder, self.tokenizer, slots, self.ctx);
@@ -264,7 +278,11 @@ impl Engine for ModelEngine {
                 by_id.remove(&id);
                 events(id, Event::Failed(e))
             }
-            BatchEvent::Done { stop, tokens } => {
+            BatchEvent::Done {
+                stop,
+                tokens,
+                stop_string,
+            } => {
                 by_id.remove(&id);
                 events(
                     id,
@@ -275,6 +293,7 @@ impl Engine for ModelEngine {
                         },
                         completion_tokens: tokens,
                         cancelled: stop == StopReason::Cancelled,
+                        stop_string,
                     }),
                 )
             }
@@ -308,6 +327,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
     let ctx = args.ctx.min(eng.decoder.config.max_seq_len.max(1));
+    let pooling = args
+        .pooling
+        .or_else(|| eng.decoder.gguf.as_deref().and_then(Pooling::from_gguf))
+        .unwrap_or(Pooling::Last);
     // The model lives as long as the server process; leaking gives slots 'static sessions.
     let decoder: &'static Decoder = Box::leak(Box::new(eng.decoder));
     let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
@@ -326,6 +349,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         template: ChatTemplate::for_tokenizer(tokenizer).map_err(|e| e.to_string()),
         tool_format: ToolFormat::detect(tokenizer.chat_template().unwrap_or("")),
         grammars: OnceLock::new(),
+        pooling,
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -349,6 +373,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 std::env::var("FERROX_API_KEY")
                     .ok()
                     .filter(|k| !k.is_empty())
+            }),
+            library: super::model::hub().ok().map(|hub| {
+                ferrox_server::LibraryHandle(Arc::new(super::library::HubLibrary { hub }))
             }),
         };
         ferrox_server::serve(listener, backend, args.parallel, args.queue, options).await?;

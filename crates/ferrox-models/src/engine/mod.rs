@@ -53,6 +53,8 @@ pub enum BatchEvent {
     Done {
         stop: StopReason,
         tokens: usize,
+        /// With `StopReason::StopString`: which of the request's stop strings (its index).
+        stop_string: Option<usize>,
     },
 }
 
@@ -95,6 +97,8 @@ pub(crate) struct JobEnd {
     /// Prompt tokens evaluated (after prefix reuse) and their forward time.
     pub prompt_tokens: usize,
     pub prompt_secs: f64,
+    /// The stop string that ended it (index in the request's list).
+    pub stop_string: Option<usize>,
 }
 
 /// Where a step's results go.
@@ -450,7 +454,14 @@ impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
         if let Some(e) = end.error {
             (self.0)(id, BatchEvent::Error(e));
         }
-        let (stop, tokens) = (end.stop, end.tokens);
-        (self.0)(id, BatchEvent::Done { stop, tokens });
+        let (stop, tokens, stop_string) = (end.stop, end.tokens, end.stop_string);
+        (self.0)(
+            id,
+            BatchEvent::Done {
+                stop,
+                tokens,
+                stop_string,
+            },
+        );
     }
 }

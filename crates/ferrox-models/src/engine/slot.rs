@@ -285,6 +285,7 @@ impl<'t> Slot<'t> {
                 error,
                 prompt_tokens: job.prompt_tokens,
                 prompt_secs: job.prompt_secs,
+                stop_string: job.rules.matched,
             },
         );
     }

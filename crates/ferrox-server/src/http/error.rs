@@ -53,6 +53,47 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Ollama's error form: `{"error": "message"}`.
+    pub(super) fn ollama(self) -> Response {
+        let mut r = (
+            self.status,
+            Json(serde_json::json!({"error": self.body.error.message})),
+        )
+            .into_response();
+        self.add_retry(&mut r);
+        r
+    }
+
+    /// The Anthropic Messages API's form: `{"type": "error", "error": {"type", "message"}}`.
+    pub(super) fn anthropic(self) -> Response {
+        let mut r = (self.status, Json(self.anthropic_body())).into_response();
+        self.add_retry(&mut r);
+        r
+    }
+
+    pub(super) fn anthropic_body(&self) -> serde_json::Value {
+        let kind = match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            500..=599 => "api_error",
+            _ => "invalid_request_error",
+        };
+        serde_json::json!({"type": "error", "error": {"type": kind, "message": self.body.error.message}})
+    }
+
+    fn add_retry(&self, r: &mut Response) {
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, Json(self.body)).into_response();
@@ -68,11 +109,17 @@ pub(super) fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
     let Some(key) = &state.options.api_key else {
         return Ok(());
     };
-    let given = headers
+    // Bearer (OpenAI, Ollama) or `x-api-key` (Anthropic's clients).
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if given.map(str::trim) == Some(key.as_str()) {
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let x_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    if bearer == Some(key.as_str()) || x_key == Some(key.as_str()) {
         Ok(())
     } else {
         Err(

@@ -1,9 +1,14 @@
 //! The HTTP layer: routes, auth, request validation, OpenAI response and SSE chunk formats
 //! (OpenAI API reference, "chat.completion.chunk" / "text_completion" streaming objects).
 
+mod answer;
+mod anthropic;
+mod embeddings;
 mod error;
 mod generate;
 mod metrics;
+mod ollama;
+mod ollama_models;
 mod params;
 mod response;
 mod stream;
@@ -22,6 +27,7 @@ use serde_json::{json, Value};
 
 use crate::api::{DetokenizeRequest, TokenizeRequest};
 use crate::backend::{Backend, Scheduler};
+use crate::library::Library;
 pub use error::ApiError;
 use error::{check_auth, parse_body};
 
@@ -30,6 +36,18 @@ use error::{check_auth, parse_body};
 pub struct Options {
     /// Bearer token required on every endpoint but `/health` when set.
     pub api_key: Option<String>,
+    /// The models on disk, for Ollama's model-management routes.
+    pub library: Option<LibraryHandle>,
+}
+
+/// A shared [`Library`].
+#[derive(Clone)]
+pub struct LibraryHandle(pub Arc<dyn Library>);
+
+impl std::fmt::Debug for LibraryHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Library")
+    }
 }
 
 pub struct AppState {
@@ -61,6 +79,18 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/completions", post(generate::completions))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(embeddings::ollama))
+        .route("/api/embeddings", post(embeddings::ollama_legacy))
+        .route("/api/tags", get(ollama_models::tags))
+        .route("/api/show", post(ollama_models::show))
+        .route("/api/ps", get(ollama_models::ps))
+        .route("/api/version", get(ollama_models::version))
+        .route("/api/pull", post(ollama_models::pull))
         .fallback(not_found)
         .with_state(state)
 }

@@ -98,6 +98,7 @@ impl Engine for FakeEngine {
                     finish,
                     completion_tokens,
                     cancelled: false,
+                    stop_string: None,
                 })
             };
             if let Some(c) = &g.params.compiled {
@@ -222,6 +223,7 @@ pub async fn server(parallel: usize, queue: usize, api_key: Option<&str>) -> Str
     let addr = listener.local_addr().unwrap().to_string();
     let options = Options {
         api_key: api_key.map(String::from),
+        ..Options::default()
     };
     tokio::spawn(ferrox_server::serve(
         listener,
