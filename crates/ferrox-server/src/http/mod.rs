@@ -4,6 +4,7 @@
 mod error;
 mod generate;
 mod metrics;
+mod page;
 mod params;
 mod response;
 mod stream;
@@ -28,8 +29,10 @@ use error::{check_auth, parse_body};
 /// Server settings that are not the model.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Bearer token required on every endpoint but `/health` when set.
+    /// Bearer token required on every endpoint but `/health` (and the chat page) when set.
     pub api_key: Option<String>,
+    /// Serve the chat page at `/` (and its assets under `/ui/`); otherwise they are 404s.
+    pub webui: bool,
 }
 
 pub struct AppState {
@@ -53,8 +56,11 @@ impl AppState {
 type Shared = Arc<AppState>;
 
 pub fn router(state: Shared) -> Router {
-    Router::new()
-        .route("/health", get(health))
+    let mut r = Router::new();
+    if state.options.webui {
+        r = page::routes(r);
+    }
+    r.route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/chat/completions", post(generate::chat))
