@@ -54,6 +54,23 @@ pub struct Args {
     /// `pooling_type`, else last — a causal model's last state has seen the whole input).
     #[arg(long)]
     pub pooling: Option<Pooling>,
+    /// Serve the chat page at `/` whatever the host (default: only on a loopback address).
+    #[arg(long, conflicts_with = "no_webui")]
+    pub webui: bool,
+    /// Do not serve the chat page.
+    #[arg(long = "no-webui")]
+    pub no_webui: bool,
+}
+
+/// Whether the chat page is served: as the flags say, else only when the server is bound to a
+/// loopback address, where no other machine can reach it.
+fn webui_enabled(webui: bool, no_webui: bool, bound: std::net::IpAddr) -> bool {
+    match (webui, no_webui) {
+        (true, _) => true,
+        (_, true) => false,
+        // `::ffff:127.0.0.1` is loopback too.
+        _ => bound.to_canonical().is_loopback(),
+    }
 }
 
 /// An API message as the chat template expects it: text content, and tool calls whose
@@ -358,16 +375,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     rt.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
-        eprintln!(
-            "serving {id} on http://{} ({} slots, ctx {ctx}{})",
-            listener.local_addr()?,
-            args.parallel,
-            if args.api_key.is_some() || std::env::var_os("FERROX_API_KEY").is_some() {
-                ", API key required"
-            } else {
-                ""
-            }
-        );
+        let bound = listener.local_addr()?;
         let options = ferrox_server::Options {
             api_key: args.api_key.or_else(|| {
                 std::env::var("FERROX_API_KEY")
@@ -377,7 +385,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             library: super::model::hub().ok().map(|hub| {
                 ferrox_server::LibraryHandle(Arc::new(super::library::HubLibrary { hub }))
             }),
+            webui: webui_enabled(args.webui, args.no_webui, bound.ip()),
         };
+        eprintln!(
+            "serving {id} on http://{bound} ({} slots, ctx {ctx}{}{})",
+            args.parallel,
+            if options.api_key.is_some() {
+                ", API key required"
+            } else {
+                ""
+            },
+            if options.webui {
+                ", chat page at /"
+            } else {
+                ""
+            }
+        );
         ferrox_server::serve(listener, backend, args.parallel, args.queue, options).await?;
         anyhow::Ok(())
     })
@@ -387,6 +410,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use ferrox_server::backend::DEFAULT_SAMPLING;
+
+    #[test]
+    fn chat_page_defaults_to_loopback_only() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        for (host, served) in [
+            ("127.0.0.1", true),
+            ("::1", true),
+            ("::ffff:127.0.0.1", true),
+            ("0.0.0.0", false),
+            ("::", false),
+            ("192.168.1.5", false),
+        ] {
+            assert_eq!(webui_enabled(false, false, ip(host)), served, "{host}");
+            assert!(webui_enabled(true, false, ip(host)), "--webui on {host}");
+            assert!(
+                !webui_enabled(false, true, ip(host)),
+                "--no-webui on {host}"
+            );
+        }
+    }
 
     /// A request that names no sampler settings samples as `ferrox run` does by default.
     #[test]

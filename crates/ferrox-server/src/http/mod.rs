@@ -9,6 +9,7 @@ mod generate;
 mod metrics;
 mod ollama;
 mod ollama_models;
+mod page;
 mod params;
 mod response;
 mod stream;
@@ -34,10 +35,12 @@ use error::{check_auth, parse_body};
 /// Server settings that are not the model.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Bearer token required on every endpoint but `/health` when set.
+    /// Bearer token required on every endpoint but `/health` (and the chat page) when set.
     pub api_key: Option<String>,
     /// The models on disk, for Ollama's model-management routes.
     pub library: Option<LibraryHandle>,
+    /// Serve the chat page at `/` (and its assets under `/ui/`); otherwise they are 404s.
+    pub webui: bool,
 }
 
 /// A shared [`Library`].
@@ -71,8 +74,11 @@ impl AppState {
 type Shared = Arc<AppState>;
 
 pub fn router(state: Shared) -> Router {
-    Router::new()
-        .route("/health", get(health))
+    let mut r = Router::new();
+    if state.options.webui {
+        r = page::routes(r);
+    }
+    r.route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/chat/completions", post(generate::chat))

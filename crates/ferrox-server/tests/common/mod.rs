@@ -219,12 +219,17 @@ impl Backend for Fake {
 
 /// A server on a free local port over [`Fake`]; its address.
 pub async fn server(parallel: usize, queue: usize, api_key: Option<&str>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let options = Options {
         api_key: api_key.map(String::from),
         ..Options::default()
     };
+    server_with(parallel, queue, options).await
+}
+
+/// [`server`] with any [`Options`].
+pub async fn server_with(parallel: usize, queue: usize, options: Options) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(ferrox_server::serve(
         listener,
         Arc::new(Fake),
