@@ -139,6 +139,8 @@ pub struct GenSummary {
     pub cancelled: bool,
     /// The stop string that ended the text (its index in `GenParams::stop`).
     pub stop_string: Option<usize>,
+    /// Prompt tokens whose keys and values came from a cache instead of being evaluated.
+    pub cached_tokens: usize,
 }
 
 /// The generations running on a model: up to `capacity()` at once, each in a slot with its
@@ -161,6 +163,20 @@ pub trait Engine: Send {
     fn grammar_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// What the KV caches hold now.
+    fn cache_usage(&self) -> CacheUsage {
+        CacheUsage::default()
+    }
+}
+
+/// KV-cache occupancy, for the load signals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// Positions the slots hold, of `capacity` (slots × context).
+    pub positions: usize,
+    pub capacity: usize,
+    /// Bytes the prefix cache across requests holds.
+    pub prefix_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -246,6 +262,13 @@ pub struct Metrics {
     pub accepted_tokens: AtomicU64,
     pub grammar_masks: AtomicU64,
     pub grammar_mask_nanos: AtomicU64,
+    /// Prompt tokens admitted, and those of them served from a cache (prefix reuse).
+    pub prefix_queries: AtomicU64,
+    pub prefix_hits: AtomicU64,
+    /// Slot positions held, their capacity, the prefix cache's bytes (after the last step).
+    pub kv_positions: AtomicUsize,
+    pub kv_capacity: AtomicUsize,
+    pub prefix_bytes: AtomicUsize,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -338,6 +361,8 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
                         m.busy_slots.fetch_sub(1, Ordering::SeqCst);
                     }
                     Event::Done(summary) => {
+                        m.prefix_hits
+                            .fetch_add(summary.cached_tokens as u64, Ordering::Relaxed);
                         m.completion_tokens
                             .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
                         m.decode_tokens
@@ -357,6 +382,10 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
         let (masks, mask_nanos) = engine.grammar_counts();
         m.grammar_masks.store(masks, Ordering::Relaxed);
         m.grammar_mask_nanos.store(mask_nanos, Ordering::Relaxed);
+        let usage = engine.cache_usage();
+        m.kv_positions.store(usage.positions, Ordering::Relaxed);
+        m.kv_capacity.store(usage.capacity, Ordering::Relaxed);
+        m.prefix_bytes.store(usage.prefix_bytes, Ordering::Relaxed);
         if r.is_err() {
             tracing::error!(
                 "engine step panicked; ending its {} requests",
@@ -405,6 +434,8 @@ fn admit_waiting(
         *next_id += 1;
         match engine.admit(id, &job.prompt, &job.params) {
             Ok(()) => {
+                m.prefix_queries
+                    .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
                 running.insert(id, job.events);
                 m.busy_slots.fetch_add(1, Ordering::SeqCst);
             }

@@ -12,8 +12,8 @@ use ferrox_models::sampling::SamplerConfig;
 use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
-    Backend, BackendError, CompiledGrammar, Engine, Event, FinishReason, GenParams, GenSummary,
-    GrammarSpec, RenderedChat, TokenLogprob,
+    Backend, BackendError, CacheUsage, CompiledGrammar, Engine, Event, FinishReason, GenParams,
+    GenSummary, GrammarSpec, RenderedChat, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
 use ferrox_tokenizer::template::{render_chat, ChatTemplate, Message};
@@ -50,6 +50,10 @@ pub struct Args {
     /// Decode without prompt-lookup drafts.
     #[arg(long = "no-spec")]
     pub no_spec: bool,
+    /// MiB of finished requests' keys and values kept for later prompts sharing their prefix
+    /// (llama-server's `--cache-ram`; 0 turns the cache off).
+    #[arg(long = "cache-ram", default_value_t = 1024)]
+    pub cache_ram: usize,
     /// How `/v1/embeddings` pools token states: mean, cls or last (default: the GGUF's
     /// `pooling_type`, else last — a causal model's last state has seen the whole input).
     #[arg(long)]
@@ -112,6 +116,8 @@ struct ModelBackend {
     /// Built on the first request with a grammar (the token trie takes a moment), then shared.
     grammars: OnceLock<Result<GrammarCompiler, String>>,
     pooling: Pooling,
+    /// Prefix-cache budget in bytes.
+    cache_bytes: usize,
 }
 
 struct ModelEngine {
@@ -205,6 +211,7 @@ impl Backend for ModelBackend {
         if self.no_spec {
             engine.max_draft = 0;
         }
+        engine.set_prefix_cache(self.cache_bytes);
         Box::new(ModelEngine {
             engine,
             tokenizer: self.tokenizer,
@@ -299,6 +306,7 @@ impl Engine for ModelEngine {
                 stop,
                 tokens,
                 stop_string,
+                cached_tokens,
             } => {
                 by_id.remove(&id);
                 events(
@@ -311,6 +319,7 @@ impl Engine for ModelEngine {
                         completion_tokens: tokens,
                         cancelled: stop == StopReason::Cancelled,
                         stop_string,
+                        cached_tokens,
                     }),
                 )
             }
@@ -325,6 +334,13 @@ impl Engine for ModelEngine {
     }
     fn grammar_counts(&self) -> (u64, u64) {
         (self.engine.stats.masks, self.engine.stats.mask_nanos)
+    }
+    fn cache_usage(&self) -> CacheUsage {
+        CacheUsage {
+            positions: self.engine.cached_positions(),
+            capacity: self.engine.capacity() * self.engine.ctx_size(),
+            prefix_bytes: self.engine.prefix_cache_bytes(),
+        }
     }
 }
 
@@ -367,6 +383,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         tool_format: ToolFormat::detect(tokenizer.chat_template().unwrap_or("")),
         grammars: OnceLock::new(),
         pooling,
+        cache_bytes: args.cache_ram.saturating_mul(1 << 20),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -11,11 +11,15 @@
 //! tokens that equal the sample, each committed token goes through the stop rules, rejected
 //! positions are cut). Output is therefore identical to plain decoding, greedy or seeded.
 //! Prefix reuse (a request lands in the free slot whose cache shares the longest prefix with
-//! its prompt), chunked prefill, the context limit and cache truncation each live in one place.
+//! its prompt; a longer prefix another slot holds is copied, and so is one the prefix cache
+//! kept from any finished request), chunked prefill, the context limit and cache truncation
+//! each live in one place.
 
+mod prefix;
 mod slot;
 mod stop;
 
+pub use prefix::PrefixCache;
 pub use stop::{GenerateParams, StopReason};
 
 use crate::decoder::{Decoder, SeqBatch};
@@ -55,6 +59,8 @@ pub enum BatchEvent {
         tokens: usize,
         /// With `StopReason::StopString`: which of the request's stop strings (its index).
         stop_string: Option<usize>,
+        /// Prompt tokens whose keys and values were reused rather than evaluated.
+        cached_tokens: usize,
     },
 }
 
@@ -99,6 +105,8 @@ pub(crate) struct JobEnd {
     pub prompt_secs: f64,
     /// The stop string that ended it (index in the request's list).
     pub stop_string: Option<usize>,
+    /// Prompt tokens reused from a cache.
+    pub cached_tokens: usize,
 }
 
 /// Where a step's results go.
@@ -130,6 +138,8 @@ pub struct BatchEngine<'m> {
     /// amortizes the weight reads then).
     pub max_rows: usize,
     pub stats: BatchStats,
+    /// Finished requests' keys and values, for any later request that shares their prefix.
+    prefix: PrefixCache,
 }
 
 impl<'m> BatchEngine<'m> {
@@ -178,6 +188,7 @@ impl<'m> BatchEngine<'m> {
             max_draft: usize::MAX,
             max_rows: usize::MAX,
             stats: BatchStats::default(),
+            prefix: PrefixCache::new(0),
         }
     }
 
@@ -192,6 +203,22 @@ impl<'m> BatchEngine<'m> {
 
     pub fn ctx_size(&self) -> usize {
         self.ctx_size
+    }
+
+    /// Keeps up to `bytes` of finished requests' keys and values for later prompts that share
+    /// their prefix (0: off, the default).
+    pub fn set_prefix_cache(&mut self, bytes: usize) {
+        self.prefix = PrefixCache::new(bytes);
+    }
+
+    /// Bytes the prefix cache holds.
+    pub fn prefix_cache_bytes(&self) -> usize {
+        self.prefix.bytes()
+    }
+
+    /// Positions the slots' caches hold now (for the KV-cache utilisation).
+    pub fn cached_positions(&self) -> usize {
+        self.slots.iter().map(|s| s.history.len()).sum()
     }
 
     pub fn capacity(&self) -> usize {
@@ -255,8 +282,26 @@ impl<'m> BatchEngine<'m> {
         limits: &GenerateParams,
     ) {
         let s = &mut self.slots[slot];
+        // What the slot held goes to the prefix cache before the new prompt cuts it.
+        if !s.stashed && s.job.is_none() {
+            self.prefix.insert(&s.history, &s.caches);
+        }
+        s.stashed = false;
         // The last prompt token is always evaluated: its logits are the first sample's.
-        let fed = s.common_prefix(prompt).min(prompt.len() - 1);
+        let mut fed = s.common_prefix(prompt).min(prompt.len() - 1);
+        if self.prefix.enabled() {
+            let path = self.prefix.lookup(&prompt[..prompt.len() - 1]);
+            let len = path.len() * prefix::BLOCK;
+            if len > fed {
+                // Keep the slot's own whole blocks, append the rest from the tree.
+                let keep = fed / prefix::BLOCK;
+                s.truncate(keep * prefix::BLOCK);
+                if self.prefix.restore(&path, keep, &mut s.caches) {
+                    s.history = self.prefix.tokens(&path).collect();
+                    fed = len;
+                }
+            }
+        }
         s.truncate(fed);
         s.job = Some(Job {
             id,
@@ -454,13 +499,13 @@ impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
         if let Some(e) = end.error {
             (self.0)(id, BatchEvent::Error(e));
         }
-        let (stop, tokens, stop_string) = (end.stop, end.tokens, end.stop_string);
         (self.0)(
             id,
             BatchEvent::Done {
-                stop,
-                tokens,
-                stop_string,
+                stop: end.stop,
+                tokens: end.tokens,
+                stop_string: end.stop_string,
+                cached_tokens: end.cached_tokens,
             },
         );
     }

@@ -361,6 +361,7 @@ async fn whole(msg: Msg, mut pieces: Pieces) -> Result<Response, ApiError> {
         completion_tokens: 0,
         cancelled: false,
         stop_string: None,
+        cached_tokens: 0,
     });
     let stop = msg.stop(&summary, !a.calls.is_empty());
     Ok(Json(msg.object(content, stop, summary.completion_tokens)).into_response())

@@ -436,6 +436,7 @@ async fn whole(
         completion_tokens: 0,
         cancelled: false,
         stop_string: None,
+        cached_tokens: 0,
     });
     out.close(&mut v, &summary, pieces.durations());
     Ok(Json(v).into_response())

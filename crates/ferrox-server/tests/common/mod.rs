@@ -99,6 +99,7 @@ impl Engine for FakeEngine {
                     completion_tokens,
                     cancelled: false,
                     stop_string: None,
+                    cached_tokens: 0,
                 })
             };
             if let Some(c) = &g.params.compiled {
