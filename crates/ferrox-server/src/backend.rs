@@ -281,6 +281,8 @@ pub struct Scheduler {
     tx: SyncSender<Job>,
     pub metrics: Arc<Metrics>,
     pub parallel: usize,
+    /// Requests that may wait for a slot.
+    pub queue: usize,
 }
 
 impl Scheduler {
@@ -298,6 +300,7 @@ impl Scheduler {
             tx,
             metrics,
             parallel,
+            queue,
         }
     }
 

@@ -19,7 +19,28 @@ pub async fn serve(
     queue: usize,
     options: Options,
 ) -> std::io::Result<()> {
+    serve_until(
+        listener,
+        backend,
+        parallel,
+        queue,
+        options,
+        std::future::pending(),
+    )
+    .await
+}
+
+/// [`serve`] until `stop` resolves (a signal) or `POST /admin/drain` arrives; then drains and
+/// returns (see [`http::serve_until`]).
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    backend: Arc<dyn Backend>,
+    parallel: usize,
+    queue: usize,
+    options: Options,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let scheduler = Scheduler::start(backend.clone(), parallel, queue);
     let state = Arc::new(AppState::new(backend, scheduler, options));
-    axum::serve(listener, router(state)).await
+    http::serve_until(listener, state, stop).await
 }

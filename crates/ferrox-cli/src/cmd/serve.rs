@@ -50,6 +50,15 @@ pub struct Args {
     /// Decode without prompt-lookup drafts.
     #[arg(long = "no-spec")]
     pub no_spec: bool,
+    /// This replica's name in `X-Ferrox-Instance` (default: HOST:PORT as bound).
+    #[arg(long = "instance-id")]
+    pub instance_id: Option<String>,
+    /// On SIGTERM / SIGINT or `POST /admin/drain`: seconds running requests get to finish.
+    #[arg(long = "drain-timeout", default_value_t = 30)]
+    pub drain_timeout: u64,
+    /// Answer HAProxy agent checks (ready / drain / weight) on this port.
+    #[arg(long = "agent-port")]
+    pub agent_port: Option<u16>,
     /// MiB of finished requests' keys and values kept for later prompts sharing their prefix
     /// (llama-server's `--cache-ram`; 0 turns the cache off).
     #[arg(long = "cache-ram", default_value_t = 1024)]
@@ -385,6 +394,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         pooling,
         cache_bytes: args.cache_ram.saturating_mul(1 << 20),
     });
+    // Ready means warmed up: one forward pages the weights in and starts the thread pool
+    // before the first request (or health check) arrives.
+    decoder.forward_token(0, 0, &mut decoder.new_caches());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -393,17 +405,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
         let bound = listener.local_addr()?;
-        let options = ferrox_server::Options {
-            api_key: args.api_key.or_else(|| {
-                std::env::var("FERROX_API_KEY")
-                    .ok()
-                    .filter(|k| !k.is_empty())
-            }),
-            library: super::model::hub().ok().map(|hub| {
-                ferrox_server::LibraryHandle(Arc::new(super::library::HubLibrary { hub }))
-            }),
-            webui: webui_enabled(args.webui, args.no_webui, bound.ip()),
-        };
+        let options = server_options(&args, bound);
         eprintln!(
             "serving {id} on http://{bound} ({} slots, ctx {ctx}{}{})",
             args.parallel,
@@ -418,9 +420,49 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 ""
             }
         );
-        ferrox_server::serve(listener, backend, args.parallel, args.queue, options).await?;
+        let (parallel, queue) = (args.parallel, args.queue);
+        ferrox_server::serve_until(listener, backend, parallel, queue, options, stop_signal())
+            .await?;
+        eprintln!("drained; exiting");
         anyhow::Ok(())
     })
+}
+
+/// The server's settings from the flags (and `FERROX_API_KEY`).
+fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Options {
+    ferrox_server::Options {
+        api_key: args.api_key.clone().or_else(|| {
+            std::env::var("FERROX_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        }),
+        library: super::model::hub()
+            .ok()
+            .map(|hub| ferrox_server::LibraryHandle(Arc::new(super::library::HubLibrary { hub }))),
+        webui: webui_enabled(args.webui, args.no_webui, bound.ip()),
+        instance_id: args
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| bound.to_string()),
+        drain_timeout: std::time::Duration::from_secs(args.drain_timeout),
+        agent_addr: args.agent_port.map(|p| format!("{}:{p}", args.host)),
+    }
+}
+
+/// Resolves on SIGTERM (an orchestrator stopping the replica) or SIGINT: the server drains.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    eprintln!("draining: readiness off, new requests refused, running ones finish");
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ mod anthropic;
 mod embeddings;
 mod error;
 mod generate;
+mod lifecycle;
 mod metrics;
 mod ollama;
 mod ollama_models;
@@ -41,6 +42,12 @@ pub struct Options {
     pub library: Option<LibraryHandle>,
     /// Serve the chat page at `/` (and its assets under `/ui/`); otherwise they are 404s.
     pub webui: bool,
+    /// This replica's name, sent as `X-Ferrox-Instance` on every response.
+    pub instance_id: String,
+    /// How long a drain waits for running requests before the server exits anyway.
+    pub drain_timeout: std::time::Duration,
+    /// Where to answer HAProxy's agent checks (`host:port`), if anywhere.
+    pub agent_addr: Option<String>,
 }
 
 /// A shared [`Library`].
@@ -58,6 +65,9 @@ pub struct AppState {
     pub scheduler: Scheduler,
     pub options: Options,
     started: u64,
+    /// Draining: not ready, new requests refused.
+    pub draining: std::sync::atomic::AtomicBool,
+    drain_requested: tokio::sync::Notify,
 }
 
 impl AppState {
@@ -67,6 +77,8 @@ impl AppState {
             scheduler,
             options,
             started: unix_now(),
+            draining: Default::default(),
+            drain_requested: tokio::sync::Notify::new(),
         }
     }
 }
@@ -79,6 +91,8 @@ pub fn router(state: Shared) -> Router {
         r = page::routes(r);
     }
     r.route("/health", get(health))
+        .route("/health/ready", get(lifecycle::ready))
+        .route("/admin/drain", post(lifecycle::drain))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/chat/completions", post(generate::chat))
@@ -98,7 +112,47 @@ pub fn router(state: Shared) -> Router {
         .route("/api/version", get(ollama_models::version))
         .route("/api/pull", post(ollama_models::pull))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            lifecycle::middleware,
+        ))
         .with_state(state)
+}
+
+/// Serves `state` on `listener` until `stop` resolves or a drain is asked for over HTTP;
+/// then drains (readiness off, new requests 503, running ones finish within
+/// `Options::drain_timeout`) and returns. Answers agent checks when configured.
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    state: Shared,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Some(addr) = &state.options.agent_addr {
+        let agent = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(lifecycle::agent(agent, state.clone()));
+    }
+    let finished = Arc::new(tokio::sync::Notify::new());
+    let shutdown = {
+        let (state, finished) = (state.clone(), finished.clone());
+        async move {
+            tokio::select! {
+                _ = stop => state.start_drain(),
+                _ = state.drain_requested.notified() => {}
+            }
+            state.drained(state.options.drain_timeout).await;
+            finished.notify_one();
+        }
+    };
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown);
+    tokio::select! {
+        r = server => r,
+        // Connections still open after the drain (idle keep-alives, a stream past the
+        // timeout) get a moment to flush, then the process moves on.
+        _ = async {
+            finished.notified().await;
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        } => Ok(()),
+    }
 }
 
 fn unix_now() -> u64 {
