@@ -8,7 +8,7 @@ pub mod library;
 use std::sync::Arc;
 
 pub use backend::{Backend, Engine, GenParams, Scheduler};
-pub use http::{router, AppState, LibraryHandle, Options};
+pub use http::{router, AppState, LibraryHandle, Limits, Options};
 pub use library::{Library, ModelCard, ModelEntry, PullStatus};
 
 /// Serves `backend` on `listener` until the process ends.

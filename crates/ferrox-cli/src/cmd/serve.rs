@@ -59,6 +59,23 @@ pub struct Args {
     /// Answer HAProxy agent checks (ready / drain / weight) on this port.
     #[arg(long = "agent-port")]
     pub agent_port: Option<u16>,
+    /// Connections served at once (more wait in the listen backlog).
+    #[arg(long = "max-connections", default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a client has to send request headers (and to start the next request on an
+    /// idle kept-alive connection).
+    #[arg(long = "header-timeout", default_value_t = 30)]
+    pub header_timeout: u64,
+    /// Longest pause, in seconds, while a request body arrives.
+    #[arg(long = "body-timeout", default_value_t = 30)]
+    pub body_timeout: u64,
+    /// Largest request body, in MiB.
+    #[arg(long = "max-body-mb", default_value_t = 16)]
+    pub max_body_mb: usize,
+    /// Without an API key, Host names accepted besides IP addresses and `localhost`
+    /// (DNS-rebinding protection; repeatable).
+    #[arg(long = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
     /// MiB of finished requests' keys and values kept for later prompts sharing their prefix
     /// (llama-server's `--cache-ram`; 0 turns the cache off).
     #[arg(long = "cache-ram", default_value_t = 1024)]
@@ -446,6 +463,13 @@ fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Op
             .unwrap_or_else(|| bound.to_string()),
         drain_timeout: std::time::Duration::from_secs(args.drain_timeout),
         agent_addr: args.agent_port.map(|p| format!("{}:{p}", args.host)),
+        limits: ferrox_server::Limits {
+            max_connections: args.max_connections,
+            header_timeout: std::time::Duration::from_secs(args.header_timeout.max(1)),
+            body_timeout: std::time::Duration::from_secs(args.body_timeout.max(1)),
+            max_body_bytes: args.max_body_mb.saturating_mul(1 << 20),
+        },
+        allowed_hosts: args.allowed_hosts.clone(),
     }
 }
 

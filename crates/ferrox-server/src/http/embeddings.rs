@@ -67,8 +67,8 @@ struct OllamaLegacyBody {
     extra: Map<String, Value>,
 }
 
-/// The checks every form shares; the token lists to embed.
-fn token_lists(
+/// The checks every form shares; the token lists to embed (tokenized off the async workers).
+async fn token_lists(
     s: &Shared,
     model: &str,
     input: Input,
@@ -97,12 +97,13 @@ fn token_lists(
         )
         .param("dimensions"));
     }
-    let mut lists = match input {
+    let mut lists = super::off_workers(s, move |b| match input {
         Input::Text(t) => vec![b.tokenize(&t, true)],
         Input::Texts(v) => v.iter().map(|t| b.tokenize(t, true)).collect(),
         Input::Ids(ids) => vec![ids],
         Input::IdLists(v) => v,
-    };
+    })
+    .await?;
     if lists.is_empty() || lists.len() > MAX_INPUTS {
         return Err(ApiError::bad(format!("input takes 1 to {MAX_INPUTS} items")).param("input"));
     }
@@ -183,7 +184,7 @@ pub(super) async fn openai(State(s): State<Shared>, headers: HeaderMap, body: By
                 .param("encoding_format"))
             }
         };
-        let lists = token_lists(&s, &b.model, b.input, b.dimensions, &b.extra, false)?;
+        let lists = token_lists(&s, &b.model, b.input, b.dimensions, &b.extra, false).await?;
         let (vectors, tokens) = run(&s, lists).await?;
         let data: Vec<Value> = vectors
             .iter()
@@ -214,7 +215,7 @@ pub(super) async fn ollama(State(s): State<Shared>, headers: HeaderMap, body: By
         check_auth(&s, &headers)?;
         let t = Instant::now();
         let b: OllamaBody = parse_body(&headers, &body)?;
-        let lists = token_lists(&s, &b.model, b.input, b.dimensions, &b.extra, b.truncate)?;
+        let lists = token_lists(&s, &b.model, b.input, b.dimensions, &b.extra, b.truncate).await?;
         let (vectors, tokens) = run(&s, lists).await?;
         Ok::<_, ApiError>(
             Json(json!({
@@ -237,7 +238,7 @@ pub(super) async fn ollama_legacy(
     let r = async {
         check_auth(&s, &headers)?;
         let b: OllamaLegacyBody = parse_body(&headers, &body)?;
-        let lists = token_lists(&s, &b.model, Input::Text(b.prompt), None, &b.extra, true)?;
+        let lists = token_lists(&s, &b.model, Input::Text(b.prompt), None, &b.extra, true).await?;
         let (mut vectors, _) = run(&s, lists).await?;
         Ok::<_, ApiError>(Json(json!({"embedding": vectors.pop()})).into_response())
     }

@@ -119,7 +119,8 @@ pub(super) fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
         .map(str::trim);
-    if bearer == Some(key.as_str()) || x_key == Some(key.as_str()) {
+    let matches = |given: Option<&str>| given.is_some_and(|g| same_secret(g, key));
+    if matches(bearer) || matches(x_key) {
         Ok(())
     } else {
         Err(
@@ -129,21 +130,66 @@ pub(super) fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
     }
 }
 
+/// Compares a presented key with the configured one in time independent of where they
+/// differ (a timing side channel would reveal the key byte by byte).
+fn same_secret(given: &str, key: &str) -> bool {
+    let (a, b) = (given.as_bytes(), key.as_bytes());
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for (i, kb) in b.iter().enumerate() {
+        diff |= a.get(i).copied().unwrap_or(0) ^ kb;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// Without an API key, requests must name the server by an IP address, `localhost` or an
+/// allowed name: a hostile web page can point its own domain at 127.0.0.1 (DNS rebinding),
+/// but its requests then carry that domain as Host.
+pub(super) fn check_host(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if state.options.api_key.is_some() {
+        return Ok(());
+    }
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        // HTTP/1.0 and HTTP/2 requests may carry none (the authority is the connection's).
+        return Ok(());
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    let ok = name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || state
+            .options
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("host `{name}` is not allowed; use an IP address, localhost, --allowed-host or an API key"),
+        ))
+    }
+}
+
 /// Parses a JSON body ourselves so malformed JSON and wrong types get OpenAI-format 400s.
 pub(super) fn parse_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<T, ApiError> {
-    if let Some(ct) = headers
+    // Required: a page on another site can send a "simple" cross-origin POST (text/plain,
+    // no preflight) to a local server, but not one declaring application/json.
+    let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-    {
-        if !ct.to_ascii_lowercase().starts_with("application/json") {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("expected Content-Type application/json, got {ct}"),
-            ));
-        }
+        .unwrap_or("");
+    if !ct.to_ascii_lowercase().starts_with("application/json") {
+        let got = if ct.is_empty() { "none" } else { ct };
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("expected Content-Type application/json, got {got}"),
+        ));
     }
     serde_json::from_slice(body).map_err(|e| {
         let what = if e.is_syntax() || e.is_eof() {
@@ -153,4 +199,17 @@ pub(super) fn parse_body<T: DeserializeOwned>(
         };
         ApiError::bad(format!("{what}: {e}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_compare_whole() {
+        use super::same_secret;
+        assert!(same_secret("k3y", "k3y"));
+        assert!(!same_secret("k3", "k3y"));
+        assert!(!same_secret("k3yy", "k3y"));
+        assert!(!same_secret("x3y", "k3y"));
+        assert!(!same_secret("", "k3y"));
+    }
 }

@@ -116,7 +116,7 @@ pub(super) async fn completions(
         if text.is_empty() {
             return Err(ApiError::bad("the prompt is empty").param("prompt"));
         }
-        let prompt = s.backend.text_prompt(&text);
+        let prompt = super::off_workers(&s, move |b| b.text_prompt(&text)).await?;
         let mut params = validate(&s, Kind::Completion, &req.common, prompt.len())?;
         compile_grammar(&s, &req.common, &mut params).await?;
         start(&s, Kind::Completion, &req.common, prompt, params, None).await

@@ -41,6 +41,9 @@ pub(super) async fn drain(State(s): State<Shared>, headers: HeaderMap) -> Respon
 /// Every response names the replica; while draining, new work is refused so the balancer
 /// sends it elsewhere (HAProxy's `retry-on 503`), while reads (`GET`) still answer.
 pub(super) async fn middleware(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    if let Err(e) = super::error::check_host(&s, req.headers()) {
+        return e.into_response();
+    }
     let refuse = s.draining.load(Ordering::SeqCst)
         && req.method() == Method::POST
         && req.uri().path() != "/admin/drain";

@@ -7,6 +7,7 @@ mod embeddings;
 mod error;
 mod generate;
 mod lifecycle;
+mod listen;
 mod metrics;
 mod ollama;
 mod ollama_models;
@@ -31,6 +32,8 @@ use crate::api::{DetokenizeRequest, TokenizeRequest};
 use crate::backend::{Backend, Scheduler};
 use crate::library::Library;
 pub use error::ApiError;
+pub use listen::Limits;
+
 use error::{check_auth, parse_body};
 
 /// Server settings that are not the model.
@@ -48,6 +51,11 @@ pub struct Options {
     pub drain_timeout: std::time::Duration,
     /// Where to answer HAProxy's agent checks (`host:port`), if anywhere.
     pub agent_addr: Option<String>,
+    /// Connection and request limits.
+    pub limits: Limits,
+    /// Without an API key: Host names accepted besides IP literals and `localhost` (a web
+    /// page on another site reaching the server through DNS rebinding names its own host).
+    pub allowed_hosts: Vec<String>,
 }
 
 /// A shared [`Library`].
@@ -131,28 +139,40 @@ pub async fn serve_until(
         let agent = tokio::net::TcpListener::bind(addr).await?;
         tokio::spawn(lifecycle::agent(agent, state.clone()));
     }
-    let finished = Arc::new(tokio::sync::Notify::new());
     let shutdown = {
-        let (state, finished) = (state.clone(), finished.clone());
+        let state = state.clone();
         async move {
             tokio::select! {
                 _ = stop => state.start_drain(),
                 _ = state.drain_requested.notified() => {}
             }
             state.drained(state.options.drain_timeout).await;
-            finished.notify_one();
         }
     };
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown);
-    tokio::select! {
-        r = server => r,
-        // Connections still open after the drain (idle keep-alives, a stream past the
-        // timeout) get a moment to flush, then the process moves on.
-        _ = async {
-            finished.notified().await;
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        } => Ok(()),
-    }
+    let limits = state.options.limits;
+    let app = listen::layers(router(state), &limits);
+    // After the drain, open connections (idle keep-alives, a stream past the timeout) get a
+    // moment to flush.
+    listen::serve(
+        listener,
+        app,
+        limits,
+        shutdown,
+        std::time::Duration::from_secs(1),
+    )
+    .await
+}
+
+/// Runs tokenizer work on a blocking thread: a long prompt takes milliseconds that the async
+/// workers (which also answer `/health` and stream every response) must not spend.
+pub(super) async fn off_workers<T: Send + 'static>(
+    s: &Shared,
+    f: impl FnOnce(&dyn Backend) -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let backend = s.backend.clone();
+    tokio::task::spawn_blocking(move || f(backend.as_ref()))
+        .await
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the tokenizer failed"))
 }
 
 fn unix_now() -> u64 {
@@ -201,9 +221,8 @@ async fn tokenize(
 ) -> Result<Json<Value>, ApiError> {
     check_auth(&s, &headers)?;
     let r: TokenizeRequest = parse_body(&headers, &body)?;
-    Ok(Json(
-        json!({"tokens": s.backend.tokenize(&r.content, r.add_special)}),
-    ))
+    let tokens = off_workers(&s, move |b| b.tokenize(&r.content, r.add_special)).await?;
+    Ok(Json(json!({"tokens": tokens})))
 }
 
 async fn detokenize(
@@ -213,9 +232,8 @@ async fn detokenize(
 ) -> Result<Json<Value>, ApiError> {
     check_auth(&s, &headers)?;
     let r: DetokenizeRequest = parse_body(&headers, &body)?;
-    let text = s
-        .backend
-        .detokenize(&r.tokens)
+    let text = off_workers(&s, move |b| b.detokenize(&r.tokens))
+        .await?
         .map_err(|e| ApiError::bad(e.to_string()).param("tokens"))?;
     Ok(Json(json!({"content": text})))
 }

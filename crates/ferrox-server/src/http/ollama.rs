@@ -286,7 +286,8 @@ pub(super) async fn generate(State(s): State<Shared>, headers: HeaderMap, body: 
             // The prompt as is (special tokens parsed): the user wrote the template's text.
             let c: CommonParams = serde_json::from_value(Value::Object(fields))
                 .map_err(|e| ApiError::bad(e.to_string()))?;
-            let prompt = s.backend.text_prompt(&b.prompt);
+            let text = b.prompt.clone();
+            let prompt = super::off_workers(&s, move |be| be.text_prompt(&text)).await?;
             let mut params = validate(&s, Kind::Completion, &c, prompt.len())?;
             super::generate::compile_grammar(&s, &c, &mut params).await?;
             let p = Prepared {

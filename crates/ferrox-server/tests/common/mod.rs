@@ -404,7 +404,7 @@ pub async fn open_stream(addr: &str, max_tokens: usize) -> TcpStream {
             .to_string();
     let mut s = TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
