@@ -66,7 +66,7 @@ pub struct Args {
     /// idle kept-alive connection).
     #[arg(long = "header-timeout", default_value_t = 30)]
     pub header_timeout: u64,
-    /// Longest pause, in seconds, while a request body arrives.
+    /// Seconds the whole request body has to arrive.
     #[arg(long = "body-timeout", default_value_t = 30)]
     pub body_timeout: u64,
     /// Largest request body, in MiB.

@@ -1,14 +1,15 @@
 //! The accept loop, with the limits a server facing untrusted clients needs (hyper's
 //! connection builder rather than `axum::serve`, which has no knobs): a cap on open
 //! connections (beyond it new ones wait in the listen backlog), a deadline for each request's
-//! headers — which also closes keep-alive connections that sit idle — and, through tower-http,
-//! a deadline between body bytes and a body size limit. Shutdown is graceful: open
+//! headers — which also closes keep-alive connections that sit idle — and a deadline and a
+//! size limit for the whole request body. Shutdown is graceful: open
 //! connections finish their current request.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -25,7 +26,7 @@ pub struct Limits {
     /// Time a client has to send a request's headers, and to start the next request on a
     /// kept-alive connection.
     pub header_timeout: Duration,
-    /// Longest pause while a request body arrives (a slow sender is cut off).
+    /// Time the whole request body has to arrive (a slow sender is cut off).
     pub body_timeout: Duration,
     /// Largest request body.
     pub max_body_bytes: usize,
@@ -42,12 +43,37 @@ impl Default for Limits {
     }
 }
 
-/// The request-side limits as router layers (body size, body pace).
+/// The request-side limits as a router layer: the whole body must arrive within
+/// `body_timeout` (a deadline per chunk would let a client trickle a byte a second forever)
+/// and fit `max_body_bytes` (413).
 pub(super) fn layers(router: Router, limits: &Limits) -> Router {
+    let (deadline, max) = (limits.body_timeout, limits.max_body_bytes);
     router
-        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            limits.body_timeout,
+        .layer(axum::extract::DefaultBodyLimit::max(max))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                let (parts, body) = req.into_parts();
+                let bytes =
+                    match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
+                        Ok(Ok(b)) => b,
+                        Ok(Err(_)) => {
+                            return super::ApiError::new(
+                                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                                format!("the request body is larger than {max} bytes"),
+                            )
+                            .into_response()
+                        }
+                        Err(_) => {
+                            return super::ApiError::new(
+                                axum::http::StatusCode::REQUEST_TIMEOUT,
+                                "the request body did not arrive in time",
+                            )
+                            .into_response()
+                        }
+                    };
+                let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+                next.run(req).await
+            },
         ))
 }
 
