@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::answer::{collect, Piece, Pieces};
-use super::error::{check_auth, parse_body};
+use super::error::authed_body;
 use super::generate::{prepare_chat, render, submit};
 use super::{new_id, ApiError, Shared};
 use crate::api::ChatRequest;
@@ -272,8 +272,7 @@ pub(super) async fn count_tokens(
     body: Bytes,
 ) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: MessagesBody = parse_body(&headers, &body)?;
+        let b: MessagesBody = authed_body(&s, &headers, &body)?;
         let req = chat_request(&b)?;
         let (rendered, _) = render(&s, &req)?;
         Ok::<_, ApiError>(Json(json!({"input_tokens": rendered.tokens.len()})).into_response())
@@ -284,8 +283,7 @@ pub(super) async fn count_tokens(
 
 pub(super) async fn messages(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: MessagesBody = parse_body(&headers, &body)?;
+        let b: MessagesBody = authed_body(&s, &headers, &body)?;
         if b.max_tokens.is_none() {
             return Err(ApiError::bad("max_tokens: field required"));
         }

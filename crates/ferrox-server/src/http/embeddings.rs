@@ -14,7 +14,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::error::{check_auth, parse_body};
+use super::error::{authed_body, check_auth, parse_body};
 use super::{ApiError, Shared};
 use crate::backend::BackendError;
 use ferrox_tokenizer::TokenId;
@@ -172,8 +172,7 @@ fn base64_f32(v: &[f32]) -> String {
 
 pub(super) async fn openai(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: OpenAiBody = parse_body(&headers, &body)?;
+        let b: OpenAiBody = authed_body(&s, &headers, &body)?;
         let base64 = match b.encoding_format.as_deref() {
             None | Some("float") => false,
             Some("base64") => true,
@@ -236,8 +235,7 @@ pub(super) async fn ollama_legacy(
     body: Bytes,
 ) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: OllamaLegacyBody = parse_body(&headers, &body)?;
+        let b: OllamaLegacyBody = authed_body(&s, &headers, &body)?;
         let lists = token_lists(&s, &b.model, Input::Text(b.prompt), None, &b.extra, true).await?;
         let (mut vectors, _) = run(&s, lists).await?;
         Ok::<_, ApiError>(Json(json!({"embedding": vectors.pop()})).into_response())

@@ -173,6 +173,16 @@ pub(super) fn check_host(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
     }
 }
 
+/// The API key checked, then the JSON body parsed: every POST route's first step.
+pub(super) fn authed_body<T: DeserializeOwned>(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<T, ApiError> {
+    check_auth(state, headers)?;
+    parse_body(headers, body)
+}
+
 /// Parses a JSON body ourselves so malformed JSON and wrong types get OpenAI-format 400s.
 pub(super) fn parse_body<T: DeserializeOwned>(
     headers: &HeaderMap,

@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use ferrox_tokenizer::TokenId;
 use serde_json::Value;
 
-use super::error::{check_auth, parse_body};
+use super::error::authed_body;
 use super::params::{grammar, validate};
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
@@ -29,8 +29,7 @@ pub(super) enum Kind {
 
 pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let req: ChatRequest = parse_body(&headers, &body)?;
+        let req: ChatRequest = authed_body(&s, &headers, &body)?;
         let p = prepare_chat(&s, &req).await?;
         start(&s, Kind::Chat, &req.common, p.prompt, p.params, p.output).await
     }
@@ -104,8 +103,7 @@ pub(super) async fn completions(
     body: Bytes,
 ) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let req: CompletionRequest = parse_body(&headers, &body)?;
+        let req: CompletionRequest = authed_body(&s, &headers, &body)?;
         let text = match &req.prompt {
             PromptField::Text(t) => t.clone(),
             PromptField::Texts(v) if v.len() == 1 => v[0].clone(),

@@ -34,7 +34,7 @@ use crate::library::Library;
 pub use error::ApiError;
 pub use listen::Limits;
 
-use error::{check_auth, parse_body};
+use error::{authed_body, check_auth};
 
 /// Server settings that are not the model.
 #[derive(Debug, Clone, Default)]
@@ -219,8 +219,7 @@ async fn tokenize(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    check_auth(&s, &headers)?;
-    let r: TokenizeRequest = parse_body(&headers, &body)?;
+    let r: TokenizeRequest = authed_body(&s, &headers, &body)?;
     let tokens = off_workers(&s, move |b| b.tokenize(&r.content, r.add_special)).await?;
     Ok(Json(json!({"tokens": tokens})))
 }
@@ -230,8 +229,7 @@ async fn detokenize(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    check_auth(&s, &headers)?;
-    let r: DetokenizeRequest = parse_body(&headers, &body)?;
+    let r: DetokenizeRequest = authed_body(&s, &headers, &body)?;
     let text = off_workers(&s, move |b| b.detokenize(&r.tokens))
         .await?
         .map_err(|e| ApiError::bad(e.to_string()).param("tokens"))?;

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::answer::{Piece, Pieces};
-use super::error::{check_auth, parse_body};
+use super::error::authed_body;
 use super::generate::{prepare_chat, submit, Kind, Prepared};
 use super::params::validate;
 use super::tools::OutputSetup;
@@ -249,8 +249,7 @@ fn chat_request(fields: Map<String, Value>) -> Result<ChatRequest, ApiError> {
 
 pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: ChatBody = parse_body(&headers, &body)?;
+        let b: ChatBody = authed_body(&s, &headers, &body)?;
         let mut fields = openai_fields(&b.shape)?;
         let msgs = b
             .messages
@@ -275,8 +274,7 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
 
 pub(super) async fn generate(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: GenerateBody = parse_body(&headers, &body)?;
+        let b: GenerateBody = authed_body(&s, &headers, &body)?;
         refuse_generate_fields(&b)?;
         let mut fields = openai_fields(&b.shape)?;
         if b.prompt.is_empty() {

@@ -12,7 +12,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{check_auth, parse_body};
+use super::error::{authed_body, check_auth};
 use super::ollama::{rfc3339, rfc3339_now};
 use super::{ApiError, Shared};
 use crate::library::{Library, ModelCard, PullStatus};
@@ -103,8 +103,7 @@ struct ShowBody {
 
 pub(super) async fn show(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: ShowBody = parse_body(&headers, &body)?;
+        let b: ShowBody = authed_body(&s, &headers, &body)?;
         let Some(lib) = library(&s) else {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -205,8 +204,7 @@ fn pull_line(p: &PullStatus) -> Value {
 
 pub(super) async fn pull(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        check_auth(&s, &headers)?;
-        let b: PullBody = parse_body(&headers, &body)?;
+        let b: PullBody = authed_body(&s, &headers, &body)?;
         let Some(lib) = library(&s) else {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
