@@ -120,27 +120,37 @@ impl Pieces {
 }
 
 /// A whole answer.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Answer {
     pub reasoning: String,
     pub content: String,
     pub calls: Vec<ToolCall>,
-    pub summary: Option<GenSummary>,
+    pub summary: GenSummary,
 }
 
 /// Reads `pieces` to the end; an engine failure is a 500.
 pub(super) async fn collect(pieces: &mut Pieces) -> Result<Answer, ApiError> {
-    let mut a = Answer::default();
+    let (mut reasoning, mut content, mut calls) = (String::new(), String::new(), Vec::new());
     while let Some(p) = pieces.next().await {
         match p {
-            Piece::Reasoning(t) => a.reasoning.push_str(&t),
-            Piece::Content(t) => a.content.push_str(&t),
-            Piece::Call(c) => a.calls.push(c),
-            Piece::Done(s) => a.summary = Some(s),
+            Piece::Reasoning(t) => reasoning.push_str(&t),
+            Piece::Content(t) => content.push_str(&t),
+            Piece::Call(c) => calls.push(c),
+            Piece::Done(summary) => {
+                return Ok(Answer {
+                    reasoning,
+                    content,
+                    calls,
+                    summary,
+                })
+            }
             Piece::Failed(msg) => {
                 return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg))
             }
         }
     }
-    Ok(a)
+    Err(ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "generation ended unexpectedly",
+    ))
 }

@@ -354,13 +354,7 @@ async fn whole(msg: Msg, mut pieces: Pieces) -> Result<Response, ApiError> {
         content.push(json!({"type": "text", "text": a.content}));
     }
     content.extend(a.calls.iter().map(tool_use));
-    let summary = a.summary.unwrap_or(GenSummary {
-        finish: FinishReason::Stop,
-        completion_tokens: 0,
-        cancelled: false,
-        stop_string: None,
-        cached_tokens: 0,
-    });
+    let summary = a.summary;
     let stop = msg.stop(&summary, !a.calls.is_empty());
     Ok(Json(msg.object(content, stop, summary.completion_tokens)).into_response())
 }

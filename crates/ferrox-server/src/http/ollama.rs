@@ -430,13 +430,7 @@ async fn whole(
     let mut pieces = Pieces::new(rx, setup.as_ref());
     let a = super::answer::collect(&mut pieces).await?;
     let mut v = out.line(&a.reasoning, &a.content, &a.calls);
-    let summary = a.summary.unwrap_or(GenSummary {
-        finish: FinishReason::Stop,
-        completion_tokens: 0,
-        cancelled: false,
-        stop_string: None,
-        cached_tokens: 0,
-    });
+    let summary = a.summary;
     out.close(&mut v, &summary, pieces.durations());
     Ok(Json(v).into_response())
 }
