@@ -59,3 +59,39 @@ fn crafted_models_exit_1_naming_the_key() {
         }
     }
 }
+
+/// A model whose chat template loops for ever or asks for terabytes: `ferrox run` through the
+/// template fails quickly with the sandbox's message (exit 1); `--raw` does not render it.
+#[test]
+fn hostile_chat_templates_fail_the_run_quickly() {
+    let dir = tempfile::tempdir().unwrap();
+    let templates = [
+        "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}",
+        "{{ messages | tojson(indent=2**40) }}",
+    ];
+    for (i, src) in templates.iter().enumerate() {
+        let path = dir.path().join(format!("template-{i}.gguf"));
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        std::fs::write(&path, crafted::with_chat_template(manifest, src)).unwrap();
+        let model = path.to_str().unwrap();
+        let t = Instant::now();
+        let out = run_bounded(&["run", "-m", model, "-n", "2", "-t", "1", "hi"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{src}: {err}");
+        assert!(
+            err.contains("chat template") && !err.contains("panicked"),
+            "{src}: {err}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{src}: {:?}",
+            t.elapsed()
+        );
+        let out = run_bounded(&["run", "-m", model, "--raw", "-n", "2", "-t", "1", "hi"]);
+        assert!(
+            out.status.success(),
+            "{src} --raw: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

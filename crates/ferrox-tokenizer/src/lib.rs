@@ -14,6 +14,7 @@ mod from_gguf;
 mod from_spec;
 mod hf;
 mod pretok;
+pub mod sandbox;
 mod spm;
 mod stream;
 mod vocab;

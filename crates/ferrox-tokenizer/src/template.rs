@@ -6,6 +6,7 @@
 //!
 //! Models without a template (base models such as Gemma 3 270M) use [`plain_prompt`].
 
+use crate::sandbox;
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
@@ -78,16 +79,23 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        // Fuel, output and recursion limits, guarded builtins and Python string methods.
+        sandbox::install(&mut env);
         env.add_template_owned(NAME, source.to_string())?;
         Ok(Self {
             env,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
+    }
+
+    /// Renders with `fuel` instructions instead of [`sandbox::FUEL`] (tests of the margin real
+    /// templates have).
+    pub fn set_fuel(&mut self, fuel: u64) {
+        self.env.set_fuel(Some(fuel));
     }
 
     /// Renders the conversation; with `add_generation_prompt` the text ends where the
@@ -131,7 +139,18 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
             ..extra
         };
-        Ok(tmpl.render(ctx)?)
+        let mut out = sandbox::CappedOutput::default();
+        let clock = sandbox::Clock::start(sandbox::TIME_BUDGET);
+        let rendered = tmpl.render_captured_to(ctx, &mut out);
+        // A loop cut short by the clock ends the render early but fine-looking: fail it.
+        if let Some(e) = clock.overrun().or_else(|| out.error()) {
+            return Err(e.into());
+        }
+        rendered?;
+        // The engine writes only the UTF-8 text of values and template source.
+        Ok(String::from_utf8(out.text).map_err(|e| {
+            Error::new(ErrorKind::InvalidOperation, "the render is not UTF-8").with_source(e)
+        })?)
     }
 }
 
@@ -245,8 +264,10 @@ fn strftime_now(format: String) -> Result<Value, Error> {
 
 /// `json.dumps(value, ensure_ascii=False, indent=indent)`: Python's separators and escaping.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
+    let indent = sandbox::tojson_indent(&kwargs)?;
     kwargs.assert_all_used()?;
+    // Bounds the items `write_json` collects, however deeply nested.
+    sandbox::check_items("tojson", &value)?;
     let mut out = String::new();
     write_json(&value, indent, 0, &mut out)?;
     Ok(Value::from_safe_string(out))
@@ -289,6 +310,7 @@ fn write_json(
         out.push(close);
         Ok(())
     };
+    sandbox::check_output(out.len())?;
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),

@@ -173,3 +173,11 @@ pub fn cases(manifest: &Path) -> Vec<Crafted> {
             .crafted("5 of 4 experts used", &k("expert_used_count")),
     ]
 }
+
+/// `gguf-tiny/llama.gguf` with `src` as its chat template.
+pub fn with_chat_template(manifest: &Path, src: &str) -> Vec<u8> {
+    Model::open(&tiny_gguf_path(manifest, "llama"))
+        .set("tokenizer.chat_template", MetaValue::String(src.into()))
+        .crafted("chat template", "tokenizer.chat_template")
+        .bytes
+}

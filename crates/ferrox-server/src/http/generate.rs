@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::error::{check_auth, parse_body};
 use super::params::{grammar, validate};
+use super::render::{self, OwnedChat};
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
 use super::tools::{tool_names, OutputSetup, ToolPlan};
@@ -55,10 +56,12 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
             tools: plan.offered(&req),
             kwargs: kwargs.as_ref(),
         };
-        let rendered = s
-            .backend
-            .chat_prompt(&chat)
-            .map_err(|e| ApiError::bad(e.to_string()).param("messages"))?;
+        let owned = OwnedChat {
+            messages: req.messages.clone(),
+            tools: chat.tools.map(<[Value]>::to_vec),
+            kwargs: kwargs.clone(),
+        };
+        let rendered = render::chat_prompt(&s, owned).await?;
         let mut params = validate(&s, Kind::Chat, &req.common, rendered.tokens.len())?;
         // A call the model must make is a grammar: it always parses.
         if let Some(forced) = plan.forced_grammar(&req, rendered.tool_format)? {

@@ -5,6 +5,7 @@ mod error;
 mod generate;
 mod metrics;
 mod params;
+pub mod render;
 mod response;
 mod stream;
 mod tools;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub scheduler: Scheduler,
     pub options: Options,
     started: u64,
+    /// Chat renders still running past their timeout (`render`).
+    renders_overdue: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl AppState {
@@ -46,6 +49,7 @@ impl AppState {
             scheduler,
             options,
             started: unix_now(),
+            renders_overdue: Default::default(),
         }
     }
 }

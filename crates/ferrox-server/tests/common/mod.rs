@@ -13,6 +13,7 @@ use ferrox_server::backend::{
 };
 use ferrox_server::Options;
 use ferrox_tokenizer::chat_output::ToolFormat;
+use ferrox_tokenizer::template::{ChatTemplate, Message};
 use ferrox_tokenizer::TokenId;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -24,7 +25,9 @@ use tokio::net::TcpStream;
 /// first; with log-probabilities asked for, word `i` has log-probability `-i/10`. Grammars: a
 /// GBNF text containing `bad` is refused at compile time, one containing `fail` fails during
 /// generation; any other compiled grammar makes the engine write `{"grammar": "<kind>"}`
-/// instead of words.
+/// instead of words. Chat: a message `template: SRC` is rendered through the real (sandboxed)
+/// chat template `SRC` (its errors are template errors); one containing `stuck-template`
+/// takes 3 s to render (a template the sandbox cannot stop).
 pub struct Fake;
 
 /// One running fake generation: emits `w0 `, `w1 `, ... one word per step.
@@ -175,7 +178,20 @@ impl Backend for Fake {
     fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError> {
         let mut s = String::new();
         for m in chat.messages {
-            s.push_str(&m.content.text().unwrap());
+            let text = m.content.text().unwrap();
+            if let Some(src) = text.strip_prefix("template: ") {
+                let t = ChatTemplate::new(src, "", "")
+                    .map_err(|e| BackendError::Template(e.to_string()))?;
+                let msgs = [Message::user("hi")];
+                s = t
+                    .render(&msgs, true)
+                    .map_err(|e| BackendError::Template(e.to_string()))?;
+                continue;
+            }
+            if text.contains("stuck-template") {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            s.push_str(&text);
         }
         if chat.tools.is_some() {
             s.push_str(" tools");
