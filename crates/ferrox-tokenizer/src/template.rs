@@ -6,6 +6,7 @@
 //!
 //! Models without a template (base models such as Gemma 3 270M) use [`plain_prompt`].
 
+use crate::chat_text::{self, ChatText};
 use crate::sandbox;
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{context, Environment, Error, ErrorKind};
@@ -51,6 +52,9 @@ impl Message {
 pub enum TemplateError {
     #[error("chat template: {0}")]
     Jinja(#[from] minijinja::Error),
+    /// The messages cannot be rendered safely (see `chat_text`).
+    #[error("chat template: {0}")]
+    Content(String),
 }
 
 /// A compiled chat template plus the special-token strings it may reference.
@@ -393,6 +397,31 @@ pub fn render_chat(
         Some(t) => t.render_with(messages, tools, true, kwargs),
         None => Ok(plain_prompt(messages, true)),
     }
+}
+
+/// [`render_chat`] with the message text marked, for tokenizing so that it cannot become
+/// control tokens ([`crate::chat_text`]).
+pub fn render_chat_text(
+    tok: &crate::Tokenizer,
+    template: Option<&ChatTemplate>,
+    messages: &[Message],
+    tools: Option<&serde_json::Value>,
+    kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<ChatText, TemplateError> {
+    chat_text::guard(tok, messages, |m| render_chat(template, m, tools, kwargs))
+}
+
+/// [`render_prompt`] with the message text marked ([`crate::chat_text`]).
+pub fn prompt_text(
+    tok: &crate::Tokenizer,
+    messages: &[Message],
+    add_generation_prompt: bool,
+) -> Result<ChatText, TemplateError> {
+    let template = ChatTemplate::for_tokenizer(tok)?;
+    chat_text::guard(tok, messages, |m| match &template {
+        Some(t) => t.render(m, add_generation_prompt),
+        None => Ok(plain_prompt(m, add_generation_prompt)),
+    })
 }
 
 /// The prompt text for a conversation: the model's chat template, or [`plain_prompt`] when the

@@ -3,9 +3,9 @@
 //! Speculative decoding is on unless `--no-spec`.
 
 use super::engine;
-use super::run::{report, tokenize_prompt, GenFlags};
+use super::run::{report, GenFlags};
 use ferrox_models::generate::Session;
-use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::template::{prompt_text, Message};
 use std::io::{BufRead, Write};
 
 #[derive(clap::Args)]
@@ -39,8 +39,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             break;
         }
         messages.push(Message::user(line.trim_end().to_string()));
-        let text = render_prompt(tok, &messages, true)?;
-        let ids = tokenize_prompt(tok, &text);
+        let chat = prompt_text(tok, &messages, true)?;
+        let ids = tok.encode_prompt(&chat.text, &chat.literal);
         if ids.len() >= session.ctx_size() {
             eprintln!("context full ({} tokens); start a new chat", ids.len());
             break;
