@@ -21,7 +21,8 @@ use tokio::net::TcpStream;
 
 /// A backend whose tokens are bytes and whose engine writes `w0 w1 ...`, one word a step
 /// (50 ms a step while a prompt containing "slow" runs). A prompt containing "panic" makes the
-/// step panic after two words, "refuse" is refused at admission, "seed" writes `seed=N `
+/// step panic after two words; "fault" fails that generation alone after two words, as the
+/// real engine does when a step panics on one request; "refuse" is refused at admission, "seed" writes `seed=N `
 /// first; with log-probabilities asked for, word `i` has log-probability `-i/10`. Grammars: a
 /// GBNF text containing `bad` is refused at compile time, one containing `fail` fails during
 /// generation; any other compiled grammar makes the engine write `{"grammar": "<kind>"}`
@@ -38,6 +39,7 @@ struct FakeGen {
     script: Vec<String>,
     slow: bool,
     panic: bool,
+    fault: bool,
     text: String,
     params: GenParams,
 }
@@ -66,6 +68,7 @@ impl Engine for FakeEngine {
             i: 0,
             slow: text.contains("slow"),
             panic: text.contains("panic"),
+            fault: text.contains("fault"),
             script: if text.contains("tools") {
                 [
                     "Checking.\n<tool",
@@ -96,6 +99,13 @@ impl Engine for FakeEngine {
             panic!("fake engine failure");
         }
         self.running.retain_mut(|g| {
+            if g.fault && g.i >= 2 {
+                events(
+                    g.id,
+                    Event::Failed("the engine failed on this request".into()),
+                );
+                return false;
+            }
             let done = |finish, completion_tokens| {
                 Event::Done(GenSummary {
                     finish,
