@@ -39,7 +39,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             break;
         }
         messages.push(Message::user(line.trim_end().to_string()));
-        let chat = prompt_text(tok, &messages, true)?;
+        let chat = match prompt_text(tok, &messages, true) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                messages.pop();
+                continue;
+            }
+        };
         let ids = tok.encode_prompt(&chat.text, &chat.literal);
         if ids.len() >= session.ctx_size() {
             eprintln!("context full ({} tokens); start a new chat", ids.len());
@@ -54,6 +61,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         if args.gen.verbose {
             report(&out);
+        }
+        if let Some(e) = out.error {
+            // The turn failed: it is not part of the conversation.
+            eprintln!("error: {e}");
+            messages.pop();
+            continue;
         }
         messages.push(Message::assistant(out.text));
     }
