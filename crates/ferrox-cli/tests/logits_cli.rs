@@ -4,19 +4,6 @@ use std::path::Path;
 
 mod common;
 
-fn read_npy(path: &Path) -> (String, Vec<f32>) {
-    let b = std::fs::read(path).unwrap();
-    assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
-    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
-    assert_eq!((10 + hlen) % 64, 0, "header must be 64-byte aligned");
-    let header = String::from_utf8(b[10..10 + hlen].to_vec()).unwrap();
-    let data = b[10 + hlen..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    (header, data)
-}
-
 #[test]
 fn logits_all_matches_transformers_on_tiny_llama() {
     let dir =
@@ -27,8 +14,8 @@ fn logits_all_matches_transformers_on_tiny_llama() {
     common::ferrox_ok([
         "logits", "-m", dir_arg, "--ids", ids, "--all", "-o", out_arg,
     ]);
-    let (header, all) = read_npy(&out);
-    let (_, want) = read_npy(&dir.join("logits.npy"));
+    let (header, all) = common::read_npy(&out);
+    let (_, want) = common::read_npy(&dir.join("logits.npy"));
     std::fs::remove_file(&out).ok();
     assert!(header.contains("'shape': (24, 512)"), "{header}");
     let worst = all
@@ -40,7 +27,7 @@ fn logits_all_matches_transformers_on_tiny_llama() {
 
     // Last position only by default.
     common::ferrox_ok(["logits", "-m", dir_arg, "--ids", ids, "-o", out_arg]);
-    let (header, got) = read_npy(&out);
+    let (header, got) = common::read_npy(&out);
     std::fs::remove_file(&out).ok();
     assert!(header.contains("'shape': (1, 512)"), "{header}");
     // The lm_head row is computed the same way whether or not other rows are.

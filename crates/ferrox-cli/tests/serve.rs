@@ -120,13 +120,8 @@ fn check_completion_logprobs(model: &str, lp: &serde_json::Value) {
         "-o",
         out.to_str().unwrap(),
     ]);
-    let bytes = std::fs::read(&out).unwrap();
+    let (_, logits) = common::read_npy(&out);
     std::fs::remove_file(&out).ok();
-    let hlen = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let logits: Vec<f32> = bytes[10 + hlen..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
     let vocab = logits.len() / all.len();
     for (i, &tok) in generated.iter().enumerate() {
         let row = &logits[(prompt.len() - 1 + i) * vocab..(prompt.len() + i) * vocab];

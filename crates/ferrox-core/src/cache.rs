@@ -69,6 +69,33 @@ impl RecurrentParts<'_> {
     }
 }
 
+/// A copy of some consecutive positions of a [`KvCache`] with the shape they were stored in
+/// (the engine's prefix cache keeps finished requests' positions this way).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheRows {
+    shape: (usize, usize, usize, usize),
+    len: usize,
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    aux: Vec<f32>,
+}
+
+impl CacheRows {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Memory the rows take.
+    pub fn bytes(&self) -> usize {
+        (self.keys.len() + self.values.len() + self.aux.len()) * std::mem::size_of::<f32>()
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("KV cache holds {len} positions of shape {have:?}; cannot reshape to {want:?}")]
 pub struct CacheShapeError {
@@ -219,6 +246,50 @@ impl KvCache {
 
     pub fn clear(&mut self) {
         self.truncate(0);
+    }
+
+    /// Whether positions can be copied out and back in as rows: every row is stored and no
+    /// recurrent state summarises them (such a state is not a function of single rows).
+    pub fn rows_portable(&self) -> bool {
+        self.first == 0 && self.state_at.is_none() && self.checkpoint_at.is_none()
+    }
+
+    /// A copy of positions `from..to` (`None` unless [`rows_portable`](Self::rows_portable)
+    /// and `to <= len`).
+    pub fn copy_rows(&self, from: usize, to: usize) -> Option<CacheRows> {
+        if !self.rows_portable() || from > to || to > self.len {
+            return None;
+        }
+        let (kw, vw, aw) = (self.k_width(), self.v_width, self.aux_width);
+        Some(CacheRows {
+            shape: (self.n_kv_heads, self.head_dim, vw, aw),
+            len: to - from,
+            keys: self.keys[from * kw..to * kw].to_vec(),
+            values: self.values[from * vw..to * vw].to_vec(),
+            aux: self.aux[from * aw..to * aw].to_vec(),
+        })
+    }
+
+    /// Appends copied rows as the next positions; an empty cache takes their shape. False
+    /// (nothing appended) when the shapes differ or the cache keeps a recurrent state.
+    pub fn append_rows(&mut self, rows: &CacheRows) -> bool {
+        let (heads, dim, vw, aw) = rows.shape;
+        if self.len == 0 {
+            (self.n_kv_heads, self.head_dim, self.v_width, self.aux_width) = (heads, dim, vw, aw);
+            self.keys.clear();
+            self.values.clear();
+            self.aux.clear();
+        }
+        if !self.rows_portable()
+            || (self.n_kv_heads, self.head_dim, self.v_width, self.aux_width) != rows.shape
+        {
+            return false;
+        }
+        self.keys.extend_from_slice(&rows.keys);
+        self.values.extend_from_slice(&rows.values);
+        self.aux.extend_from_slice(&rows.aux);
+        self.len += rows.len;
+        true
     }
 
     /// Reserves room for `n` positions in total.

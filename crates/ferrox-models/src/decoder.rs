@@ -82,6 +82,13 @@ pub enum ForwardError {
     Token { id: TokenId, vocab: usize },
 }
 
+/// What a forward produces for its wanted rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    Logits,
+    Hidden,
+}
+
 /// A sequence's rows as the layers see them, with its pass state reset.
 fn segment<'a>(seq: &'a mut SeqBatch<'_>, state: &'a mut PassState) -> Segment<'a> {
     state.topk.clear();
@@ -278,6 +285,33 @@ impl Decoder {
     /// # Panics
     /// On a sequence [`prepare_seq`](Self::prepare_seq) refuses.
     pub fn forward_multi(&self, seqs: &mut [SeqBatch<'_>], logits: &mut Vec<f32>) {
+        self.forward_head(seqs, logits, Head::Logits);
+    }
+
+    /// The final hidden states — after the output norm, before the LM head (what llama.cpp
+    /// pools into embeddings) — of rows `first_row..` of `tokens` placed at `pos`:
+    /// `[rows, hidden]`.
+    pub fn hidden_states(
+        &self,
+        tokens: &[TokenId],
+        pos: usize,
+        caches: &mut [KvCache],
+        first_row: usize,
+    ) -> Vec<f32> {
+        let mut seq = [SeqBatch {
+            tokens,
+            pos,
+            caches,
+            first_logit_row: first_row,
+        }];
+        let mut out = Vec::new();
+        self.forward_head(&mut seq, &mut out, Head::Hidden);
+        out
+    }
+
+    /// The forward of `forward_multi`, ending in logits or in the normed hidden states.
+    fn forward_head(&self, seqs: &mut [SeqBatch<'_>], out: &mut Vec<f32>, head: Head) {
+        let logits = out;
         let d = self.config.hidden_dim;
         let vocab = self.vocab_size();
         let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
@@ -319,7 +353,11 @@ impl Decoder {
                 .collect();
             self.layer_stack(x, h, t, n, &mut segs);
         }
-        logits.resize(out_rows * vocab, 0.0);
+        let width = match head {
+            Head::Logits => vocab,
+            Head::Hidden => d,
+        };
+        logits.resize(out_rows * width, 0.0);
         if out_rows == 0 {
             return;
         }
@@ -335,6 +373,10 @@ impl Decoder {
             );
             r0 += len;
             w += m;
+        }
+        if head == Head::Hidden {
+            logits.copy_from_slice(&h[..out_rows * d]);
+            return;
         }
         self.lm_head.gemm(&h[..out_rows * d], out_rows, logits);
         if self.config.logit_divisor != 1.0 {

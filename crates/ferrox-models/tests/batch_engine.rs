@@ -201,3 +201,61 @@ fn same_prompt_requests_share_the_prefill() {
         );
     }
 }
+
+/// Runs `prompts` one after another in a one-slot engine (each evicts the previous from the
+/// slot); each one's text and how many prompt tokens it reused.
+fn one_slot_in_turn(
+    dec: &Decoder,
+    tok: &Tokenizer,
+    prompts: &[Vec<usize>],
+    cache_bytes: usize,
+) -> Vec<(String, usize)> {
+    let mut eng = BatchEngine::new(dec, tok, 1, 512);
+    eng.set_prefix_cache(cache_bytes);
+    let p = params(0.0, 1, 24);
+    let mut out = Vec::new();
+    for (id, prompt) in prompts.iter().enumerate() {
+        eng.admit(id as u64, prompt, &p).unwrap();
+        let (mut text, mut cached) = (String::new(), None);
+        while cached.is_none() {
+            eng.step(|_, ev| match ev {
+                BatchEvent::Text(t) => text.push_str(&t),
+                BatchEvent::Done { cached_tokens, .. } => cached = Some(cached_tokens),
+                _ => {}
+            });
+        }
+        out.push((text, cached.unwrap_or(0)));
+    }
+    out
+}
+
+/// The prefix cache across requests: a prompt sharing a long prefix with an earlier request
+/// whose slot was since taken by another prompt copies the prefix's keys and values from the
+/// tree (whole 16-token blocks) and generates exactly what it generates without the cache.
+#[test]
+fn prefix_cache_restores_an_evicted_prefix_exactly() {
+    let (dec, tok) = model();
+    let shared = PROMPTS[2].repeat(3);
+    let prompts = vec![
+        ids(&tok, &format!("{shared}    # first variant\n")),
+        ids(&tok, PROMPTS[3]),
+        ids(&tok, &format!("{shared}    # second variant\n")),
+    ];
+    let with = one_slot_in_turn(&dec, &tok, &prompts, 64 << 20);
+    let without = one_slot_in_turn(&dec, &tok, &prompts, 0);
+    for (a, b) in with.iter().zip(&without) {
+        assert_eq!(a.0, b.0, "same text with and without the prefix cache");
+    }
+    let common = prompts[0]
+        .iter()
+        .zip(&prompts[2])
+        .take_while(|(a, b)| a == b)
+        .count();
+    assert_eq!(without[2].1, 0, "no cache: the slot held another prompt");
+    assert_eq!(
+        with[2].1,
+        common / 16 * 16,
+        "whole blocks of the shared prefix"
+    );
+    assert!(with[2].1 >= 100, "{}", with[2].1);
+}

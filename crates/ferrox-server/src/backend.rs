@@ -137,6 +137,10 @@ pub struct GenSummary {
     pub completion_tokens: usize,
     /// Cancelled because the client went away.
     pub cancelled: bool,
+    /// The stop string that ended the text (its index in `GenParams::stop`).
+    pub stop_string: Option<usize>,
+    /// Prompt tokens whose keys and values came from a cache instead of being evaluated.
+    pub cached_tokens: usize,
 }
 
 /// The generations running on a model: up to `capacity()` at once, each in a slot with its
@@ -159,6 +163,20 @@ pub trait Engine: Send {
     fn grammar_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// What the KV caches hold now.
+    fn cache_usage(&self) -> CacheUsage {
+        CacheUsage::default()
+    }
+}
+
+/// KV-cache occupancy, for the load signals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheUsage {
+    /// Positions the slots hold, of `capacity` (slots × context).
+    pub positions: usize,
+    pub capacity: usize,
+    /// Bytes the prefix cache across requests holds.
+    pub prefix_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +185,9 @@ pub enum BackendError {
     Template(String),
     #[error("{0}")]
     BadTokens(String),
+    /// The backend cannot do what was asked (e.g. embeddings).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// A loaded model as the server sees it.
@@ -194,6 +215,14 @@ pub trait Backend: Send + Sync + 'static {
     fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
         let _ = grammar;
         Err("this backend does not support grammars or structured output".into())
+    }
+    /// One L2-normalised embedding per input (token ids, each within the context). May take
+    /// a while: called on a blocking thread.
+    fn embed(&self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        let _ = inputs;
+        Err(BackendError::Unsupported(
+            "this backend does not compute embeddings".into(),
+        ))
     }
 }
 
@@ -233,6 +262,13 @@ pub struct Metrics {
     pub accepted_tokens: AtomicU64,
     pub grammar_masks: AtomicU64,
     pub grammar_mask_nanos: AtomicU64,
+    /// Prompt tokens admitted, and those of them served from a cache (prefix reuse).
+    pub prefix_queries: AtomicU64,
+    pub prefix_hits: AtomicU64,
+    /// Slot positions held, their capacity, the prefix cache's bytes (after the last step).
+    pub kv_positions: AtomicUsize,
+    pub kv_capacity: AtomicUsize,
+    pub prefix_bytes: AtomicUsize,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -245,6 +281,8 @@ pub struct Scheduler {
     tx: SyncSender<Job>,
     pub metrics: Arc<Metrics>,
     pub parallel: usize,
+    /// Requests that may wait for a slot.
+    pub queue: usize,
 }
 
 impl Scheduler {
@@ -262,6 +300,7 @@ impl Scheduler {
             tx,
             metrics,
             parallel,
+            queue,
         }
     }
 
@@ -327,6 +366,8 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
                         m.busy_slots.fetch_sub(1, Ordering::SeqCst);
                     }
                     Event::Done(summary) => {
+                        m.prefix_hits
+                            .fetch_add(summary.cached_tokens as u64, Ordering::Relaxed);
                         m.completion_tokens
                             .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
                         m.decode_tokens
@@ -346,6 +387,10 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
         let (masks, mask_nanos) = engine.grammar_counts();
         m.grammar_masks.store(masks, Ordering::Relaxed);
         m.grammar_mask_nanos.store(mask_nanos, Ordering::Relaxed);
+        let usage = engine.cache_usage();
+        m.kv_positions.store(usage.positions, Ordering::Relaxed);
+        m.kv_capacity.store(usage.capacity, Ordering::Relaxed);
+        m.prefix_bytes.store(usage.prefix_bytes, Ordering::Relaxed);
         if r.is_err() {
             tracing::error!(
                 "engine step panicked; ending its {} requests",
@@ -394,6 +439,8 @@ fn admit_waiting(
         *next_id += 1;
         match engine.admit(id, &job.prompt, &job.params) {
             Ok(()) => {
+                m.prefix_queries
+                    .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
                 running.insert(id, job.events);
                 m.busy_slots.fetch_add(1, Ordering::SeqCst);
             }

@@ -22,7 +22,8 @@ async fn chat_non_streaming() {
     assert_eq!(v["choices"][0]["finish_reason"], "length");
     assert_eq!(
         v["usage"],
-        json!({"prompt_tokens": 13, "completion_tokens": 3, "total_tokens": 16})
+        json!({"prompt_tokens": 13, "completion_tokens": 3, "total_tokens": 16,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
     // Alias accepted; max_completion_tokens wins; stop ends with "stop".
     let v = post(&a, "/v1/chat/completions", json!({
@@ -72,7 +73,8 @@ async fn chat_streaming_with_usage() {
     assert_eq!(usage["choices"], json!([]));
     assert_eq!(
         usage["usage"],
-        json!({"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9})
+        json!({"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9,
+               "prompt_tokens_details": {"cached_tokens": 0}})
     );
     // Without include_usage: no usage chunk, no usage key.
     let r = post(&a, "/v1/chat/completions", json!({

@@ -93,7 +93,10 @@ impl ByteLevelBpe {
         let model = BPE::builder()
             .vocab_and_merges(vocab, pairs)
             .ignore_merges(ignore_merges)
-            .cache_capacity(200_000)
+            // The word cache never evicts and keeps words up to 256 characters with their
+            // merges (a few KB each): 16k entries bound it to tens of MB whatever clients send,
+            // and still hold the words that recur.
+            .cache_capacity(16_384)
             .build()
             .map_err(|e| TokenizerError::Hf(e.to_string()))?;
         Ok(Self { model, pre })

@@ -1,5 +1,6 @@
 //! `ferrox logits`: raw logits as a float32 `.npy` file `[rows, vocab]` — the last position, or
-//! every position with `--all`. Checks ferrox against any other engine.
+//! every position with `--all`; with `--hidden`, the final hidden states `[rows, hidden]`
+//! (after the output norm: what embeddings pool). Checks ferrox against any other engine.
 
 use super::engine;
 use anyhow::Context;
@@ -20,6 +21,9 @@ pub struct Args {
     /// Every position instead of the last.
     #[arg(long)]
     pub all: bool,
+    /// The final hidden states (after the output norm) instead of logits.
+    #[arg(long)]
+    pub hidden: bool,
     /// Output `.npy` file.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
@@ -44,13 +48,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut caches = dec.new_caches();
     let first = if args.all { 0 } else { ids.len() - 1 };
-    let mut logits = Vec::new();
-    dec.forward_into(&ids, 0, &mut caches, first, &mut logits);
+    let (out, width) = if args.hidden {
+        let h = dec.hidden_states(&ids, 0, &mut caches, first);
+        (h, dec.config.hidden_dim)
+    } else {
+        let mut logits = Vec::new();
+        dec.forward_into(&ids, 0, &mut caches, first, &mut logits);
+        (logits, vocab)
+    };
     let rows = ids.len() - first;
-    write_npy(&args.output, &[rows, vocab], &logits)
+    write_npy(&args.output, &[rows, width], &out)
         .with_context(|| format!("writing {}", args.output.display()))?;
     eprintln!(
-        "wrote {} [{rows}, {vocab}] for {} tokens",
+        "wrote {} [{rows}, {width}] for {} tokens",
         args.output.display(),
         ids.len()
     );

@@ -3,6 +3,7 @@ pub mod bench_spec;
 pub mod chat;
 pub mod engine;
 pub mod inspect;
+pub mod library;
 pub mod logits;
 pub mod model;
 pub mod models;

@@ -9,6 +9,7 @@ use anyhow::Context;
 use ferrox_format::gguf::GgufFile;
 use ferrox_hub::CATALOG;
 use ferrox_models::arch::{gguf_config, GgufMeta};
+use ferrox_server::ModelCard;
 
 use super::model::{hub, resolve};
 
@@ -32,7 +33,7 @@ pub struct ShowArgs {
 }
 
 /// The catalog name of a downloaded file, else its file name.
-fn display_name(file: &str) -> String {
+pub fn display_name(file: &str) -> String {
     CATALOG
         .iter()
         .find(|e| e.file == file)
@@ -40,7 +41,7 @@ fn display_name(file: &str) -> String {
 }
 
 /// The `.gguf` files in the models folder, sorted by name.
-fn downloaded(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+pub fn downloaded(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -110,63 +111,122 @@ pub fn rm(args: RmArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn show(args: ShowArgs) -> anyhow::Result<()> {
-    let path = resolve(args.model.as_deref())?;
-    let file = GgufFile::open(&path).with_context(|| format!("reading {}", path.display()))?;
+/// The card of the model file at `path`, from its GGUF metadata (no weights loaded).
+pub fn card(path: &Path) -> anyhow::Result<ModelCard> {
+    let file = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
     let g = GgufMeta {
         file: Arc::new(file),
     };
-    let template = g.file.get_str("tokenizer.chat_template");
-    if args.template {
-        println!("{}", template.unwrap_or(""));
-        return Ok(());
-    }
     let (arch, cfg) = gguf_config(&g)?;
-    let params: u64 = g.file.tensors().iter().map(|t| t.n_elements).sum();
     // The quantization: the type holding most of the weights' bytes.
     let mut by_type: BTreeMap<&str, u64> = BTreeMap::new();
     for t in g.file.tensors() {
         *by_type.entry(t.ty.name()).or_default() += t.n_bytes;
     }
-    let quant = by_type
-        .iter()
-        .max_by_key(|(_, b)| **b)
-        .map_or("-", |(t, _)| *t);
+    Ok(ModelCard {
+        name: g.file.get_str("general.name").map(String::from),
+        family: arch.name.to_string(),
+        architecture: g.arch().to_string(),
+        parameters: g.file.tensors().iter().map(|t| t.n_elements).sum(),
+        // The file's declared mix (`Q4_K_M`), else the type holding most bytes.
+        quantization: g
+            .file
+            .get_u64("general.file_type")
+            .and_then(file_type_name)
+            .or_else(|| by_type.iter().max_by_key(|(_, b)| **b).map(|(t, _)| *t))
+            .unwrap_or("-")
+            .to_string(),
+        context_length: cfg.max_seq_len,
+        embedding_length: cfg.hidden_dim,
+        layers: cfg.n_layers,
+        heads: cfg.n_heads,
+        kv_heads: cfg.n_kv_heads,
+        experts: (cfg.moe.n_experts, cfg.moe.n_experts_active),
+        vocab: cfg.vocab_size,
+        template: g.file.get_str("tokenizer.chat_template").map(String::from),
+        size: std::fs::metadata(path).map_or(0, |m| m.len()),
+    })
+}
+
+pub fn show(args: ShowArgs) -> anyhow::Result<()> {
+    let path = resolve(args.model.as_deref())?;
+    let c = card(&path)?;
+    if args.template {
+        println!("{}", c.template.as_deref().unwrap_or(""));
+        return Ok(());
+    }
     let row = |k: &str, v: String| println!("  {k:<22} {v}");
     println!("Model");
+    row("name", c.name.clone().unwrap_or_else(|| "-".into()));
     row(
-        "name",
-        g.file.get_str("general.name").unwrap_or("-").to_string(),
+        "family",
+        format!("{} (GGUF `{}`)", c.family, c.architecture),
     );
-    row("family", format!("{} (GGUF `{}`)", arch.name, g.arch()));
-    row("parameters", human(params));
-    row("quantization", quant.to_string());
-    row("context length", cfg.max_seq_len.to_string());
-    row("embedding length", cfg.hidden_dim.to_string());
-    row("layers", cfg.n_layers.to_string());
+    row("parameters", human(c.parameters));
+    row("quantization", c.quantization.clone());
+    row("context length", c.context_length.to_string());
+    row("embedding length", c.embedding_length.to_string());
+    row("layers", c.layers.to_string());
     row(
         "attention heads",
-        format!("{} (KV {})", cfg.n_heads, cfg.n_kv_heads),
+        format!("{} (KV {})", c.heads, c.kv_heads),
     );
-    if cfg.moe.n_experts > 0 {
+    if c.experts.0 > 0 {
         row(
             "experts",
-            format!(
-                "{} routed, {} active, {} shared",
-                cfg.moe.n_experts, cfg.moe.n_experts_active, cfg.moe.n_shared_experts
-            ),
+            format!("{} routed, {} active", c.experts.0, c.experts.1),
         );
     }
-    row("vocabulary", cfg.vocab_size.to_string());
+    row("vocabulary", c.vocab.to_string());
     row(
         "chat template",
-        match template {
+        match &c.template {
             Some(t) => format!("{} lines (`ferrox show --template`)", t.lines().count()),
             None => "none (plain prompts)".into(),
         },
     );
     row("file", path.display().to_string());
     Ok(())
+}
+
+/// llama.cpp's `llama_ftype` names (`general.file_type`), as `llama-quantize` lists them.
+fn file_type_name(t: u64) -> Option<&'static str> {
+    Some(match t {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        38 => "MXFP4_MOE",
+        _ => return None,
+    })
 }
 
 /// 494032768 → `494.03M`.

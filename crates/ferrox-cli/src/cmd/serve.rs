@@ -5,14 +5,15 @@
 use std::sync::{Arc, OnceLock};
 
 use ferrox_models::decoder::Decoder;
+use ferrox_models::embedding::{self, Pooling};
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
 use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
-    Backend, BackendError, CompiledGrammar, Engine, Event, FinishReason, GenParams, GenSummary,
-    GrammarSpec, RenderedChat, TokenLogprob,
+    Backend, BackendError, CacheUsage, CompiledGrammar, Engine, Event, FinishReason, GenParams,
+    GenSummary, GrammarSpec, RenderedChat, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
 use ferrox_tokenizer::template::{render_chat_text, ChatTemplate, Message};
@@ -48,6 +49,57 @@ pub struct Args {
     /// Decode without prompt-lookup drafts.
     #[arg(long = "no-spec")]
     pub no_spec: bool,
+    /// This replica's name in `X-Ferrox-Instance` (default: HOST:PORT as bound).
+    #[arg(long = "instance-id")]
+    pub instance_id: Option<String>,
+    /// On SIGTERM / SIGINT or `POST /admin/drain`: seconds running requests get to finish.
+    #[arg(long = "drain-timeout", default_value_t = 30)]
+    pub drain_timeout: u64,
+    /// Answer HAProxy agent checks (ready / drain / weight) on this port.
+    #[arg(long = "agent-port")]
+    pub agent_port: Option<u16>,
+    /// Connections served at once (more wait in the listen backlog).
+    #[arg(long = "max-connections", default_value_t = 512)]
+    pub max_connections: usize,
+    /// Seconds a client has to send request headers (and to start the next request on an
+    /// idle kept-alive connection).
+    #[arg(long = "header-timeout", default_value_t = 30)]
+    pub header_timeout: u64,
+    /// Seconds the whole request body has to arrive.
+    #[arg(long = "body-timeout", default_value_t = 30)]
+    pub body_timeout: u64,
+    /// Largest request body, in MiB.
+    #[arg(long = "max-body-mb", default_value_t = 16)]
+    pub max_body_mb: usize,
+    /// Without an API key, Host names accepted besides IP addresses and `localhost`
+    /// (DNS-rebinding protection; repeatable).
+    #[arg(long = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
+    /// MiB of finished requests' keys and values kept for later prompts sharing their prefix
+    /// (llama-server's `--cache-ram`; 0 turns the cache off).
+    #[arg(long = "cache-ram", default_value_t = 1024)]
+    pub cache_ram: usize,
+    /// How `/v1/embeddings` pools token states: mean, cls or last (default: the GGUF's
+    /// `pooling_type`, else last — a causal model's last state has seen the whole input).
+    #[arg(long)]
+    pub pooling: Option<Pooling>,
+    /// Serve the chat page at `/` whatever the host (default: only on a loopback address).
+    #[arg(long, conflicts_with = "no_webui")]
+    pub webui: bool,
+    /// Do not serve the chat page.
+    #[arg(long = "no-webui")]
+    pub no_webui: bool,
+}
+
+/// Whether the chat page is served: as the flags say, else only when the server is bound to a
+/// loopback address, where no other machine can reach it.
+fn webui_enabled(webui: bool, no_webui: bool, bound: std::net::IpAddr) -> bool {
+    match (webui, no_webui) {
+        (true, _) => true,
+        (_, true) => false,
+        // `::ffff:127.0.0.1` is loopback too.
+        _ => bound.to_canonical().is_loopback(),
+    }
 }
 
 /// An API message as the chat template expects it: text content, and tool calls whose
@@ -88,6 +140,9 @@ struct ModelBackend {
     tool_format: ToolFormat,
     /// Built on the first request with a grammar (the token trie takes a moment), then shared.
     grammars: OnceLock<Result<GrammarCompiler, String>>,
+    pooling: Pooling,
+    /// Prefix-cache budget in bytes.
+    cache_bytes: usize,
 }
 
 struct ModelEngine {
@@ -170,11 +225,20 @@ impl Backend for ModelBackend {
         let constraint = compiler.compile(&grammar).map_err(|e| e.to_string())?;
         Ok(CompiledGrammar(Arc::new(constraint)))
     }
+    fn embed(&self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        // The caller checked ids and lengths; the decoder shares its scratch with the engine
+        // thread, so embeddings and generation steps take turns.
+        Ok(inputs
+            .iter()
+            .map(|ids| embedding::embed(self.decoder, ids, self.pooling))
+            .collect())
+    }
     fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
         let mut engine = BatchEngine::new(self.decoder, self.tokenizer, slots, self.ctx);
         if self.no_spec {
             engine.max_draft = 0;
         }
+        engine.set_prefix_cache(self.cache_bytes);
         Box::new(ModelEngine {
             engine,
             tokenizer: self.tokenizer,
@@ -265,7 +329,12 @@ impl Engine for ModelEngine {
                 by_id.remove(&id);
                 events(id, Event::Failed(e))
             }
-            BatchEvent::Done { stop, tokens } => {
+            BatchEvent::Done {
+                stop,
+                tokens,
+                stop_string,
+                cached_tokens,
+            } => {
                 by_id.remove(&id);
                 events(
                     id,
@@ -276,6 +345,8 @@ impl Engine for ModelEngine {
                         },
                         completion_tokens: tokens,
                         cancelled: stop == StopReason::Cancelled,
+                        stop_string,
+                        cached_tokens,
                     }),
                 )
             }
@@ -290,6 +361,13 @@ impl Engine for ModelEngine {
     }
     fn grammar_counts(&self) -> (u64, u64) {
         (self.engine.stats.masks, self.engine.stats.mask_nanos)
+    }
+    fn cache_usage(&self) -> CacheUsage {
+        CacheUsage {
+            positions: self.engine.cached_positions(),
+            capacity: self.engine.capacity() * self.engine.ctx_size(),
+            prefix_bytes: self.engine.prefix_cache_bytes(),
+        }
     }
 }
 
@@ -309,6 +387,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
     let ctx = args.ctx.min(eng.decoder.config.max_seq_len.max(1));
+    let pooling = args
+        .pooling
+        .or_else(|| eng.decoder.gguf.as_deref().and_then(Pooling::from_gguf))
+        .unwrap_or(Pooling::Last);
     // The model lives as long as the server process; leaking gives slots 'static sessions.
     let decoder: &'static Decoder = Box::leak(Box::new(eng.decoder));
     let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
@@ -327,7 +409,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         template: ChatTemplate::for_tokenizer(tokenizer).map_err(|e| e.to_string()),
         tool_format: ToolFormat::detect(tokenizer.chat_template().unwrap_or("")),
         grammars: OnceLock::new(),
+        pooling,
+        cache_bytes: args.cache_ram.saturating_mul(1 << 20),
     });
+    // Ready means warmed up: one forward pages the weights in and starts the thread pool
+    // before the first request (or health check) arrives.
+    decoder.forward_token(0, 0, &mut decoder.new_caches());
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -335,32 +422,98 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     rt.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
+        let bound = listener.local_addr()?;
+        let options = server_options(&args, bound);
         eprintln!(
-            "serving {id} on http://{} ({} slots, ctx {ctx}{})",
-            listener.local_addr()?,
+            "serving {id} on http://{bound} ({} slots, ctx {ctx}{}{})",
             args.parallel,
-            if args.api_key.is_some() || std::env::var_os("FERROX_API_KEY").is_some() {
+            if options.api_key.is_some() {
                 ", API key required"
+            } else {
+                ""
+            },
+            if options.webui {
+                ", chat page at /"
             } else {
                 ""
             }
         );
-        let options = ferrox_server::Options {
-            api_key: args.api_key.or_else(|| {
-                std::env::var("FERROX_API_KEY")
-                    .ok()
-                    .filter(|k| !k.is_empty())
-            }),
-        };
-        ferrox_server::serve(listener, backend, args.parallel, args.queue, options).await?;
+        let (parallel, queue) = (args.parallel, args.queue);
+        ferrox_server::serve_until(listener, backend, parallel, queue, options, stop_signal())
+            .await?;
+        eprintln!("drained; exiting");
         anyhow::Ok(())
     })
+}
+
+/// The server's settings from the flags (and `FERROX_API_KEY`).
+fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Options {
+    ferrox_server::Options {
+        api_key: args.api_key.clone().or_else(|| {
+            std::env::var("FERROX_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty())
+        }),
+        library: super::model::hub()
+            .ok()
+            .map(|hub| ferrox_server::LibraryHandle(Arc::new(super::library::HubLibrary { hub }))),
+        webui: webui_enabled(args.webui, args.no_webui, bound.ip()),
+        instance_id: args
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| bound.to_string()),
+        drain_timeout: std::time::Duration::from_secs(args.drain_timeout),
+        agent_addr: args.agent_port.map(|p| format!("{}:{p}", args.host)),
+        limits: ferrox_server::Limits {
+            max_connections: args.max_connections,
+            header_timeout: std::time::Duration::from_secs(args.header_timeout.max(1)),
+            body_timeout: std::time::Duration::from_secs(args.body_timeout.max(1)),
+            max_body_bytes: args.max_body_mb.saturating_mul(1 << 20),
+        },
+        allowed_hosts: args.allowed_hosts.clone(),
+    }
+}
+
+/// Resolves on SIGTERM (an orchestrator stopping the replica) or SIGINT: the server drains.
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    eprintln!("draining: readiness off, new requests refused, running ones finish");
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use ferrox_server::backend::DEFAULT_SAMPLING;
+
+    #[test]
+    fn chat_page_defaults_to_loopback_only() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        for (host, served) in [
+            ("127.0.0.1", true),
+            ("::1", true),
+            ("::ffff:127.0.0.1", true),
+            ("0.0.0.0", false),
+            ("::", false),
+            ("192.168.1.5", false),
+        ] {
+            assert_eq!(webui_enabled(false, false, ip(host)), served, "{host}");
+            assert!(webui_enabled(true, false, ip(host)), "--webui on {host}");
+            assert!(
+                !webui_enabled(false, true, ip(host)),
+                "--no-webui on {host}"
+            );
+        }
+    }
 
     /// A request that names no sampler settings samples as `ferrox run` does by default.
     #[test]

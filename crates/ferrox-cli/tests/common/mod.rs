@@ -4,7 +4,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
 pub mod server;
@@ -114,4 +114,19 @@ pub fn serve(model: &str, args: &[&str]) -> (Server, String) {
     // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     (server, addr)
+}
+
+/// A float32 `.npy` file as written by `ferrox logits`: its header and data.
+#[allow(dead_code)]
+pub fn read_npy(path: &Path) -> (String, Vec<f32>) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..8], b"\x93NUMPY\x01\x00");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    assert_eq!((10 + hlen) % 64, 0, "header must be 64-byte aligned");
+    let header = String::from_utf8(b[10..10 + hlen].to_vec()).unwrap();
+    let data = b[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    (header, data)
 }

@@ -10,7 +10,7 @@ pub fn python_json(script: &str, args: &[String]) -> serde_json::Value {
         .unwrap();
     assert!(
         out.status.success(),
-        "{script} failed (.ci/run installs its packages with pip):\n{}",
+        "{script} failed (.ci/run installs what it needs):\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout)

@@ -11,14 +11,17 @@
 //! tokens that equal the sample, each committed token goes through the stop rules, rejected
 //! positions are cut). Output is therefore identical to plain decoding, greedy or seeded.
 //! Prefix reuse (a request lands in the free slot whose cache shares the longest prefix with
-//! its prompt), chunked prefill, the context limit and cache truncation each live in one place.
+//! its prompt; a longer prefix another slot holds is copied, and so is one the prefix cache
+//! kept from any finished request), chunked prefill, the context limit and cache truncation
+//! each live in one place.
 
 mod guard;
+mod prefix;
 mod slot;
-
-pub use guard::Fault;
 mod stop;
 
+pub use guard::Fault;
+pub use prefix::PrefixCache;
 pub use stop::{GenerateParams, StopReason};
 
 use crate::decoder::{Decoder, SeqBatch};
@@ -56,6 +59,10 @@ pub enum BatchEvent {
     Done {
         stop: StopReason,
         tokens: usize,
+        /// With `StopReason::StopString`: which of the request's stop strings (its index).
+        stop_string: Option<usize>,
+        /// Prompt tokens whose keys and values were reused rather than evaluated.
+        cached_tokens: usize,
     },
 }
 
@@ -100,6 +107,10 @@ pub(crate) struct JobEnd {
     /// Prompt tokens evaluated (after prefix reuse) and their forward time.
     pub prompt_tokens: usize,
     pub prompt_secs: f64,
+    /// The stop string that ended it (index in the request's list).
+    pub stop_string: Option<usize>,
+    /// Prompt tokens reused from a cache.
+    pub cached_tokens: usize,
 }
 
 /// Where a step's results go.
@@ -133,6 +144,8 @@ pub struct BatchEngine<'m> {
     pub stats: BatchStats,
     /// Test hook (`inject_fault`): sequences on which the forward panics.
     fault: Option<guard::Fault>,
+    /// Finished requests' keys and values, for any later request that shares their prefix.
+    prefix: PrefixCache,
 }
 
 impl<'m> BatchEngine<'m> {
@@ -182,6 +195,7 @@ impl<'m> BatchEngine<'m> {
             max_rows: usize::MAX,
             stats: BatchStats::default(),
             fault: None,
+            prefix: PrefixCache::new(0),
         }
     }
 
@@ -196,6 +210,22 @@ impl<'m> BatchEngine<'m> {
 
     pub fn ctx_size(&self) -> usize {
         self.ctx_size
+    }
+
+    /// Keeps up to `bytes` of finished requests' keys and values for later prompts that share
+    /// their prefix (0: off, the default).
+    pub fn set_prefix_cache(&mut self, bytes: usize) {
+        self.prefix = PrefixCache::new(bytes);
+    }
+
+    /// Bytes the prefix cache holds.
+    pub fn prefix_cache_bytes(&self) -> usize {
+        self.prefix.bytes()
+    }
+
+    /// Positions the slots' caches hold now (for the KV-cache utilisation).
+    pub fn cached_positions(&self) -> usize {
+        self.slots.iter().map(|s| s.history.len()).sum()
     }
 
     pub fn capacity(&self) -> usize {
@@ -263,8 +293,26 @@ impl<'m> BatchEngine<'m> {
         limits: &GenerateParams,
     ) {
         let s = &mut self.slots[slot];
+        // What the slot held goes to the prefix cache before the new prompt cuts it.
+        if !s.stashed && s.job.is_none() {
+            self.prefix.insert(&s.history, &s.caches);
+        }
+        s.stashed = false;
         // The last prompt token is always evaluated: its logits are the first sample's.
-        let fed = s.common_prefix(prompt).min(prompt.len() - 1);
+        let mut fed = s.common_prefix(prompt).min(prompt.len() - 1);
+        if self.prefix.enabled() {
+            let path = self.prefix.lookup(&prompt[..prompt.len() - 1]);
+            let len = path.len() * prefix::BLOCK;
+            if len > fed {
+                // Keep the slot's own whole blocks, append the rest from the tree.
+                let keep = fed / prefix::BLOCK;
+                s.truncate(keep * prefix::BLOCK);
+                if self.prefix.restore(&path, keep, &mut s.caches) {
+                    s.history = self.prefix.tokens(&path).collect();
+                    fed = len;
+                }
+            }
+        }
         s.truncate(fed);
         s.job = Some(Job {
             id,
@@ -468,7 +516,14 @@ impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
         if let Some(e) = end.error {
             (self.0)(id, BatchEvent::Error(e));
         }
-        let (stop, tokens) = (end.stop, end.tokens);
-        (self.0)(id, BatchEvent::Done { stop, tokens });
+        (self.0)(
+            id,
+            BatchEvent::Done {
+                stop: end.stop,
+                tokens: end.tokens,
+                stop_string: end.stop_string,
+                cached_tokens: end.cached_tokens,
+            },
+        );
     }
 }

@@ -51,6 +51,8 @@ pub(super) struct Slot<'t> {
     pub job: Option<Job<'t>>,
     /// Drafter and draft-length controller; kept across requests (costs are the model's).
     pub spec: Option<Speculation>,
+    /// `history` is already in the engine's prefix cache.
+    pub stashed: bool,
 }
 
 /// What one slot's rows of a step decided, for the engine's counters.
@@ -72,6 +74,7 @@ impl<'t> Slot<'t> {
             history: Vec::new(),
             job: None,
             spec,
+            stashed: false,
         }
     }
 
@@ -307,6 +310,8 @@ impl<'t> Slot<'t> {
                 error,
                 prompt_tokens: job.prompt_tokens,
                 prompt_secs: job.prompt_secs,
+                stop_string: job.rules.matched,
+                cached_tokens: job.prompt.len() - job.prompt_tokens,
             },
         );
     }

@@ -58,6 +58,8 @@ pub(crate) struct StopRules<'t> {
     ignore_eog: bool,
     /// Tokens accepted so far.
     pub tokens: usize,
+    /// The stop string that ended the text (its index in the request's list).
+    pub matched: Option<usize>,
 }
 
 impl<'t> StopRules<'t> {
@@ -71,6 +73,7 @@ impl<'t> StopRules<'t> {
             max_tokens: params.max_tokens,
             ignore_eog: params.ignore_eog,
             tokens: 0,
+            matched: None,
         }
     }
 
@@ -90,12 +93,14 @@ impl<'t> StopRules<'t> {
         }
         self.tokens += 1;
         self.held.push_str(&stream.push(tok));
-        if let Some(i) = self
+        if let Some((i, which)) = self
             .stop
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
+            .enumerate()
+            .filter_map(|(k, s)| self.held.find(s.as_str()).map(|i| (i, k)))
             .min()
         {
+            self.matched = Some(which);
             self.held.truncate(i);
             return (std::mem::take(&mut self.held), Some(StopReason::StopString));
         }

@@ -53,6 +53,47 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Ollama's error form: `{"error": "message"}`.
+    pub(super) fn ollama(self) -> Response {
+        let mut r = (
+            self.status,
+            Json(serde_json::json!({"error": self.body.error.message})),
+        )
+            .into_response();
+        self.add_retry(&mut r);
+        r
+    }
+
+    /// The Anthropic Messages API's form: `{"type": "error", "error": {"type", "message"}}`.
+    pub(super) fn anthropic(self) -> Response {
+        let mut r = (self.status, Json(self.anthropic_body())).into_response();
+        self.add_retry(&mut r);
+        r
+    }
+
+    pub(super) fn anthropic_body(&self) -> serde_json::Value {
+        let kind = match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            500..=599 => "api_error",
+            _ => "invalid_request_error",
+        };
+        serde_json::json!({"type": "error", "error": {"type": kind, "message": self.body.error.message}})
+    }
+
+    fn add_retry(&self, r: &mut Response) {
+        if let Some(s) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, Json(self.body)).into_response();
@@ -68,11 +109,18 @@ pub(super) fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
     let Some(key) = &state.options.api_key else {
         return Ok(());
     };
-    let given = headers
+    // Bearer (OpenAI, Ollama) or `x-api-key` (Anthropic's clients).
+    let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if given.map(str::trim) == Some(key.as_str()) {
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let x_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim);
+    let matches = |given: Option<&str>| given.is_some_and(|g| same_secret(g, key));
+    if matches(bearer) || matches(x_key) {
         Ok(())
     } else {
         Err(
@@ -82,21 +130,66 @@ pub(super) fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
     }
 }
 
+/// Compares a presented key with the configured one in time independent of where they
+/// differ (a timing side channel would reveal the key byte by byte).
+fn same_secret(given: &str, key: &str) -> bool {
+    let (a, b) = (given.as_bytes(), key.as_bytes());
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for (i, kb) in b.iter().enumerate() {
+        diff |= a.get(i).copied().unwrap_or(0) ^ kb;
+    }
+    std::hint::black_box(diff) == 0
+}
+
+/// Without an API key, requests must name the server by an IP address, `localhost` or an
+/// allowed name: a hostile web page can point its own domain at 127.0.0.1 (DNS rebinding),
+/// but its requests then carry that domain as Host.
+pub(super) fn check_host(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if state.options.api_key.is_some() {
+        return Ok(());
+    }
+    let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        // HTTP/1.0 and HTTP/2 requests may carry none (the authority is the connection's).
+        return Ok(());
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    let ok = name.parse::<std::net::IpAddr>().is_ok()
+        || name.eq_ignore_ascii_case("localhost")
+        || state
+            .options
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("host `{name}` is not allowed; use an IP address, localhost, --allowed-host or an API key"),
+        ))
+    }
+}
+
 /// Parses a JSON body ourselves so malformed JSON and wrong types get OpenAI-format 400s.
 pub(super) fn parse_body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: &Bytes,
 ) -> Result<T, ApiError> {
-    if let Some(ct) = headers
+    // Required: a page on another site can send a "simple" cross-origin POST (text/plain,
+    // no preflight) to a local server, but not one declaring application/json.
+    let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-    {
-        if !ct.to_ascii_lowercase().starts_with("application/json") {
-            return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("expected Content-Type application/json, got {ct}"),
-            ));
-        }
+        .unwrap_or("");
+    if !ct.to_ascii_lowercase().starts_with("application/json") {
+        let got = if ct.is_empty() { "none" } else { ct };
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("expected Content-Type application/json, got {got}"),
+        ));
     }
     serde_json::from_slice(body).map_err(|e| {
         let what = if e.is_syntax() || e.is_eof() {
@@ -106,4 +199,17 @@ pub(super) fn parse_body<T: DeserializeOwned>(
         };
         ApiError::bad(format!("{what}: {e}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn secrets_compare_whole() {
+        use super::same_secret;
+        assert!(same_secret("k3y", "k3y"));
+        assert!(!same_secret("k3", "k3y"));
+        assert!(!same_secret("k3yy", "k3y"));
+        assert!(!same_secret("x3y", "k3y"));
+        assert!(!same_secret("", "k3y"));
+    }
 }

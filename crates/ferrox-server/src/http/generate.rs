@@ -12,14 +12,15 @@ use serde_json::Value;
 
 use super::error::{check_auth, parse_body};
 use super::params::{grammar, validate};
-use super::render::{self, OwnedChat};
+use super::render::OwnedChat;
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
 use super::tools::{tool_names, OutputSetup, ToolPlan};
 use super::{new_id, unix_now, ApiError, AppState, Shared};
-use crate::api::{ChatPrompt, ChatRequest, CommonParams, CompletionRequest, PromptField};
-use crate::backend::{GenParams, Job, SubmitError};
+use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField};
+use crate::backend::{Event, GenParams, Job, RenderedChat, SubmitError};
 use ferrox_tokenizer::chat_output::ToolFormat;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 #[derive(Clone, Copy)]
 pub(super) enum Kind {
@@ -31,66 +32,71 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
     let r = async {
         check_auth(&s, &headers)?;
         let req: ChatRequest = parse_body(&headers, &body)?;
-        if req.messages.is_empty() {
-            return Err(ApiError::bad("messages must not be empty").param("messages"));
-        }
-        for m in &req.messages {
-            if !matches!(
-                m.role.as_str(),
-                "system" | "developer" | "user" | "assistant" | "tool"
-            ) {
-                return Err(
-                    ApiError::bad(format!("unknown message role `{}`", m.role)).param("messages")
-                );
-            }
-            if m.content.text().is_none() {
-                return Err(
-                    ApiError::bad("only text content parts are supported").param("messages")
-                );
-            }
-        }
-        let plan = ToolPlan::of(&req)?;
-        let kwargs = template_kwargs(&req)?;
-        let chat = ChatPrompt {
-            messages: &req.messages,
-            tools: plan.offered(&req),
-            kwargs: kwargs.as_ref(),
-        };
-        let owned = OwnedChat {
-            messages: req.messages.clone(),
-            tools: chat.tools.map(<[Value]>::to_vec),
-            kwargs: kwargs.clone(),
-        };
-        let rendered = render::chat_prompt(&s, owned).await?;
-        let mut params = validate(&s, Kind::Chat, &req.common, rendered.tokens.len())?;
-        // A call the model must make is a grammar: it always parses.
-        if let Some(forced) = plan.forced_grammar(&req, rendered.tool_format)? {
-            if params.grammar.is_some() {
-                return Err(ApiError::bad(
-                    "tool_choice \"required\" or a named function cannot be combined with response_format or a grammar",
-                )
-                .param("tool_choice"));
-            }
-            params.grammar = Some(forced);
-        }
-        compile_grammar(&s, &req.common, &mut params).await?;
-        // Harmony's channels say what is reasoning and what is the answer, tools or not.
-        let harmony = rendered.tool_format.needs_special_tokens();
-        params.keep_special = harmony;
-        let output = OutputSetup {
-            format: match chat.tools {
-                Some(_) => rendered.tool_format,
-                None if harmony => rendered.tool_format,
-                None => ToolFormat::None,
-            },
-            names: chat.tools.map(tool_names).unwrap_or_default(),
-            in_reasoning: rendered.in_reasoning,
-            parallel: plan.parallel,
-        };
-        start(&s, Kind::Chat, &req.common, rendered.tokens, params, Some(output)).await
+        let p = prepare_chat(&s, &req).await?;
+        start(&s, Kind::Chat, &req.common, p.prompt, p.params, p.output).await
     }
     .await;
     finish(&s, r)
+}
+
+/// A chat request made ready to run: its prompt, settings and how its answer is read back.
+pub(super) struct Prepared {
+    pub prompt: Vec<TokenId>,
+    pub params: GenParams,
+    pub output: Option<OutputSetup>,
+}
+
+/// Checks a chat request (in OpenAI's form; the Ollama and Anthropic routes translate theirs
+/// into it), renders its prompt and compiles its grammar.
+pub(super) async fn prepare_chat(s: &Shared, req: &ChatRequest) -> Result<Prepared, ApiError> {
+    if req.messages.is_empty() {
+        return Err(ApiError::bad("messages must not be empty").param("messages"));
+    }
+    for m in &req.messages {
+        if !matches!(
+            m.role.as_str(),
+            "system" | "developer" | "user" | "assistant" | "tool"
+        ) {
+            return Err(
+                ApiError::bad(format!("unknown message role `{}`", m.role)).param("messages")
+            );
+        }
+        if m.content.text().is_none() {
+            return Err(ApiError::bad("only text content parts are supported").param("messages"));
+        }
+    }
+    let (rendered, plan) = render(s, req).await?;
+    let mut params = validate(s, Kind::Chat, &req.common, rendered.tokens.len())?;
+    // A call the model must make is a grammar: it always parses.
+    if let Some(forced) = plan.forced_grammar(req, rendered.tool_format)? {
+        if params.grammar.is_some() {
+            return Err(ApiError::bad(
+                "tool_choice \"required\" or a named function cannot be combined with response_format or a grammar",
+            )
+            .param("tool_choice"));
+        }
+        params.grammar = Some(forced);
+    }
+    compile_grammar(s, &req.common, &mut params).await?;
+    // Harmony's channels say what is reasoning and what is the answer, tools or not.
+    let harmony = rendered.tool_format.needs_special_tokens();
+    params.keep_special = harmony;
+    let offered = plan.offered(req);
+    let output = OutputSetup {
+        format: match offered {
+            Some(_) => rendered.tool_format,
+            None if harmony => rendered.tool_format,
+            None => ToolFormat::None,
+        },
+        names: offered.map(tool_names).unwrap_or_default(),
+        in_reasoning: rendered.in_reasoning,
+        parallel: plan.parallel,
+    };
+    Ok(Prepared {
+        prompt: rendered.tokens,
+        params,
+        output: Some(output),
+    })
 }
 
 pub(super) async fn completions(
@@ -111,7 +117,7 @@ pub(super) async fn completions(
         if text.is_empty() {
             return Err(ApiError::bad("the prompt is empty").param("prompt"));
         }
-        let prompt = s.backend.text_prompt(&text);
+        let prompt = super::off_workers(&s, move |b| b.text_prompt(&text)).await?;
         let mut params = validate(&s, Kind::Completion, &req.common, prompt.len())?;
         compile_grammar(&s, &req.common, &mut params).await?;
         start(&s, Kind::Completion, &req.common, prompt, params, None).await
@@ -123,7 +129,7 @@ pub(super) async fn completions(
 /// Compiles the request's grammar on a blocking thread (a large schema takes a while and must
 /// not hold up an async worker); a grammar the backend refuses is a 400 naming the parameter
 /// it came from, with the compiler's message.
-async fn compile_grammar(
+pub(super) async fn compile_grammar(
     s: &Shared,
     c: &CommonParams,
     params: &mut GenParams,
@@ -146,7 +152,7 @@ async fn compile_grammar(
     Ok(())
 }
 
-fn finish(s: &AppState, r: Result<Response, ApiError>) -> Response {
+pub(super) fn finish(s: &AppState, r: Result<Response, ApiError>) -> Response {
     match r {
         Ok(r) => r,
         Err(e) => {
@@ -166,9 +172,54 @@ async fn start(
 ) -> Result<Response, ApiError> {
     let prompt_tokens = prompt.len();
     let want_logprobs = params.logprobs.is_some();
-    // `n` choices are `n` generations of the same prompt; the engine shares the prompt's keys
-    // and values between them. Seeds differ per choice (a given seed still reproduces).
     let n = c.n.unwrap_or(1).max(1) as usize;
+    let rxs = submit(s, prompt, &params, n)?;
+    let meta = Meta {
+        id: new_id(match kind {
+            Kind::Chat => "chatcmpl",
+            Kind::Completion => "cmpl",
+        }),
+        created: unix_now(),
+        model: c.model.clone(),
+        kind,
+        prompt_tokens,
+        include_usage: c.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        want_logprobs,
+        output,
+    };
+    if c.stream {
+        Ok(stream_response(meta, rxs).into_response())
+    } else {
+        Ok(collect_response(meta, rxs).await)
+    }
+}
+
+/// The prompt of a chat request through the model's template (rendered off the async
+/// workers under a time limit: `render`), and its tool plan.
+pub(super) async fn render(
+    s: &Shared,
+    req: &ChatRequest,
+) -> Result<(RenderedChat, ToolPlan), ApiError> {
+    let plan = ToolPlan::of(req)?;
+    let chat = OwnedChat {
+        messages: req.messages.clone(),
+        tools: plan.offered(req).map(<[Value]>::to_vec),
+        kwargs: template_kwargs(req)?,
+    };
+    let rendered = super::render::chat_prompt(s, chat).await?;
+    Ok((rendered, plan))
+}
+
+/// Queues `n` generations of `prompt` (the request's choices) and counts the request.
+/// `n` choices are `n` generations of the same prompt; the engine shares the prompt's keys
+/// and values between them. Seeds differ per choice (a given seed still reproduces).
+pub(super) fn submit(
+    s: &AppState,
+    prompt: Vec<TokenId>,
+    params: &GenParams,
+    n: usize,
+) -> Result<Vec<UnboundedReceiver<Event>>, ApiError> {
+    let prompt_tokens = prompt.len();
     let mut rxs = Vec::with_capacity(n);
     for i in 0..n {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -195,24 +246,7 @@ async fn start(
     m.requests.fetch_add(1, Ordering::Relaxed);
     m.prompt_tokens
         .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
-    let meta = Meta {
-        id: new_id(match kind {
-            Kind::Chat => "chatcmpl",
-            Kind::Completion => "cmpl",
-        }),
-        created: unix_now(),
-        model: c.model.clone(),
-        kind,
-        prompt_tokens,
-        include_usage: c.stream_options.as_ref().is_some_and(|o| o.include_usage),
-        want_logprobs,
-        output,
-    };
-    if c.stream {
-        Ok(stream_response(meta, rxs).into_response())
-    } else {
-        Ok(collect_response(meta, rxs).await)
-    }
+    Ok(rxs)
 }
 
 /// `chat_template_kwargs`, with `reasoning_effort` (OpenAI's field, gpt-oss's template

@@ -10,7 +10,7 @@ use super::error::check_auth;
 use super::{ApiError, Shared};
 
 /// Name, type and help of each metric, in the order of the values in [`metrics`].
-const METRICS: [(&str, &str, &str); 13] = [
+const METRICS: [(&str, &str, &str); 17] = [
     ("requests_total", "counter", "Completion requests accepted."),
     (
         "request_errors_total",
@@ -52,7 +52,79 @@ const METRICS: [(&str, &str, &str); 13] = [
         "counter",
         "Engine time spent computing grammar masks.",
     ),
+    (
+        "kv_cache_usage_ratio",
+        "gauge",
+        "Slot KV-cache positions in use over slots times context.",
+    ),
+    (
+        "prefix_cache_query_tokens_total",
+        "counter",
+        "Prompt tokens admitted (looked up in the caches).",
+    ),
+    (
+        "prefix_cache_hit_tokens_total",
+        "counter",
+        "Prompt tokens whose keys and values came from a cache.",
+    ),
+    (
+        "prefix_cache_bytes",
+        "gauge",
+        "Bytes of finished requests' keys and values kept for prefix reuse.",
+    ),
 ];
+
+/// KV-cache positions in use over capacity.
+fn kv_usage(s: &Shared) -> f64 {
+    let m = &s.scheduler.metrics;
+    let cap = m.kv_capacity.load(Ordering::Relaxed);
+    if cap == 0 {
+        return 0.0;
+    }
+    m.kv_positions.load(Ordering::Relaxed) as f64 / cap as f64
+}
+
+/// The model-server protocol of the Kubernetes Gateway API Inference Extension (its
+/// recommended vLLM names): queued and running requests, KV-cache utilisation, prefix-cache
+/// queries and hits in tokens.
+fn gateway_metrics(s: &Shared, out: &mut String) {
+    let m = &s.scheduler.metrics;
+    let rows = [
+        (
+            "vllm:num_requests_waiting",
+            "gauge",
+            m.queue_depth.load(Ordering::SeqCst).to_string(),
+        ),
+        (
+            "vllm:num_requests_running",
+            "gauge",
+            m.busy_slots.load(Ordering::SeqCst).to_string(),
+        ),
+        (
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            format!("{:.4}", kv_usage(s)),
+        ),
+        (
+            "vllm:gpu_cache_usage_perc",
+            "gauge",
+            format!("{:.4}", kv_usage(s)),
+        ),
+        (
+            "vllm:prefix_cache_queries_total",
+            "counter",
+            m.prefix_queries.load(Ordering::Relaxed).to_string(),
+        ),
+        (
+            "vllm:prefix_cache_hits_total",
+            "counter",
+            m.prefix_hits.load(Ordering::Relaxed).to_string(),
+        ),
+    ];
+    for (name, kind, v) in rows {
+        out.push_str(&format!("# TYPE {name} {kind}\n{name} {v}\n"));
+    }
+}
 
 pub(super) async fn metrics(
     State(s): State<Shared>,
@@ -94,6 +166,10 @@ pub(super) async fn metrics(
             "{:.6}",
             m.grammar_mask_nanos.load(Ordering::Relaxed) as f64 / 1e9
         ),
+        format!("{:.4}", kv_usage(&s)),
+        ld(&m.prefix_queries),
+        ld(&m.prefix_hits),
+        m.prefix_bytes.load(Ordering::Relaxed).to_string(),
     ];
     let mut out = String::new();
     for ((name, kind, help), v) in METRICS.iter().zip(values) {
@@ -101,5 +177,6 @@ pub(super) async fn metrics(
             "# HELP ferrox_{name} {help}\n# TYPE ferrox_{name} {kind}\nferrox_{name} {v}\n"
         ));
     }
+    gateway_metrics(&s, &mut out);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }

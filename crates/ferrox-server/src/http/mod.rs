@@ -1,9 +1,17 @@
 //! The HTTP layer: routes, auth, request validation, OpenAI response and SSE chunk formats
 //! (OpenAI API reference, "chat.completion.chunk" / "text_completion" streaming objects).
 
+mod answer;
+mod anthropic;
+mod embeddings;
 mod error;
 mod generate;
+mod lifecycle;
+mod listen;
 mod metrics;
+mod ollama;
+mod ollama_models;
+mod page;
 mod params;
 pub mod render;
 mod response;
@@ -23,14 +31,42 @@ use serde_json::{json, Value};
 
 use crate::api::{DetokenizeRequest, TokenizeRequest};
 use crate::backend::{Backend, Scheduler};
+use crate::library::Library;
 pub use error::ApiError;
+pub use listen::Limits;
+
 use error::{check_auth, parse_body};
 
 /// Server settings that are not the model.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Bearer token required on every endpoint but `/health` when set.
+    /// Bearer token required on every endpoint but `/health` (and the chat page) when set.
     pub api_key: Option<String>,
+    /// The models on disk, for Ollama's model-management routes.
+    pub library: Option<LibraryHandle>,
+    /// Serve the chat page at `/` (and its assets under `/ui/`); otherwise they are 404s.
+    pub webui: bool,
+    /// This replica's name, sent as `X-Ferrox-Instance` on every response.
+    pub instance_id: String,
+    /// How long a drain waits for running requests before the server exits anyway.
+    pub drain_timeout: std::time::Duration,
+    /// Where to answer HAProxy's agent checks (`host:port`), if anywhere.
+    pub agent_addr: Option<String>,
+    /// Connection and request limits.
+    pub limits: Limits,
+    /// Without an API key: Host names accepted besides IP literals and `localhost` (a web
+    /// page on another site reaching the server through DNS rebinding names its own host).
+    pub allowed_hosts: Vec<String>,
+}
+
+/// A shared [`Library`].
+#[derive(Clone)]
+pub struct LibraryHandle(pub Arc<dyn Library>);
+
+impl std::fmt::Debug for LibraryHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Library")
+    }
 }
 
 pub struct AppState {
@@ -40,6 +76,9 @@ pub struct AppState {
     started: u64,
     /// Chat renders still running past their timeout (`render`).
     renders_overdue: Arc<std::sync::atomic::AtomicUsize>,
+    /// Draining: not ready, new requests refused.
+    pub draining: std::sync::atomic::AtomicBool,
+    drain_requested: tokio::sync::Notify,
 }
 
 impl AppState {
@@ -50,6 +89,8 @@ impl AppState {
             options,
             started: unix_now(),
             renders_overdue: Default::default(),
+            draining: Default::default(),
+            drain_requested: tokio::sync::Notify::new(),
         }
     }
 }
@@ -57,16 +98,85 @@ impl AppState {
 type Shared = Arc<AppState>;
 
 pub fn router(state: Shared) -> Router {
-    Router::new()
-        .route("/health", get(health))
+    let mut r = Router::new();
+    if state.options.webui {
+        r = page::routes(r);
+    }
+    r.route("/health", get(health))
+        .route("/health/ready", get(lifecycle::ready))
+        .route("/admin/drain", post(lifecycle::drain))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics::metrics))
         .route("/v1/chat/completions", post(generate::chat))
         .route("/v1/completions", post(generate::completions))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(embeddings::ollama))
+        .route("/api/embeddings", post(embeddings::ollama_legacy))
+        .route("/api/tags", get(ollama_models::tags))
+        .route("/api/show", post(ollama_models::show))
+        .route("/api/ps", get(ollama_models::ps))
+        .route("/api/version", get(ollama_models::version))
+        .route("/api/pull", post(ollama_models::pull))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            lifecycle::middleware,
+        ))
         .with_state(state)
+}
+
+/// Serves `state` on `listener` until `stop` resolves or a drain is asked for over HTTP;
+/// then drains (readiness off, new requests 503, running ones finish within
+/// `Options::drain_timeout`) and returns. Answers agent checks when configured.
+pub async fn serve_until(
+    listener: tokio::net::TcpListener,
+    state: Shared,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if let Some(addr) = &state.options.agent_addr {
+        let agent = tokio::net::TcpListener::bind(addr).await?;
+        tokio::spawn(lifecycle::agent(agent, state.clone()));
+    }
+    let shutdown = {
+        let state = state.clone();
+        async move {
+            tokio::select! {
+                _ = stop => state.start_drain(),
+                _ = state.drain_requested.notified() => {}
+            }
+            state.drained(state.options.drain_timeout).await;
+        }
+    };
+    let limits = state.options.limits;
+    let app = listen::layers(router(state), &limits);
+    // After the drain, open connections (idle keep-alives, a stream past the timeout) get a
+    // moment to flush.
+    listen::serve(
+        listener,
+        app,
+        limits,
+        shutdown,
+        std::time::Duration::from_secs(1),
+    )
+    .await
+}
+
+/// Runs tokenizer work on a blocking thread: a long prompt takes milliseconds that the async
+/// workers (which also answer `/health` and stream every response) must not spend.
+pub(super) async fn off_workers<T: Send + 'static>(
+    s: &Shared,
+    f: impl FnOnce(&dyn Backend) -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let backend = s.backend.clone();
+    tokio::task::spawn_blocking(move || f(backend.as_ref()))
+        .await
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "the tokenizer failed"))
 }
 
 fn unix_now() -> u64 {
@@ -115,9 +225,8 @@ async fn tokenize(
 ) -> Result<Json<Value>, ApiError> {
     check_auth(&s, &headers)?;
     let r: TokenizeRequest = parse_body(&headers, &body)?;
-    Ok(Json(
-        json!({"tokens": s.backend.tokenize(&r.content, r.add_special)}),
-    ))
+    let tokens = off_workers(&s, move |b| b.tokenize(&r.content, r.add_special)).await?;
+    Ok(Json(json!({"tokens": tokens})))
 }
 
 async fn detokenize(
@@ -127,9 +236,8 @@ async fn detokenize(
 ) -> Result<Json<Value>, ApiError> {
     check_auth(&s, &headers)?;
     let r: DetokenizeRequest = parse_body(&headers, &body)?;
-    let text = s
-        .backend
-        .detokenize(&r.tokens)
+    let text = off_workers(&s, move |b| b.detokenize(&r.tokens))
+        .await?
         .map_err(|e| ApiError::bad(e.to_string()).param("tokens"))?;
     Ok(Json(json!({"content": text})))
 }

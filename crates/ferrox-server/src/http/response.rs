@@ -29,10 +29,13 @@ pub(super) struct Meta {
 }
 
 impl Meta {
-    /// Usage of the request: the prompt once, the completions of every choice.
-    pub(super) fn usage(&self, completion_tokens: usize) -> Value {
-        serde_json::to_value(Usage::new(self.prompt_tokens, completion_tokens))
-            .unwrap_or(Value::Null)
+    /// Usage of the request: the prompt once, the completions of every choice, and the prompt
+    /// tokens served from a cache (OpenAI's `prompt_tokens_details.cached_tokens`).
+    pub(super) fn usage(&self, completion_tokens: usize, cached_tokens: usize) -> Value {
+        let mut v = serde_json::to_value(Usage::new(self.prompt_tokens, completion_tokens))
+            .unwrap_or(Value::Null);
+        v["prompt_tokens_details"] = json!({"cached_tokens": cached_tokens});
+        v
     }
 
     /// The `logprobs` object of a choice for these tokens (`null` when none were asked for);
@@ -172,13 +175,14 @@ async fn collect_one(mut rx: UnboundedReceiver<Event>) -> Result<Choice, ApiErro
 /// The whole response of every choice (they run concurrently; collected in order).
 pub(super) async fn collect_response(meta: Meta, rxs: Vec<UnboundedReceiver<Event>>) -> Response {
     let mut choices = Vec::with_capacity(rxs.len());
-    let mut completion_tokens = 0;
+    let (mut completion_tokens, mut cached_tokens) = (0, None);
     for (index, rx) in rxs.into_iter().enumerate() {
         let c = match collect_one(rx).await {
             Ok(c) => c,
             Err(e) => return e.into_response(),
         };
         completion_tokens += c.summary.completion_tokens;
+        cached_tokens.get_or_insert(c.summary.cached_tokens);
         let (mut finish, logprobs) = (c.summary.finish.as_str(), meta.logprobs(&c.logprobs, 0));
         choices.push(match (meta.kind, &meta.output) {
             (Kind::Chat, Some(setup)) => {
@@ -214,7 +218,7 @@ pub(super) async fn collect_response(meta: Meta, rxs: Vec<UnboundedReceiver<Even
         "id": meta.id, "object": object, "created": meta.created, "model": meta.model,
         "system_fingerprint": "ferrox",
         "choices": choices,
-        "usage": meta.usage(completion_tokens),
+        "usage": meta.usage(completion_tokens, cached_tokens.unwrap_or(0)),
     }))
     .into_response()
 }

@@ -36,6 +36,8 @@ struct St {
     meta: Meta,
     choices: Vec<ChoiceState>,
     completion_tokens: usize,
+    /// The first choice's prompt tokens served from a cache.
+    cached_tokens: Option<usize>,
 }
 
 fn data(v: Value) -> SseEvent {
@@ -79,6 +81,7 @@ impl St {
             }
             Some(Event::Done(summary)) => {
                 self.completion_tokens += summary.completion_tokens;
+                self.cached_tokens.get_or_insert(summary.cached_tokens);
                 let mut out = Vec::new();
                 if let Some(mut parser) = c.parser.take() {
                     let mut parts = Vec::new();
@@ -182,6 +185,7 @@ pub(super) fn stream_response(
         meta,
         choices,
         completion_tokens: 0,
+        cached_tokens: None,
     };
     // Every choice's events, then the closing events once all have ended.
     let body = stream::unfold((Some(events), st), |(events, mut st)| async move {
@@ -196,7 +200,9 @@ pub(super) fn stream_response(
                 if st.meta.include_usage {
                     let mut v = st.meta.chunk(0, false, None, Value::Null, None);
                     v["choices"] = json!([]);
-                    v["usage"] = st.meta.usage(st.completion_tokens);
+                    v["usage"] = st
+                        .meta
+                        .usage(st.completion_tokens, st.cached_tokens.unwrap_or(0));
                     out.push(data(v));
                 }
                 out.push(SseEvent::default().data("[DONE]"));

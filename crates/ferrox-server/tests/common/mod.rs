@@ -111,6 +111,8 @@ impl Engine for FakeEngine {
                     finish,
                     completion_tokens,
                     cancelled: false,
+                    stop_string: None,
+                    cached_tokens: 0,
                 })
             };
             if let Some(c) = &g.params.compiled {
@@ -244,11 +246,17 @@ impl Backend for Fake {
 
 /// A server on a free local port over [`Fake`]; its address.
 pub async fn server(parallel: usize, queue: usize, api_key: Option<&str>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let options = Options {
         api_key: api_key.map(String::from),
+        ..Options::default()
     };
+    server_with(parallel, queue, options).await
+}
+
+/// [`server`] with any [`Options`].
+pub async fn server_with(parallel: usize, queue: usize, options: Options) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(ferrox_server::serve(
         listener,
         Arc::new(Fake),
@@ -422,7 +430,7 @@ pub async fn open_stream(addr: &str, max_tokens: usize) -> TcpStream {
             .to_string();
     let mut s = TcpStream::connect(addr).await.unwrap();
     let req = format!(
-        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).await.unwrap();
