@@ -67,6 +67,21 @@ pub struct SeqBatch<'a> {
     pub first_logit_row: usize,
 }
 
+/// Why a sequence cannot go through a forward pass ([`Decoder::prepare_seq`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    #[error("{got} KV caches for {layers} layers")]
+    CacheCount { got: usize, layers: usize },
+    #[error("{0}")]
+    CacheShape(String),
+    #[error("position {pos} is past the cached length {len}")]
+    PastCache { pos: usize, len: usize },
+    #[error("position {pos} is before the rows a bounded recurrent cache kept; feed from 0")]
+    Unrestorable { pos: usize },
+    #[error("token id {id} is outside the vocabulary ({vocab} embedding rows)")]
+    Token { id: TokenId, vocab: usize },
+}
+
 /// What a forward produces for its wanted rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Head {
@@ -228,10 +243,47 @@ impl Decoder {
         }
     }
 
+    /// Checks what a forward pass would otherwise trip on (the token ids, the caches' count,
+    /// shape and length against `pos`) and readies the caches: an empty one takes its layer's
+    /// shape, positions at or after `pos` are dropped. Callers holding request data (the
+    /// engine) call it first and refuse the sequence on an error.
+    pub fn prepare_seq(&self, seq: &mut SeqBatch<'_>) -> Result<(), ForwardError> {
+        let vocab = self.embed.rows();
+        if let Some(&id) = seq.tokens.iter().find(|&&t| t >= vocab) {
+            return Err(ForwardError::Token { id, vocab });
+        }
+        if seq.caches.len() != self.layers.len() {
+            return Err(ForwardError::CacheCount {
+                got: seq.caches.len(),
+                layers: self.layers.len(),
+            });
+        }
+        let pos = seq.pos;
+        for (layer, cache) in self.layers.iter().zip(seq.caches.iter_mut()) {
+            layer
+                .attn
+                .state()
+                .shape(cache)
+                .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
+            if cache.len() < pos {
+                let len = cache.len();
+                return Err(ForwardError::PastCache { pos, len });
+            }
+            if !cache.restorable(pos) {
+                return Err(ForwardError::Unrestorable { pos });
+            }
+        }
+        seq.caches.iter_mut().for_each(|c| c.truncate(pos));
+        Ok(())
+    }
+
     /// One forward over several independent sequences (continuous batching): every matmul
     /// reads its weights once for all the sequences' rows; attention runs per sequence on its
     /// own caches. `logits` receives, sequence after sequence, the rows from each one's
     /// `first_logit_row` on. Each row equals what `forward_into` gives for its sequence alone.
+    ///
+    /// # Panics
+    /// On a sequence [`prepare_seq`](Self::prepare_seq) refuses.
     pub fn forward_multi(&self, seqs: &mut [SeqBatch<'_>], logits: &mut Vec<f32>) {
         self.forward_head(seqs, logits, Head::Logits);
     }
@@ -264,27 +316,8 @@ impl Decoder {
         let vocab = self.vocab_size();
         let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         for seq in seqs.iter_mut() {
-            assert_eq!(
-                seq.caches.len(),
-                self.layers.len(),
-                "one KV cache per layer is needed"
-            );
-            for (layer, cache) in self.layers.iter().zip(seq.caches.iter_mut()) {
-                if let Err(e) = layer.attn.state().shape(cache) {
-                    panic!("{e}");
-                }
-                assert!(
-                    cache.len() >= seq.pos,
-                    "position {} is past the cached length {}",
-                    seq.pos,
-                    cache.len()
-                );
-                assert!(
-                    cache.restorable(seq.pos),
-                    "position {} is before the rows a bounded recurrent cache kept; feed from 0",
-                    seq.pos
-                );
-                cache.truncate(seq.pos);
+            if let Err(e) = self.prepare_seq(seq) {
+                panic!("{e}");
             }
         }
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
@@ -294,10 +327,6 @@ impl Decoder {
         let t = grow(&mut s.t, n * d);
         let toks = seqs.iter().flat_map(|q| q.tokens.iter());
         for (row, &tok) in x.chunks_exact_mut(d).zip(toks) {
-            assert!(
-                tok < self.embed.rows(),
-                "token id {tok} outside the vocabulary"
-            );
             self.embed
                 .dequantize_row(tok, row)
                 .expect("embedding rows validated at load");

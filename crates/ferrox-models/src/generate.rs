@@ -11,7 +11,7 @@
 pub use crate::engine::{GenerateParams, StopReason};
 
 use crate::decoder::Decoder;
-use crate::engine::{BatchEngine, JobEnd, Sink};
+use crate::engine::{AdmitError, BatchEngine, JobEnd, Sink};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{SpecStats, Speculation};
 use crate::structured::ConstraintStats;
@@ -129,9 +129,16 @@ impl<'m> Session<'m> {
             error: None,
             constraint: None,
         };
-        // The only refusal left for a one-slot engine: the prompt does not fit the context.
-        let Ok(slot) = self.engine.pick_slot(prompt) else {
-            return out;
+        // A one-slot engine refuses a prompt that does not fit the context (a `Context` stop)
+        // or that holds ids the model has no embedding for.
+        let slot = match self.engine.pick_slot(prompt) {
+            Ok(slot) => slot,
+            Err(AdmitError::TooLong { .. }) => return out,
+            Err(e) => {
+                out.stop = StopReason::Failed;
+                out.error = Some(e.to_string());
+                return out;
+            }
         };
         let before = self.speculation().map(|s| s.stats);
         // The sampler runs in the slot and comes back with the generation's end.

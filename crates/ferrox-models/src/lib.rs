@@ -16,6 +16,7 @@ pub mod sampling;
 pub mod speculative;
 pub mod state;
 pub mod structured;
+pub mod validate;
 pub mod weights;
 
 pub use config::ModelConfig;

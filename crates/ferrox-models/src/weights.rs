@@ -38,6 +38,21 @@ pub enum LoadError {
     UnsupportedArch { name: String, supported: String },
     #[error("model config: {0}")]
     Config(String),
+    /// A metadata or `config.json` value that is missing, of the wrong type, out of range or
+    /// inconsistent with another: `key` is its name in the file (a GGUF key, a `config.json`
+    /// field, or a tensor whose shape stands for it).
+    #[error("model config: `{key}` {problem}")]
+    Value { key: String, problem: String },
+}
+
+impl LoadError {
+    /// The key a [`LoadError::Value`] names.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LoadError::Value { key, .. } => Some(key),
+            _ => None,
+        }
+    }
 }
 
 /// Which naming scheme a source uses.
@@ -121,6 +136,18 @@ impl TensorRef {
             shape,
             data: Bytes::from_vec(out),
         })
+    }
+
+    /// Refuses a tensor of a type ferrox has no kernels for (most i-quants, the ternary types,
+    /// integer tensors): every bound tensor is multiplied or dequantized, and both need one.
+    pub fn check_kernel(&self) -> Result<(), LoadError> {
+        match self.ty.act_type() {
+            Some(_) => Ok(()),
+            None => Err(self.err(format!(
+                "stored as {:?}, a type ferrox has no kernels for",
+                self.ty
+            ))),
+        }
     }
 
     /// Dequantized to f32 (norm weights, biases).
@@ -321,6 +348,8 @@ impl Bound {
                 }
                 return Ok(());
             };
+            // Before the shape: a tensor of a type without kernels is refused whatever its shape.
+            t.check_kernel()?;
             let t = match (src.naming(), spec.hf_layout) {
                 (Naming::HuggingFace, Some(f)) => f(&t)?,
                 _ => t,

@@ -346,8 +346,10 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
             continue;
         }
         let t = Instant::now();
-        // A panicking engine must not take the server down: its requests end, a new engine
-        // takes over.
+        // The engine fails a request it cannot run, or whose step panics, on its own (as
+        // `Event::Failed`; the others go on). A panic that still escapes `step` means the
+        // engine itself is broken: its requests end, a new engine takes over, the server
+        // stays up.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             engine.step(&mut |id, ev| {
                 let Some(tx) = running.get(&id) else { return };

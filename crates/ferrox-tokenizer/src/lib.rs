@@ -14,11 +14,13 @@ mod from_gguf;
 mod from_spec;
 mod hf;
 mod pretok;
+pub mod sandbox;
 mod spm;
 mod stream;
 mod vocab;
 
 pub mod chat_output;
+pub mod chat_text;
 pub mod template;
 
 use std::path::Path;
@@ -215,9 +217,22 @@ impl Tokenizer {
     /// `parse_special` lets control tokens written in the text (e.g. `<|im_end|>`) become those
     /// tokens. User-defined tokens are always matched, as in llama.cpp.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Vec<TokenId> {
+        let specials = match parse_special {
+            true => Specials::Parse,
+            false => Specials::Skip,
+        };
+        self.encode_with(text, add_special, specials)
+    }
+
+    /// [`encode`](Self::encode) with control tokens matched as `specials` says.
+    fn encode_with(&self, text: &str, add_special: bool, specials: Specials<'_>) -> Vec<TokenId> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if let Model::Hf(h) = &self.model {
-            return h.encode(text, add_special, parse_special);
+            return match specials {
+                Specials::Parse => h.encode(text, add_special, true),
+                Specials::Skip => h.encode(text, add_special, false),
+                Specials::Outside(literal) => self.hf_encode_outside(h, text, literal),
+            };
         }
         if add_special && self.add_bos {
             if let Some(b) = self.special.bos {
@@ -225,7 +240,7 @@ impl Tokenizer {
             }
         }
         let mut prev_special = true;
-        for frag in self.partition(text, parse_special) {
+        for frag in self.partition(text, specials) {
             match frag {
                 Fragment::Token(id) => {
                     out.push(id);
@@ -269,8 +284,9 @@ impl Tokenizer {
 
     /// Splits `text` at special tokens as llama.cpp's `tokenizer_st_partition`: tokens are
     /// taken longest first, each claiming its leftmost non-overlapping occurrences in the text
-    /// not yet claimed.
-    fn partition<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
+    /// not yet claimed. Control (and unknown) tokens are matched as `specials` says;
+    /// user-defined ones always.
+    fn partition<'t>(&self, text: &'t str, specials: Specials<'_>) -> Vec<Fragment<'t>> {
         let Some(ac) = self.special_matcher.as_ref().filter(|_| !text.is_empty()) else {
             return if text.is_empty() {
                 Vec::new()
@@ -278,13 +294,15 @@ impl Tokenizer {
                 vec![Fragment::Text(text)]
             };
         };
-        let skip = |rank: usize| {
-            !parse_special
-                && self.attrs[self.special_ids[rank]] & (attr::CONTROL | attr::UNKNOWN) != 0
+        let skip = |m: &aho_corasick::Match| {
+            let control = self.attrs[self.special_ids[m.pattern().as_usize()]]
+                & (attr::CONTROL | attr::UNKNOWN)
+                != 0;
+            control && !specials.allows(m.start(), m.end())
         };
         let mut matches: Vec<(u32, u32, u32)> = ac
             .find_overlapping_iter(text)
-            .filter(|m| !skip(m.pattern().as_usize()))
+            .filter(|m| !skip(m))
             .map(|m| (m.pattern().as_u32(), m.start() as u32, m.end() as u32))
             .collect();
         if matches.is_empty() {
@@ -444,6 +462,32 @@ impl Tokenizer {
 enum Fragment<'t> {
     Text(&'t str),
     Token(TokenId),
+}
+
+/// Where control tokens written in a text become those tokens.
+#[derive(Clone, Copy)]
+enum Specials<'a> {
+    /// Everywhere (`parse_special`).
+    Parse,
+    /// Nowhere.
+    Skip,
+    /// Outside these sorted, disjoint byte ranges (message text in a rendered chat).
+    Outside(&'a [std::ops::Range<usize>]),
+}
+
+impl Specials<'_> {
+    /// Whether a control token at `start..end` is one.
+    fn allows(&self, start: usize, end: usize) -> bool {
+        match self {
+            Specials::Parse => true,
+            Specials::Skip => false,
+            Specials::Outside(ranges) => {
+                // The first range ending after `start` is the only one that can overlap.
+                let i = ranges.partition_point(|r| r.end <= start);
+                ranges.get(i).is_none_or(|r| r.start >= end)
+            }
+        }
+    }
 }
 
 fn parse_byte_token(text: &str) -> Option<u8> {

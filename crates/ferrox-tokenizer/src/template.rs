@@ -6,6 +6,8 @@
 //!
 //! Models without a template (base models such as Gemma 3 270M) use [`plain_prompt`].
 
+use crate::chat_text::{self, ChatText};
+use crate::sandbox;
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde::{Deserialize, Serialize};
@@ -50,6 +52,9 @@ impl Message {
 pub enum TemplateError {
     #[error("chat template: {0}")]
     Jinja(#[from] minijinja::Error),
+    /// The messages cannot be rendered safely (see `chat_text`).
+    #[error("chat template: {0}")]
+    Content(String),
 }
 
 /// A compiled chat template plus the special-token strings it may reference.
@@ -78,16 +83,23 @@ impl ChatTemplate {
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_filter("tojson", tojson);
+        // Fuel, output and recursion limits, guarded builtins and Python string methods.
+        sandbox::install(&mut env);
         env.add_template_owned(NAME, source.to_string())?;
         Ok(Self {
             env,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
+    }
+
+    /// Renders with `fuel` instructions instead of [`sandbox::FUEL`] (tests of the margin real
+    /// templates have).
+    pub fn set_fuel(&mut self, fuel: u64) {
+        self.env.set_fuel(Some(fuel));
     }
 
     /// Renders the conversation; with `add_generation_prompt` the text ends where the
@@ -131,7 +143,18 @@ impl ChatTemplate {
             eos_token => self.eos_token.as_str(),
             ..extra
         };
-        Ok(tmpl.render(ctx)?)
+        let mut out = sandbox::CappedOutput::default();
+        let clock = sandbox::Clock::start(sandbox::TIME_BUDGET);
+        let rendered = tmpl.render_captured_to(ctx, &mut out);
+        // A loop cut short by the clock ends the render early but fine-looking: fail it.
+        if let Some(e) = clock.overrun().or_else(|| out.error()) {
+            return Err(e.into());
+        }
+        rendered?;
+        // The engine writes only the UTF-8 text of values and template source.
+        Ok(String::from_utf8(out.text).map_err(|e| {
+            Error::new(ErrorKind::InvalidOperation, "the render is not UTF-8").with_source(e)
+        })?)
     }
 }
 
@@ -245,8 +268,10 @@ fn strftime_now(format: String) -> Result<Value, Error> {
 
 /// `json.dumps(value, ensure_ascii=False, indent=indent)`: Python's separators and escaping.
 fn tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
+    let indent = sandbox::tojson_indent(&kwargs)?;
     kwargs.assert_all_used()?;
+    // Bounds the items `write_json` collects, however deeply nested.
+    sandbox::check_items("tojson", &value)?;
     let mut out = String::new();
     write_json(&value, indent, 0, &mut out)?;
     Ok(Value::from_safe_string(out))
@@ -289,6 +314,7 @@ fn write_json(
         out.push(close);
         Ok(())
     };
+    sandbox::check_output(out.len())?;
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
@@ -371,6 +397,31 @@ pub fn render_chat(
         Some(t) => t.render_with(messages, tools, true, kwargs),
         None => Ok(plain_prompt(messages, true)),
     }
+}
+
+/// [`render_chat`] with the message text marked, for tokenizing so that it cannot become
+/// control tokens ([`crate::chat_text`]).
+pub fn render_chat_text(
+    tok: &crate::Tokenizer,
+    template: Option<&ChatTemplate>,
+    messages: &[Message],
+    tools: Option<&serde_json::Value>,
+    kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<ChatText, TemplateError> {
+    chat_text::guard(tok, messages, |m| render_chat(template, m, tools, kwargs))
+}
+
+/// [`render_prompt`] with the message text marked ([`crate::chat_text`]).
+pub fn prompt_text(
+    tok: &crate::Tokenizer,
+    messages: &[Message],
+    add_generation_prompt: bool,
+) -> Result<ChatText, TemplateError> {
+    let template = ChatTemplate::for_tokenizer(tok)?;
+    chat_text::guard(tok, messages, |m| match &template {
+        Some(t) => t.render(m, add_generation_prompt),
+        None => Ok(plain_prompt(m, add_generation_prompt)),
+    })
 }
 
 /// The prompt text for a conversation: the model's chat template, or [`plain_prompt`] when the

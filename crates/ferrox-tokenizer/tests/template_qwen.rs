@@ -54,3 +54,25 @@ fn gemma_base_uses_plain_fallback() {
     let p = render_prompt(g, &[Message::user("The capital of France is")], true).unwrap();
     assert_eq!(p, "The capital of France is");
 }
+
+/// A long conversation with tools renders on a twentieth of the fuel budget: the sandbox's
+/// limits are far from what a real template needs.
+#[test]
+fn qwen_template_has_a_wide_fuel_margin() {
+    let mut t = ChatTemplate::for_tokenizer(qwen()).unwrap().unwrap();
+    t.set_fuel(ferrox_tokenizer::sandbox::FUEL / 20);
+    let tools: Vec<serde_json::Value> = (0..20)
+        .map(|i| serde_json::json!({"type": "function", "function": {"name": format!("f{i}"),
+            "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "string"}}}}}))
+        .collect();
+    let mut msgs = vec![Message::system("be brief")];
+    for i in 0..200 {
+        msgs.push(Message::user(format!("question {i}")));
+        msgs.push(Message::assistant(format!("answer {i}")));
+    }
+    msgs.push(Message::user("last"));
+    let s = t
+        .render_with_tools(&msgs, Some(&serde_json::Value::Array(tools)), true)
+        .unwrap();
+    assert!(s.contains("answer 199") && s.contains("\"name\": \"f19\""));
+}

@@ -7,12 +7,12 @@
 //! speculative output equals the plain one token for token.
 
 use super::engine;
-use super::run::{tokenize_prompt, DrafterKind, DEFAULT_DRAFT_MAX};
+use super::run::{DrafterKind, DEFAULT_DRAFT_MAX};
 use anyhow::Context;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::Speculation;
-use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::template::{prompt_text, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -151,8 +151,8 @@ fn mode_label(m: &Option<DrafterKind>) -> String {
 
 /// One user message through the model's chat template, tokenized.
 fn chat(tok: &Tokenizer, text: String) -> anyhow::Result<Vec<TokenId>> {
-    let rendered = render_prompt(tok, &[Message::user(text)], true)?;
-    Ok(tokenize_prompt(tok, &rendered))
+    let chat = prompt_text(tok, &[Message::user(text)], true)?;
+    Ok(tok.encode_prompt(&chat.text, &chat.literal))
 }
 
 /// The workload (`-f`, `--prompt-file`) and, unless `--no-control`, the control set.

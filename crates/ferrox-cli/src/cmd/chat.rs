@@ -3,9 +3,9 @@
 //! Speculative decoding is on unless `--no-spec`.
 
 use super::engine;
-use super::run::{report, tokenize_prompt, GenFlags};
+use super::run::{report, GenFlags};
 use ferrox_models::generate::Session;
-use ferrox_tokenizer::template::{render_prompt, Message};
+use ferrox_tokenizer::template::{prompt_text, Message};
 use std::io::{BufRead, Write};
 
 #[derive(clap::Args)]
@@ -39,8 +39,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             break;
         }
         messages.push(Message::user(line.trim_end().to_string()));
-        let text = render_prompt(tok, &messages, true)?;
-        let ids = tokenize_prompt(tok, &text);
+        let chat = match prompt_text(tok, &messages, true) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                messages.pop();
+                continue;
+            }
+        };
+        let ids = tok.encode_prompt(&chat.text, &chat.literal);
         if ids.len() >= session.ctx_size() {
             eprintln!("context full ({} tokens); start a new chat", ids.len());
             break;
@@ -54,6 +61,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         if args.gen.verbose {
             report(&out);
+        }
+        if let Some(e) = out.error {
+            // The turn failed: it is not part of the conversation.
+            eprintln!("error: {e}");
+            messages.pop();
+            continue;
         }
         messages.push(Message::assistant(out.text));
     }

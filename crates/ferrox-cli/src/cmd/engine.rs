@@ -54,6 +54,10 @@ pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<Engine> {
     } else {
         None
     };
+    if let Some(t) = &tokenizer {
+        ferrox_models::validate::check_tokenizer(&decoder, t)
+            .with_context(|| format!("loading {}", path.display()))?;
+    }
     // The tokenizer read the metadata through the map; loading is over.
     if let Some(g) = &decoder.gguf {
         g.release_pages();

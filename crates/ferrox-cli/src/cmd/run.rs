@@ -9,8 +9,7 @@ use ferrox_models::speculative::{
     Drafter, LongestMatchDrafter, PromptLookupSpeculator, Speculation,
 };
 use ferrox_models::structured::{Grammar, GrammarCompiler};
-use ferrox_tokenizer::template::{render_prompt, Message};
-use ferrox_tokenizer::{TokenId, Tokenizer};
+use ferrox_tokenizer::template::{prompt_text, Message};
 use std::io::Write;
 
 use anyhow::Context;
@@ -170,20 +169,6 @@ impl Args {
     }
 }
 
-/// Tokenizes rendered template text: special tokens parsed, BOS added only when the model
-/// wants one and the text does not already start with it.
-pub fn tokenize_prompt(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
-    let mut ids = tok.encode(text, false, true);
-    if tok.adds_bos() {
-        if let Some(bos) = tok.bos_id() {
-            if ids.first() != Some(&bos) {
-                ids.insert(0, bos);
-            }
-        }
-    }
-    ids
-}
-
 pub fn report(out: &GenerateOutput) {
     let rate = |n: usize, d: std::time::Duration| n as f64 / d.as_secs_f64().max(1e-9);
     eprintln!(
@@ -237,11 +222,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let ids = if args.raw {
         tok.encode(&prompt, true, true)
     } else {
-        let text = render_prompt(tok, &[Message::user(prompt.clone())], true)?;
+        // The user's text is not control tokens: only the template's markers are.
+        let chat = prompt_text(tok, &[Message::user(prompt.clone())], true)?;
         if args.gen.verbose {
-            eprintln!("prompt: {text:?}");
+            eprintln!("prompt: {:?}", chat.text);
         }
-        tokenize_prompt(tok, &text)
+        tok.encode_prompt(&chat.text, &chat.literal)
     };
     anyhow::ensure!(!ids.is_empty(), "empty prompt");
     let mut params = args.gen.params();

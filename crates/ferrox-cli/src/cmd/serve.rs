@@ -16,11 +16,10 @@ use ferrox_server::backend::{
     GenSummary, GrammarSpec, RenderedChat, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
-use ferrox_tokenizer::template::{render_chat, ChatTemplate, Message};
+use ferrox_tokenizer::template::{render_chat_text, ChatTemplate, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 
 use super::engine;
-use super::run::tokenize_prompt;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -174,13 +173,15 @@ impl Backend for ModelBackend {
             .template
             .as_ref()
             .map_err(|e| BackendError::Template(e.clone()))?;
-        let text = render_chat(template.as_ref(), &msgs, tools.as_ref(), chat.kwargs)
+        // Message text is tokenized as text: only the template's markers are control tokens.
+        let tok = self.tokenizer;
+        let chat = render_chat_text(tok, template.as_ref(), &msgs, tools.as_ref(), chat.kwargs)
             .map_err(|e| BackendError::Template(e.to_string()))?;
         Ok(RenderedChat {
-            tokens: tokenize_prompt(self.tokenizer, &text),
+            tokens: tok.encode_prompt(&chat.text, &chat.literal),
             tool_format: self.tool_format,
             // DeepSeek-R1-style templates open the reasoning block in the generation prompt.
-            in_reasoning: text.trim_end().ends_with("<think>"),
+            in_reasoning: chat.text.trim_end().ends_with("<think>"),
         })
     }
     fn text_prompt(&self, text: &str) -> Vec<TokenId> {

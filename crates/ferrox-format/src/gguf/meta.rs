@@ -327,6 +327,14 @@ impl StrArray {
     }
 }
 
+impl<'a> FromIterator<&'a str> for StrArray {
+    fn from_iter<I: IntoIterator<Item = &'a str>>(iter: I) -> Self {
+        let mut a = StrArray::default();
+        iter.into_iter().for_each(|s| a.push(s));
+        a
+    }
+}
+
 impl fmt::Debug for StrArray {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()

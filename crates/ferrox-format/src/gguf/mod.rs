@@ -14,9 +14,11 @@
 mod error;
 mod meta;
 mod parse;
+mod write;
 
 pub use error::{GgufError, Problem, TensorProblem};
 pub use meta::{MetaArray, MetaType, MetaValue, StrArray};
+pub use write::{to_bytes, TensorOut};
 
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::quant::GgmlType;

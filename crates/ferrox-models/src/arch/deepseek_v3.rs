@@ -42,7 +42,7 @@ pub fn mla_moe_from_gguf(
 ) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base(arch, true)?;
     g.mla(&mut cfg)?;
-    g.sliding_all(&mut cfg);
+    g.sliding_all(&mut cfg)?;
     let defaults = MoeDefaults::gating(gating(&cfg));
     g.moe(&mut cfg, defaults)?;
     Ok(cfg)

@@ -27,7 +27,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = gemma_from_gguf(g, "gemma2", 4608)?;
-    cfg.sliding_window = g.opt_usize("attention.sliding_window").filter(|&w| w > 0);
+    cfg.sliding_window = g.opt_usize("attention.sliding_window")?.filter(|&w| w > 0);
     if cfg.sliding_window.is_some() {
         cfg.set_sliding_layers(|l| l % 2 == 0);
     }

@@ -55,8 +55,8 @@ pub fn gemma_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, Lo
     cfg.norm = NormKind::RmsOffsetOne;
     cfg.post_norms = true;
     cfg.embed_scale = true;
-    cfg.tie_embeddings = c.bool("tie_word_embeddings").unwrap_or(true);
-    let scalar = c.f32("query_pre_attn_scalar");
+    cfg.tie_embeddings = c.bool("tie_word_embeddings")?.unwrap_or(true);
+    let scalar = c.f32("query_pre_attn_scalar")?;
     cfg.attn_scale = Some(scalar.unwrap_or(cfg.head_dim as f32).powf(-0.5));
     Ok(cfg)
 }
@@ -69,11 +69,11 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut local = c.rope(Some("sliding_attention"), hd, false, max_pos)?;
     if c.get("rope_parameters").is_none() {
         // Legacy configs: local layers use `rope_local_base_freq`, no scaling.
-        local.theta = c.f32("rope_local_base_freq").unwrap_or(10_000.0);
+        local.theta = c.f32("rope_local_base_freq")?.unwrap_or(10_000.0);
         local.scaling = RopeScaling::None;
     }
     cfg.rope_local = Some(local);
-    let pattern = c.usize("sliding_window_pattern").unwrap_or(6).max(1);
+    let pattern = c.usize("sliding_window_pattern")?.unwrap_or(6).max(1);
     c.sliding_by_types_or(&mut cfg, |l| (l + 1) % pattern != 0)?;
     Ok(cfg)
 }
@@ -83,9 +83,9 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = gemma_from_gguf(g, "gemma3", 5376)?;
     cfg.qk_norm = true;
-    cfg.sliding_window = g.opt_usize("attention.sliding_window");
+    cfg.sliding_window = g.opt_usize("attention.sliding_window")?;
     let pattern = g
-        .opt_usize("attention.sliding_window_pattern")
+        .opt_usize("attention.sliding_window_pattern")?
         .unwrap_or(6)
         .max(1);
     cfg.set_sliding_layers(|l| (l + 1) % pattern != 0);

@@ -24,6 +24,35 @@ use crate::weights::LoadError;
 use ferrox_format::gguf::{GgufFile, MetaValue};
 use std::sync::Arc;
 
+/// Largest integer any metadata key may hold: every count and size in a model fits in 32 bits,
+/// and bounding them keeps the arithmetic on them (products of a few) from overflowing.
+pub const MAX_VALUE: u64 = u32::MAX as u64;
+
+/// Most layers a model may declare: the per-layer lists are allocated from the count before
+/// any tensor is seen.
+pub const MAX_LAYERS: usize = 4096;
+
+/// A metadata value in an error message: its type, and the value when it is short.
+fn describe(v: &MetaValue) -> String {
+    match v {
+        MetaValue::Array(a) => format!("an array of {}", a.elem_type().name()),
+        MetaValue::String(s) if s.len() > 40 => "a string".into(),
+        MetaValue::String(s) => format!("the string {s:?}"),
+        other => {
+            let val = match other {
+                MetaValue::Bool(b) => b.to_string(),
+                o => o
+                    .as_i64()
+                    .map(|i| i.to_string())
+                    .or_else(|| o.as_u64().map(|u| u.to_string()))
+                    .or_else(|| o.as_f32().map(|f| f.to_string()))
+                    .unwrap_or_default(),
+            };
+            format!("{} {val}", other.meta_type().name())
+        }
+    }
+}
+
 /// llama.cpp's `LLAMA_EXPERT_GATING_FUNC_TYPE_*`.
 pub const GATING_SOFTMAX: usize = 1;
 pub const GATING_SIGMOID: usize = 2;
@@ -31,10 +60,6 @@ pub const GATING_SIGMOID: usize = 2;
 /// GGUF metadata with the `{arch}.` prefix handled.
 pub struct GgufMeta {
     pub file: Arc<GgufFile>,
-}
-
-fn cfg_err(msg: String) -> LoadError {
-    LoadError::Config(format!("GGUF: {msg}"))
 }
 
 /// What an MoE family's GGUF means when a key is absent.
@@ -80,7 +105,7 @@ impl GgufMeta {
         d: MoeDefaults,
     ) -> Result<ModelConfig, LoadError> {
         let mut cfg = self.base(arch, interleaved)?;
-        self.sliding_all(&mut cfg);
+        self.sliding_all(&mut cfg)?;
         self.optional_attention_tensors(&mut cfg);
         self.moe(&mut cfg, d)?;
         Ok(cfg)
@@ -89,28 +114,74 @@ impl GgufMeta {
     pub fn arch(&self) -> &str {
         self.file.architecture().unwrap_or_default()
     }
-    fn key(&self, k: &str) -> String {
+    /// The full name of key `k`: `{arch}.{k}`.
+    pub fn key(&self, k: &str) -> String {
         format!("{}.{k}", self.arch())
     }
-    pub fn usize(&self, k: &str) -> Result<usize, LoadError> {
-        self.opt_usize(k)
-            .ok_or_else(|| LoadError::Config(format!("GGUF: missing `{}`", self.key(k))))
+    /// The error for key `k` (`{arch}.{k}`) holding a value that cannot be used.
+    pub fn bad(&self, k: &str, problem: impl std::fmt::Display) -> LoadError {
+        LoadError::Value {
+            key: self.key(k),
+            problem: problem.to_string(),
+        }
     }
-    pub fn opt_usize(&self, k: &str) -> Option<usize> {
-        self.file.get_u64(&self.key(k)).map(|v| v as usize)
+    fn value(&self, k: &str) -> Option<&MetaValue> {
+        self.file.get(&self.key(k))
+    }
+    pub fn usize(&self, k: &str) -> Result<usize, LoadError> {
+        self.opt_usize(k)?.ok_or_else(|| self.bad(k, "is missing"))
+    }
+    /// An integer key; any other type, a negative value or one beyond [`MAX_VALUE`] is an
+    /// error naming it (never a silent default).
+    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, LoadError> {
+        let Some(v) = self.value(k) else {
+            return Ok(None);
+        };
+        match v.as_u64() {
+            Some(x) if x <= MAX_VALUE => Ok(Some(x as usize)),
+            Some(x) => Err(self.bad(k, format!("= {x} is out of range (at most {MAX_VALUE})"))),
+            None => Err(self.bad(k, format!("is {}, not a count", describe(v)))),
+        }
     }
     pub fn f32(&self, k: &str) -> Result<f32, LoadError> {
-        self.opt_f32(k)
-            .ok_or_else(|| LoadError::Config(format!("GGUF: missing `{}`", self.key(k))))
+        self.opt_f32(k)?.ok_or_else(|| self.bad(k, "is missing"))
     }
-    pub fn opt_f32(&self, k: &str) -> Option<f32> {
-        self.file.get_f32(&self.key(k))
+    /// A float key. A whole number stored as an integer means that number (hand-written and
+    /// some converted files do this); other types and non-finite values are errors.
+    pub fn opt_f32(&self, k: &str) -> Result<Option<f32>, LoadError> {
+        let Some(v) = self.value(k) else {
+            return Ok(None);
+        };
+        let x = v
+            .as_f32()
+            .or_else(|| v.as_i64().map(|i| i as f32))
+            .or_else(|| v.as_u64().map(|u| u as f32))
+            .ok_or_else(|| self.bad(k, format!("is {}, not a number", describe(v))))?;
+        if !x.is_finite() {
+            return Err(self.bad(k, format!("= {x} is not finite")));
+        }
+        Ok(Some(x))
     }
-    pub fn opt_str(&self, k: &str) -> Option<&str> {
-        self.file.get_str(&self.key(k))
+    pub fn opt_str(&self, k: &str) -> Result<Option<&str>, LoadError> {
+        self.value(k)
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| self.bad(k, format!("is {}, not a string", describe(v))))
+            })
+            .transpose()
     }
-    pub fn opt_bool(&self, k: &str) -> Option<bool> {
-        self.file.get_bool(&self.key(k))
+    pub fn opt_bool(&self, k: &str) -> Result<Option<bool>, LoadError> {
+        self.value(k)
+            .map(|v| {
+                v.as_bool()
+                    .ok_or_else(|| self.bad(k, format!("is {}, not a bool", describe(v))))
+            })
+            .transpose()
+    }
+    /// Whether the family's `claims` test sees experts (a malformed count claims none; the
+    /// config reader then names it).
+    pub fn has_experts(&self) -> bool {
+        self.opt_usize("expert_count").ok().flatten().unwrap_or(0) > 0
     }
     /// Rows of a stored tensor (vocabulary size from `token_embd`).
     pub fn tensor_rows(&self, name: &str) -> Option<usize> {
@@ -130,21 +201,31 @@ impl GgufMeta {
 
     /// Dimensions (without appended MTP blocks), norm epsilon, context, embedding tying,
     /// soft-caps and RoPE (`interleaved`: adjacent pairs, llama.cpp's `LLAMA_ROPE_TYPE_NORM`).
+    /// Only what is needed to build the config is checked here (the layer count, before the
+    /// per-layer lists are allocated; a head count that divides); `crate::validate` checks
+    /// the whole config.
     pub fn base(&self, arch: &'static str, interleaved: bool) -> Result<ModelConfig, LoadError> {
         let hidden = self.usize("embedding_length")?;
         let blocks = self.usize("block_count")?;
-        let nextn = self.opt_usize("nextn_predict_layers").unwrap_or(0);
+        if !(1..=MAX_LAYERS).contains(&blocks) {
+            return Err(self.bad(
+                "block_count",
+                format!("= {blocks} is outside 1..={MAX_LAYERS}"),
+            ));
+        }
+        let nextn = self.opt_usize("nextn_predict_layers")?.unwrap_or(0);
         if nextn >= blocks {
-            return Err(cfg_err(format!(
-                "{nextn} MTP layers leave none of {blocks} blocks for the decoder"
-            )));
+            return Err(self.bad(
+                "nextn_predict_layers",
+                format!("= {nextn} leaves none of {blocks} blocks for the decoder"),
+            ));
         }
         let n_heads = self.usize("attention.head_count")?;
         if n_heads == 0 {
-            return Err(cfg_err("`attention.head_count` is 0".into()));
+            return Err(self.bad("attention.head_count", "is 0"));
         }
         let head_dim = self
-            .opt_usize("attention.key_length")
+            .opt_usize("attention.key_length")?
             .unwrap_or(hidden / n_heads);
         let dims = Dims {
             vocab: self
@@ -153,41 +234,37 @@ impl GgufMeta {
             hidden,
             n_layers: blocks - nextn,
             n_heads,
-            n_kv_heads: self.opt_usize("attention.head_count_kv").unwrap_or(n_heads),
+            n_kv_heads: self
+                .opt_usize("attention.head_count_kv")?
+                .unwrap_or(n_heads),
             head_dim,
             ffn_dim: self.usize("feed_forward_length")?,
         };
         let rope = RopeConfig {
-            theta: self.opt_f32("rope.freq_base").unwrap_or(10_000.0),
+            theta: self.opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
             scaling: self.rope_scaling()?,
-            rotary_dim: self.opt_usize("rope.dimension_count").unwrap_or(head_dim),
+            rotary_dim: self.opt_usize("rope.dimension_count")?.unwrap_or(head_dim),
             interleaved,
         };
-        if rope.rotary_dim > head_dim || rope.rotary_dim % 2 == 1 {
-            return Err(cfg_err(format!(
-                "rope dimension {} does not fit head size {head_dim}",
-                rope.rotary_dim
-            )));
-        }
         let mut cfg = ModelConfig::new(arch, dims, rope);
-        cfg.max_seq_len = self.opt_usize("context_length").unwrap_or(4096);
+        cfg.max_seq_len = self.opt_usize("context_length")?.unwrap_or(4096);
         cfg.norm_eps = self
-            .opt_f32("attention.layer_norm_rms_epsilon")
+            .opt_f32("attention.layer_norm_rms_epsilon")?
             .unwrap_or(1e-6);
         cfg.tie_embeddings = self.file.tensor("output.weight").is_none();
-        cfg.final_logit_softcap = self.opt_f32("final_logit_softcapping");
-        cfg.attn_logit_softcap = self.opt_f32("attn_logit_softcapping");
+        cfg.final_logit_softcap = self.opt_f32("final_logit_softcapping")?;
+        cfg.attn_logit_softcap = self.opt_f32("attn_logit_softcapping")?;
         Ok(cfg)
     }
 
     fn rope_scaling(&self) -> Result<RopeScaling, LoadError> {
-        let factor = self.opt_f32("rope.scaling.factor");
+        let factor = self.opt_f32("rope.scaling.factor")?;
         let longrope = ["rope_factors_short.weight", "rope_factors_long.weight"]
             .iter()
             .any(|t| self.file.tensor(t).is_some());
-        Ok(match (self.opt_str("rope.scaling.type"), factor) {
+        Ok(match (self.opt_str("rope.scaling.type")?, factor) {
             (None | Some("none" | "longrope"), _) if longrope => RopeScaling::Factors {
-                attn_factor: self.opt_f32("rope.scaling.attn_factor").unwrap_or(1.0),
+                attn_factor: self.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
                 original_max_position: self.usize("rope.scaling.original_context_length")?,
             },
             (Some("longrope"), _) => {
@@ -198,32 +275,39 @@ impl GgufMeta {
             (Some("linear"), _) => RopeScaling::None,
             (Some("yarn"), Some(f)) => {
                 let all_dim = self
-                    .opt_f32("rope.scaling.yarn_log_multiplier")
+                    .opt_f32("rope.scaling.yarn_log_multiplier")?
                     .unwrap_or(0.0)
                     / 0.1;
                 RopeScaling::Yarn {
                     factor: f,
                     original_max_position: self.usize("rope.scaling.original_context_length")?,
-                    beta_fast: self.opt_f32("rope.scaling.yarn_beta_fast").unwrap_or(32.0),
-                    beta_slow: self.opt_f32("rope.scaling.yarn_beta_slow").unwrap_or(1.0),
+                    beta_fast: self.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
+                    beta_slow: self.opt_f32("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
                     mscale: all_dim,
                     mscale_all_dim: all_dim,
                     // llama.cpp always rounds the ramp bounds (`ggml_rope_yarn_corr_dims`).
                     truncate: true,
                 }
             }
-            (Some(other), _) => return Err(cfg_err(format!("unsupported rope scaling `{other}`"))),
+            (Some("yarn"), None) => return Err(self.bad("rope.scaling.factor", "is missing")),
+            (Some(other), _) => {
+                return Err(self.bad(
+                    "rope.scaling.type",
+                    format!("`{other}` is not a supported scaling"),
+                ))
+            }
         })
     }
 
     /// `attention.sliding_window`, when written, on every layer (Mistral-style).
-    pub fn sliding_all(&self, cfg: &mut ModelConfig) {
+    pub fn sliding_all(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
         cfg.sliding_window = self
-            .opt_usize("attention.sliding_window")
+            .opt_usize("attention.sliding_window")?
             .filter(|&w| w > 0);
         if cfg.sliding_window.is_some() {
             cfg.layer_attn = vec![crate::config::AttnKind::Sliding; cfg.n_layers];
         }
+        Ok(())
     }
 
     /// llama.cpp's `load_swa_pattern`: the window from `attention.sliding_window`, the sliding
@@ -235,7 +319,7 @@ impl GgufMeta {
         default_period: usize,
     ) -> Result<(), LoadError> {
         cfg.sliding_window = self
-            .opt_usize("attention.sliding_window")
+            .opt_usize("attention.sliding_window")?
             .filter(|&w| w > 0);
         if cfg.sliding_window.is_none() {
             cfg.set_sliding_layers(|_| false);
@@ -252,16 +336,16 @@ impl GgufMeta {
                 .collect::<Option<Vec<bool>>>()
                 .filter(|s| s.len() == cfg.n_layers)
                 .ok_or_else(|| {
-                    cfg_err(format!(
-                        "`{key}` is not one bool per layer ({})",
-                        cfg.n_layers
-                    ))
+                    self.bad(
+                        "attention.sliding_window_pattern",
+                        format!("is not one bool per layer ({})", cfg.n_layers),
+                    )
                 })?;
             cfg.set_sliding_layers(|l| sliding[l]);
             return Ok(());
         }
         let n = self
-            .opt_usize("attention.sliding_window_pattern")
+            .opt_usize("attention.sliding_window_pattern")?
             .unwrap_or(default_period)
             .max(1);
         cfg.set_sliding_layers(|l| l % n < n - 1);
@@ -277,20 +361,25 @@ impl GgufMeta {
 
     /// The expert section, when `expert_count` is written, and which layers are MoE.
     pub fn moe(&self, cfg: &mut ModelConfig, d: MoeDefaults) -> Result<(), LoadError> {
-        let n_experts = self.opt_usize("expert_count").unwrap_or(0);
+        let n_experts = self.opt_usize("expert_count")?.unwrap_or(0);
         if n_experts == 0 {
             return Ok(());
         }
-        let expert_ffn = match self.opt_usize("expert_feed_forward_length") {
+        let expert_ffn = match self.opt_usize("expert_feed_forward_length")? {
             Some(f) => f,
             None if d.ffn_is_expert_ffn => cfg.ffn_dim,
             None => self.usize("expert_feed_forward_length")?,
         };
-        let n_shared = self.opt_usize("expert_shared_count").unwrap_or(0);
-        let scoring = match self.opt_usize("expert_gating_func").unwrap_or(d.gating) {
+        let n_shared = self.opt_usize("expert_shared_count")?.unwrap_or(0);
+        let scoring = match self.opt_usize("expert_gating_func")?.unwrap_or(d.gating) {
             GATING_SOFTMAX => RouterScoring::Softmax,
             GATING_SIGMOID => RouterScoring::Sigmoid,
-            other => return Err(cfg_err(format!("unsupported expert_gating_func {other}"))),
+            other => {
+                return Err(self.bad(
+                    "expert_gating_func",
+                    format!("= {other} is not a supported gating function"),
+                ))
+            }
         };
         let m = MoeConfig {
             n_experts,
@@ -298,32 +387,23 @@ impl GgufMeta {
             n_shared_experts: n_shared,
             expert_ffn_dim: expert_ffn,
             shared_ffn_dim: self
-                .opt_usize("expert_shared_feed_forward_length")
-                .unwrap_or(expert_ffn * n_shared),
+                .opt_usize("expert_shared_feed_forward_length")?
+                .unwrap_or(expert_ffn.saturating_mul(n_shared)),
             scoring,
             has_correction_bias: self.any_layer(cfg.n_layers, "blk.{}.exp_probs_b.bias"),
-            n_group: self.opt_usize("expert_group_count").unwrap_or(1).max(1),
+            // llama.cpp writes 0 for "no groups": one group holding every expert.
+            n_group: self.opt_usize("expert_group_count")?.unwrap_or(1).max(1),
             topk_group: self
-                .opt_usize("expert_group_used_count")
+                .opt_usize("expert_group_used_count")?
                 .unwrap_or(1)
                 .max(1),
-            norm_topk_prob: d.always_norm || self.opt_bool("expert_weights_norm").unwrap_or(false),
-            routed_scaling_factor: self.opt_f32("expert_weights_scale").unwrap_or(1.0),
+            norm_topk_prob: d.always_norm || self.opt_bool("expert_weights_norm")?.unwrap_or(false),
+            routed_scaling_factor: self.opt_f32("expert_weights_scale")?.unwrap_or(1.0),
             ..MoeConfig::none(cfg.hidden_dim)
         };
-        if m.n_experts_active == 0
-            || m.n_experts_active > m.n_experts
-            || !m.n_experts.is_multiple_of(m.n_group)
-            || m.topk_group > m.n_group
-        {
-            return Err(cfg_err(format!(
-                "{} of {} experts active, {} of {} groups kept",
-                m.n_experts_active, m.n_experts, m.topk_group, m.n_group
-            )));
-        }
         cfg.moe = m;
         let n = cfg.n_layers;
-        cfg.layer_moe = match self.opt_usize("leading_dense_block_count") {
+        cfg.layer_moe = match self.opt_usize("leading_dense_block_count")? {
             Some(k) => (0..n).map(|l| l >= k).collect(),
             None => (0..n)
                 .map(|l| {
@@ -337,32 +417,36 @@ impl GgufMeta {
 
     /// llama.cpp's qwen2moe / qwen3next: one shared expert behind a sigmoid gate, as wide as
     /// `expert_shared_feed_forward_length` (none when it is absent or 0).
-    pub fn gated_shared_expert(&self, cfg: &mut ModelConfig) {
+    pub fn gated_shared_expert(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
         let shared = self
-            .opt_usize("expert_shared_feed_forward_length")
+            .opt_usize("expert_shared_feed_forward_length")?
             .unwrap_or(0);
         cfg.moe.n_shared_experts = usize::from(shared > 0);
         cfg.moe.shared_ffn_dim = shared;
         cfg.moe.shared_expert_gate = shared > 0;
+        Ok(())
     }
 
     /// Multi-head latent attention: real head sizes from the `*_mla` keys, `head_dim` the rope
     /// dim, one decompressed key/value head per query head.
     pub fn mla(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
         let rope = self.usize("rope.dimension_count")?;
-        let k_len = self
-            .opt_usize("attention.key_length_mla")
-            .map_or_else(|| self.usize("attention.key_length"), Ok)?;
+        let k_key = match self.value("attention.key_length_mla") {
+            Some(_) => "attention.key_length_mla",
+            None => "attention.key_length",
+        };
+        let k_len = self.usize(k_key)?;
         let v_len = self
-            .opt_usize("attention.value_length_mla")
+            .opt_usize("attention.value_length_mla")?
             .map_or_else(|| self.usize("attention.value_length"), Ok)?;
         if k_len <= rope {
-            return Err(cfg_err(format!(
-                "MLA key length {k_len} leaves no room beside the rope part {rope}"
-            )));
+            return Err(self.bad(
+                k_key,
+                format!("= {k_len} leaves no room beside the rope part {rope}"),
+            ));
         }
         cfg.mla = Some(MlaConfig {
-            q_lora_rank: self.opt_usize("attention.q_lora_rank").filter(|&r| r > 0),
+            q_lora_rank: self.opt_usize("attention.q_lora_rank")?.filter(|&r| r > 0),
             kv_lora_rank: self.usize("attention.kv_lora_rank")?,
             qk_nope_head_dim: k_len - rope,
             qk_rope_head_dim: rope,
@@ -392,11 +476,12 @@ impl GgufMeta {
         let Some(arr) = self.file.get_array(&key) else {
             return Ok(vec![IndexerKind::Full; n_layers]);
         };
+        let k = "attention.indexer.types";
         if arr.len() != n_layers {
-            return Err(cfg_err(format!(
-                "`{key}` has {} entries for {n_layers} layers",
-                arr.len()
-            )));
+            return Err(self.bad(
+                k,
+                format!("has {} entries for {n_layers} layers", arr.len()),
+            ));
         }
         let kinds = arr
             .iter()
@@ -408,14 +493,12 @@ impl GgufMeta {
                 match full {
                     Some(true) => Ok(IndexerKind::Full),
                     Some(false) => Ok(IndexerKind::Shared),
-                    None => Err(cfg_err(format!("`{key}` is not a bool or integer array"))),
+                    None => Err(self.bad(k, "is not a bool or integer array")),
                 }
             })
             .collect::<Result<Vec<_>, _>>()?;
         if kinds.first() == Some(&IndexerKind::Shared) {
-            return Err(cfg_err(
-                "layer 0 cannot share a previous layer's indexer".into(),
-            ));
+            return Err(self.bad(k, "makes layer 0 share a previous layer's indexer"));
         }
         Ok(kinds)
     }

@@ -31,7 +31,7 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("glm4_moe", false)?;
-    cfg.qk_norm = c.bool("use_qk_norm").unwrap_or(false);
+    cfg.qk_norm = c.bool("use_qk_norm")?.unwrap_or(false);
     c.sliding_from_layer_types(&mut cfg)?;
     c.deepseek_moe(&mut cfg)?;
     Ok(cfg)

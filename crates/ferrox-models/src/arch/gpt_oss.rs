@@ -163,8 +163,8 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
     c.moe_everywhere(&mut cfg)?;
-    let alpha = c.f32("swiglu_alpha").unwrap_or(1.702);
-    let limit = c.f32("swiglu_limit").unwrap_or(7.0);
+    let alpha = c.f32("swiglu_alpha")?.unwrap_or(1.702);
+    let limit = c.f32("swiglu_limit")?.unwrap_or(7.0);
     gpt_oss_common(&mut cfg, alpha, limit);
     Ok(cfg)
 }

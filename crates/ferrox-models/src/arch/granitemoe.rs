@@ -33,20 +33,20 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 }
 
 fn multiplier(c: &HfConfig, key: &str) -> Result<f32, LoadError> {
-    match c.f32(key) {
+    match c.f32(key)? {
         Some(m) if m.is_finite() && m != 0.0 => Ok(m),
-        Some(m) => Err(LoadError::Config(format!("config.json: {key} = {m}"))),
+        Some(m) => Err(c.bad(key, format!("= {m} is not a usable multiplier"))),
         None => Ok(1.0),
     }
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("granitemoe", false)?;
-    cfg.tie_embeddings = c.bool("tie_word_embeddings").unwrap_or(true);
+    cfg.tie_embeddings = c.bool("tie_word_embeddings")?.unwrap_or(true);
     cfg.embedding_multiplier = multiplier(c, "embedding_multiplier")?;
     cfg.residual_multiplier = multiplier(c, "residual_multiplier")?;
     cfg.logit_divisor = multiplier(c, "logits_scaling")?;
-    cfg.attn_scale = c.f32("attention_multiplier");
+    cfg.attn_scale = c.f32("attention_multiplier")?;
     let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
     c.moe_everywhere(&mut cfg)?;
@@ -56,13 +56,8 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 /// A `*_scale` key: the converter writes it only when the multiplier is truthy and llama.cpp
 /// reads 0 as "not scaled", so absent and 0 are `None`.
 fn gguf_scale(g: &GgufMeta, key: &str) -> Result<Option<f32>, LoadError> {
-    match g.opt_f32(key) {
-        Some(m) if !m.is_finite() => Err(LoadError::Config(format!(
-            "GGUF: `{}.{key}` = {m}",
-            g.arch()
-        ))),
-        m => Ok(m.filter(|&m| m != 0.0)),
-    }
+    // `opt_f32` refuses non-finite values.
+    Ok(g.opt_f32(key)?.filter(|&m| m != 0.0))
 }
 
 /// llama.cpp's `granitemoe`: adjacent-pair RoPE (q/k permuted), softmax routing renormalised
@@ -77,13 +72,8 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     cfg.residual_multiplier = gguf_scale(g, "residual_scale")?.unwrap_or(1.0);
     cfg.attn_scale = gguf_scale(g, "attention.scale")?;
     cfg.logit_divisor = match g.f32("logit_scale")? {
-        s if s.is_finite() && s != 0.0 => s,
-        s => {
-            return Err(LoadError::Config(format!(
-                "GGUF: `{}.logit_scale` = {s}",
-                g.arch()
-            )))
-        }
+        0.0 => return Err(g.bad("logit_scale", "is 0")),
+        s => s,
     };
     Ok(cfg)
 }

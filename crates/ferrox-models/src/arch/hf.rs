@@ -5,6 +5,7 @@
 //! Field meanings and defaults follow transformers 5.x configuration classes; both the 5.x
 //! `rope_parameters` dict and the older `rope_theta` + `rope_scaling` pair are read.
 
+use super::gguf::{MAX_LAYERS, MAX_VALUE};
 use crate::config::{
     Activation, AttnKind, Dims, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig,
     RopeConfig, RopeScaling, RouterScoring,
@@ -12,15 +13,19 @@ use crate::config::{
 use crate::weights::LoadError;
 use serde_json::{Map, Value};
 
-/// The language-model part of a `config.json`.
-pub struct HfConfig<'a>(pub &'a Map<String, Value>);
-
-fn invalid(msg: String) -> LoadError {
-    LoadError::Config(format!("config.json: {msg}"))
+/// The language-model part of a `config.json` (or one of its nested objects).
+pub struct HfConfig<'a> {
+    map: &'a Map<String, Value>,
+    /// Where `map` sits in the file (`"rope_scaling."`), for naming fields in errors.
+    prefix: String,
 }
 
-fn missing(key: &str) -> LoadError {
-    invalid(format!("missing or invalid \"{key}\""))
+/// The error for field `key` of `config.json`.
+fn bad(key: &str, problem: impl std::fmt::Display) -> LoadError {
+    LoadError::Value {
+        key: key.to_string(),
+        problem: problem.to_string(),
+    }
 }
 
 impl<'a> HfConfig<'a> {
@@ -28,32 +33,89 @@ impl<'a> HfConfig<'a> {
     /// `text_config`).
     pub fn of(obj: &'a Map<String, Value>) -> Self {
         match obj.get("text_config").and_then(Value::as_object) {
-            Some(t) if t.contains_key("model_type") => HfConfig(t),
-            _ => HfConfig(obj),
+            Some(t) if t.contains_key("model_type") => HfConfig {
+                map: t,
+                prefix: "text_config.".into(),
+            },
+            _ => HfConfig {
+                map: obj,
+                prefix: String::new(),
+            },
         }
     }
 
+    /// The object at `k`, when there is one.
+    pub fn sub(&self, k: &str) -> Option<HfConfig<'a>> {
+        Some(HfConfig {
+            map: self.get(k)?.as_object()?,
+            prefix: format!("{}{k}.", self.prefix),
+        })
+    }
+
+    /// Field `k`'s name in the file (`rope_scaling.factor`).
+    pub fn path(&self, k: &str) -> String {
+        format!("{}{k}", self.prefix)
+    }
+
+    /// The error for field `k` of this object.
+    pub fn bad(&self, k: &str, problem: impl std::fmt::Display) -> LoadError {
+        bad(&self.path(k), problem)
+    }
+
     pub fn get(&self, k: &str) -> Option<&'a Value> {
-        self.0.get(k).filter(|v| !v.is_null())
+        self.map.get(k).filter(|v| !v.is_null())
     }
-    pub fn str(&self, k: &str) -> Option<&'a str> {
-        self.get(k).and_then(Value::as_str)
+    pub fn str(&self, k: &str) -> Result<Option<&'a str>, LoadError> {
+        self.typed(k, "a string", Value::as_str)
     }
-    pub fn usize(&self, k: &str) -> Option<usize> {
-        self.get(k).and_then(Value::as_u64).map(|v| v as usize)
+    /// A count or size; another type, a negative or fractional number, or one beyond
+    /// [`MAX_VALUE`] is an error naming the field (never a silent default).
+    pub fn usize(&self, k: &str) -> Result<Option<usize>, LoadError> {
+        match self.typed(k, "a non-negative integer", Value::as_u64)? {
+            Some(x) if x <= MAX_VALUE => Ok(Some(x as usize)),
+            Some(x) => Err(self.bad(k, format!("= {x} is out of range (at most {MAX_VALUE})"))),
+            None => Ok(None),
+        }
     }
-    pub fn f32(&self, k: &str) -> Option<f32> {
-        self.get(k).and_then(Value::as_f64).map(|v| v as f32)
+    /// A number (JSON integers are numbers too); non-finite values are refused.
+    pub fn f32(&self, k: &str) -> Result<Option<f32>, LoadError> {
+        match self.typed(k, "a number", Value::as_f64)? {
+            Some(x) if (x as f32).is_finite() => Ok(Some(x as f32)),
+            Some(x) => Err(self.bad(k, format!("= {x} is not a finite 32-bit number"))),
+            None => Ok(None),
+        }
     }
-    pub fn bool(&self, k: &str) -> Option<bool> {
-        self.get(k).and_then(Value::as_bool)
+    pub fn bool(&self, k: &str) -> Result<Option<bool>, LoadError> {
+        self.typed(k, "a bool", Value::as_bool)
     }
     pub fn req(&self, k: &str) -> Result<usize, LoadError> {
-        self.usize(k).ok_or_else(|| missing(k))
+        self.usize(k)?.ok_or_else(|| self.bad(k, "is missing"))
     }
-    pub fn str_list(&self, k: &str) -> Option<Vec<String>> {
-        let a = self.get(k)?.as_array()?;
-        a.iter().map(|s| s.as_str().map(str::to_string)).collect()
+    pub fn str_list(&self, k: &str) -> Result<Option<Vec<String>>, LoadError> {
+        let list = |v: &Value| -> Option<Vec<String>> {
+            let a = v.as_array()?;
+            a.iter().map(|s| s.as_str().map(str::to_string)).collect()
+        };
+        self.typed(k, "a list of strings", list)
+    }
+    /// The value at `k` through `conv`: `None` when absent or null, an error naming `k` and
+    /// `want` when `conv` finds no value of its type there.
+    fn typed<T>(
+        &self,
+        k: &str,
+        want: &str,
+        conv: impl FnOnce(&'a Value) -> Option<T>,
+    ) -> Result<Option<T>, LoadError> {
+        let Some(v) = self.get(k) else {
+            return Ok(None);
+        };
+        conv(v).map(Some).ok_or_else(|| {
+            let mut shown = v.to_string();
+            if shown.len() > 40 {
+                shown = format!("{}…", shown.chars().take(40).collect::<String>());
+            }
+            self.bad(k, format!("is {shown}, not {want}"))
+        })
     }
 
     /// Dimensions, norm epsilon, activation, embedding tying, soft-caps, q/k/v bias
@@ -66,35 +128,37 @@ impl<'a> HfConfig<'a> {
                 .get("quant_method")
                 .and_then(Value::as_str)
                 .unwrap_or("unknown");
-            return Err(invalid(format!(
-                "quantization_config \"{method}\": pre-quantized Hub checkpoints are not loaded; \
-                 use the unquantized checkpoint or a GGUF conversion"
-            )));
+            return Err(self.bad(
+                "quantization_config",
+                format!(
+                    "\"{method}\": pre-quantized Hub checkpoints are not loaded; use the \
+                     unquantized checkpoint or a GGUF conversion"
+                ),
+            ));
         }
         let hidden = self.req("hidden_size")?;
         let n_layers = self.req("num_hidden_layers")?;
+        // The per-layer lists are allocated from this count before anything else is checked.
+        if !(1..=MAX_LAYERS).contains(&n_layers) {
+            return Err(self.bad(
+                "num_hidden_layers",
+                format!("= {n_layers} is outside 1..={MAX_LAYERS}"),
+            ));
+        }
         let n_heads = self.req("num_attention_heads")?;
-        let n_kv_heads = self.usize("num_key_value_heads").unwrap_or(n_heads);
-        if n_heads == 0
-            || hidden == 0
-            || n_layers == 0
-            || n_kv_heads == 0
-            || n_heads % n_kv_heads != 0
-        {
-            return Err(invalid(format!(
-                "bad attention shape: hidden {hidden}, {n_heads} heads, {n_kv_heads} kv heads, {n_layers} layers"
-            )));
+        if n_heads == 0 {
+            return Err(self.bad("num_attention_heads", "is 0"));
         }
         let dims = Dims {
             vocab: self.req("vocab_size")?,
             hidden,
             n_layers,
             n_heads,
-            n_kv_heads,
-            head_dim: self.usize("head_dim").unwrap_or(hidden / n_heads),
+            n_kv_heads: self.usize("num_key_value_heads")?.unwrap_or(n_heads),
+            head_dim: self.usize("head_dim")?.unwrap_or(hidden / n_heads),
             ffn_dim: self.req("intermediate_size")?,
         };
-        let max_pos = self.usize("max_position_embeddings").unwrap_or(4096);
+        let max_pos = self.usize("max_position_embeddings")?.unwrap_or(4096);
         let rope = self.rope(None, dims.head_dim, interleaved, max_pos)?;
         let mut cfg = ModelConfig::new(arch, dims, rope);
         if matches!(rope.scaling, RopeScaling::Factors { .. }) {
@@ -103,46 +167,40 @@ impl<'a> HfConfig<'a> {
             cfg.rope_long_factors = Some(self.longrope_factors("long_factor", pairs)?);
         }
         cfg.max_seq_len = max_pos;
-        cfg.norm_eps = self.f32("rms_norm_eps").unwrap_or(1e-6);
+        cfg.norm_eps = self.f32("rms_norm_eps")?.unwrap_or(1e-6);
         cfg.activation = self.activation()?;
-        cfg.qkv_bias = self.bool("attention_bias").unwrap_or(false);
-        cfg.tie_embeddings = self.bool("tie_word_embeddings").unwrap_or(false);
-        cfg.final_logit_softcap = self.f32("final_logit_softcapping");
-        cfg.attn_logit_softcap = self.f32("attn_logit_softcapping");
+        cfg.qkv_bias = self.bool("attention_bias")?.unwrap_or(false);
+        cfg.tie_embeddings = self.bool("tie_word_embeddings")?.unwrap_or(false);
+        cfg.final_logit_softcap = self.f32("final_logit_softcapping")?;
+        cfg.attn_logit_softcap = self.f32("attn_logit_softcapping")?;
         Ok(cfg)
     }
 
     fn activation(&self) -> Result<Activation, LoadError> {
-        let name = self
-            .str("hidden_activation")
-            .or(self.str("hidden_act"))
-            .unwrap_or("silu");
-        match name {
+        let key = match self.get("hidden_activation") {
+            Some(_) => "hidden_activation",
+            None => "hidden_act",
+        };
+        match self.str(key)?.unwrap_or("silu") {
             "silu" | "swish" => Ok(Activation::Silu),
             "gelu_pytorch_tanh" | "gelu_tanh" | "gelu" => Ok(Activation::GeluTanh),
-            other => Err(invalid(format!("unsupported activation \"{other}\""))),
+            other => Err(self.bad(key, format!("\"{other}\" is not a supported activation"))),
         }
     }
 
     /// RoPE parameters: the transformers 5 `rope_parameters` dict (possibly keyed by layer
     /// type, as Gemma 3 does) or the legacy `rope_theta` / `rope_scaling` fields.
-    fn rope_params(&self, layer_type: Option<&str>) -> (Option<&'a Map<String, Value>>, f32) {
-        let legacy_theta = self.f32("rope_theta");
-        if let Some(p) = self.get("rope_parameters").and_then(Value::as_object) {
-            let p = match layer_type.and_then(|t| p.get(t)).and_then(Value::as_object) {
-                Some(inner) => inner,
-                None => p,
-            };
-            let theta = p
-                .get("rope_theta")
-                .and_then(Value::as_f64)
-                .map(|v| v as f32)
-                .or(legacy_theta)
-                .unwrap_or(10_000.0);
-            return (Some(p), theta);
+    fn rope_params(
+        &self,
+        layer_type: Option<&str>,
+    ) -> Result<(Option<HfConfig<'a>>, f32), LoadError> {
+        let legacy_theta = self.f32("rope_theta")?;
+        if let Some(p) = self.sub("rope_parameters") {
+            let p = layer_type.and_then(|t| p.sub(t)).unwrap_or(p);
+            let theta = p.f32("rope_theta")?.or(legacy_theta).unwrap_or(10_000.0);
+            return Ok((Some(p), theta));
         }
-        let scaling = self.get("rope_scaling").and_then(Value::as_object);
-        (scaling, legacy_theta.unwrap_or(10_000.0))
+        Ok((self.sub("rope_scaling"), legacy_theta.unwrap_or(10_000.0)))
     }
 
     /// The RoPE of layers of `layer_type` (`None`: the model's only one).
@@ -153,19 +211,24 @@ impl<'a> HfConfig<'a> {
         interleaved: bool,
         max_pos: usize,
     ) -> Result<RopeConfig, LoadError> {
-        let (p, theta) = self.rope_params(layer_type);
-        let partial = p
-            .and_then(|p| p.get("partial_rotary_factor"))
-            .and_then(Value::as_f64)
-            .map(|v| v as f32)
-            .or(self.f32("partial_rotary_factor"))
-            .unwrap_or(1.0);
+        let (p, theta) = self.rope_params(layer_type)?;
+        let partial = match p.as_ref().map(|p| p.f32("partial_rotary_factor")) {
+            Some(Ok(Some(f))) => f,
+            Some(Err(e)) => return Err(e),
+            _ => self.f32("partial_rotary_factor")?.unwrap_or(1.0),
+        };
+        if !(0.0..=1.0).contains(&partial) {
+            return Err(self.bad(
+                "partial_rotary_factor",
+                format!("= {partial} is outside 0..=1"),
+            ));
+        }
         Ok(RopeConfig {
             theta,
             scaling: rope_scaling(
-                p,
+                p.as_ref(),
                 max_pos,
-                self.f32("original_max_position_embeddings").map(f64::from),
+                self.usize("original_max_position_embeddings")?,
             )?,
             rotary_dim: (head_dim as f32 * partial) as usize,
             interleaved,
@@ -175,27 +238,23 @@ impl<'a> HfConfig<'a> {
     /// One of LongRoPE's per-pair divisor sets (`short_factor`, `long_factor`); which one a
     /// position uses is `Rope`'s business (crate::blocks::rope).
     fn longrope_factors(&self, key: &str, pairs: usize) -> Result<Vec<f32>, LoadError> {
-        let (p, _) = self.rope_params(None);
+        let (p, _) = self.rope_params(None)?;
+        let p = p.ok_or_else(|| self.bad("rope_scaling", "is missing"))?;
         let factors: Option<Vec<f32>> = p
-            .and_then(|p| p.get(key))
+            .get(key)
             .and_then(Value::as_array)
             .and_then(|a| a.iter().map(|v| v.as_f64().map(|f| f as f32)).collect());
         factors
-            .filter(|f| f.len() == pairs)
-            .ok_or_else(|| invalid(format!("LongRoPE {key} must list {pairs} numbers")))
+            .filter(|f| f.len() == pairs && f.iter().all(|x| x.is_finite() && *x > 0.0))
+            .ok_or_else(|| p.bad(key, format!("must list {pairs} positive numbers")))
     }
 
     /// Per-layer sliding flags from a `layer_types`-style list (`*sliding*` or `sparse`).
     pub fn layer_kinds(&self, key: &str, n_layers: usize) -> Result<Option<Vec<bool>>, LoadError> {
-        let Some(list) = self.str_list(key) else {
+        let Some(list) = self.str_list(key)? else {
             return Ok(None);
         };
-        if list.len() != n_layers {
-            return Err(invalid(format!(
-                "{key} has {} entries for {n_layers} layers",
-                list.len()
-            )));
-        }
+        self.check_len(key, list.len(), n_layers)?;
         Ok(Some(
             list.iter()
                 .map(|s| s.contains("sliding") || s == "sparse")
@@ -203,27 +262,35 @@ impl<'a> HfConfig<'a> {
         ))
     }
 
+    fn check_len(&self, key: &str, got: usize, n_layers: usize) -> Result<(), LoadError> {
+        if got != n_layers {
+            return Err(self.bad(key, format!("has {got} entries for {n_layers} layers")));
+        }
+        Ok(())
+    }
+
     /// Marks the layers of `sliding` as sliding-window layers of width `sliding_window`.
-    pub fn set_sliding(&self, cfg: &mut ModelConfig, sliding: &[bool]) {
+    pub fn set_sliding(&self, cfg: &mut ModelConfig, sliding: &[bool]) -> Result<(), LoadError> {
         cfg.layer_attn = sliding
             .iter()
             .map(|&s| if s { AttnKind::Sliding } else { AttnKind::Full })
             .collect();
         cfg.sliding_window = if sliding.iter().any(|&s| s) {
-            self.usize("sliding_window")
+            self.usize("sliding_window")?
         } else {
             None
         };
+        Ok(())
     }
 
     /// Sliding layers as `layer_types` lists them when `sliding_window` is set (transformers'
     /// generic rule); none otherwise.
     pub fn sliding_from_layer_types(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        if self.usize("sliding_window").is_none() {
+        if self.usize("sliding_window")?.is_none() {
             return Ok(());
         }
         if let Some(kinds) = self.layer_kinds("layer_types", cfg.n_layers)? {
-            self.set_sliding(cfg, &kinds);
+            self.set_sliding(cfg, &kinds)?;
         }
         Ok(())
     }
@@ -235,7 +302,7 @@ impl<'a> HfConfig<'a> {
         cfg: &mut ModelConfig,
         default: impl Fn(usize) -> bool,
     ) -> Result<(), LoadError> {
-        if self.usize("sliding_window").is_none() {
+        if self.usize("sliding_window")?.is_none() {
             return Ok(());
         }
         let n = cfg.n_layers;
@@ -243,25 +310,25 @@ impl<'a> HfConfig<'a> {
             Some(k) => k,
             None => (0..n).map(default).collect(),
         };
-        self.set_sliding(cfg, &kinds);
-        Ok(())
+        self.set_sliding(cfg, &kinds)
     }
 
     /// Qwen2/Qwen3: with `use_sliding_window`, the layers `layer_types` marks, else those from
     /// `max_window_layers` on.
     pub fn qwen_sliding(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        if !self.bool("use_sliding_window").unwrap_or(false) {
+        if !self.bool("use_sliding_window")?.unwrap_or(false) {
             return Ok(());
         }
-        let first = self.usize("max_window_layers").unwrap_or(cfg.n_layers);
+        let first = self.usize("max_window_layers")?.unwrap_or(cfg.n_layers);
         self.sliding_by_types_or(cfg, |l| l >= first)
     }
 
     /// Every layer sliding when `sliding_window` is set and `enabled`.
-    pub fn sliding_all(&self, cfg: &mut ModelConfig, enabled: bool) {
-        if self.usize("sliding_window").is_some() {
-            self.set_sliding(cfg, &vec![enabled; cfg.n_layers]);
+    pub fn sliding_all(&self, cfg: &mut ModelConfig, enabled: bool) -> Result<(), LoadError> {
+        if self.usize("sliding_window")?.is_some() {
+            self.set_sliding(cfg, &vec![enabled; cfg.n_layers])?;
         }
+        Ok(())
     }
 
     /// DeepSeek-style MoE (GLM-4.5, DeepSeek-V3, GLM-5): sigmoid router with correction bias,
@@ -269,30 +336,29 @@ impl<'a> HfConfig<'a> {
     /// `first_k_dense_replace` layers (or as `mlp_layer_types` says).
     pub fn deepseek_moe(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
         let expert_ffn = self.req("moe_intermediate_size")?;
-        let n_shared = self.usize("n_shared_experts").unwrap_or(0);
+        let n_shared = self.usize("n_shared_experts")?.unwrap_or(0);
         cfg.moe = MoeConfig {
             n_experts: self.req("n_routed_experts")?,
             n_experts_active: self.req("num_experts_per_tok")?,
             expert_ffn_dim: expert_ffn,
             n_shared_experts: n_shared,
-            shared_ffn_dim: expert_ffn * n_shared,
+            shared_ffn_dim: expert_ffn.saturating_mul(n_shared),
             scoring: RouterScoring::Sigmoid,
             has_correction_bias: true,
-            n_group: self.usize("n_group").unwrap_or(1).max(1),
-            topk_group: self.usize("topk_group").unwrap_or(1).max(1),
-            norm_topk_prob: self.bool("norm_topk_prob").unwrap_or(true),
-            routed_scaling_factor: self.f32("routed_scaling_factor").unwrap_or(1.0),
+            n_group: self.usize("n_group")?.unwrap_or(1).max(1),
+            topk_group: self.usize("topk_group")?.unwrap_or(1).max(1),
+            norm_topk_prob: self.bool("norm_topk_prob")?.unwrap_or(true),
+            routed_scaling_factor: self.f32("routed_scaling_factor")?.unwrap_or(1.0),
             ..MoeConfig::none(cfg.hidden_dim)
         };
-        let k = self.usize("first_k_dense_replace").unwrap_or(0);
+        let k = self.usize("first_k_dense_replace")?.unwrap_or(0);
         let default: Vec<bool> = (0..cfg.n_layers).map(|l| l >= k).collect();
         self.moe_layers(cfg, default)
     }
 
-    /// Checks the expert counts and sets which layers are MoE: `mlp_layer_types` when given,
-    /// else `default`.
+    /// Sets which layers are MoE: `mlp_layer_types` when given, else `default` (the expert
+    /// counts are checked with the rest of the config, `crate::validate`).
     pub fn moe_layers(&self, cfg: &mut ModelConfig, default: Vec<bool>) -> Result<(), LoadError> {
-        check_moe(&cfg.moe)?;
         cfg.layer_moe = self
             .layer_kinds("mlp_layer_types", cfg.n_layers)?
             .unwrap_or(default);
@@ -326,7 +392,7 @@ impl<'a> HfConfig<'a> {
         cfg: &mut ModelConfig,
         renormalise: bool,
     ) -> Result<(), LoadError> {
-        let shared_ffn = self.usize("shared_expert_intermediate_size").unwrap_or(0);
+        let shared_ffn = self.usize("shared_expert_intermediate_size")?.unwrap_or(0);
         cfg.moe = MoeConfig {
             n_experts: self.req("num_experts")?,
             n_experts_active: self.req("num_experts_per_tok")?,
@@ -334,7 +400,7 @@ impl<'a> HfConfig<'a> {
             n_shared_experts: usize::from(shared_ffn > 0),
             shared_ffn_dim: shared_ffn,
             shared_expert_gate: shared_ffn > 0,
-            norm_topk_prob: self.bool("norm_topk_prob").unwrap_or(renormalise),
+            norm_topk_prob: self.bool("norm_topk_prob")?.unwrap_or(renormalise),
             ..MoeConfig::none(cfg.hidden_dim)
         };
         self.qwen_moe_layers(cfg)
@@ -358,7 +424,7 @@ impl<'a> HfConfig<'a> {
                     .collect()
             })
             .unwrap_or_default();
-        let step = self.usize("decoder_sparse_step").unwrap_or(1).max(1);
+        let step = self.usize("decoder_sparse_step")?.unwrap_or(1).max(1);
         let default = (0..cfg.n_layers)
             .map(|l| !only.contains(&l) && (l + 1) % step == 0)
             .collect();
@@ -369,14 +435,14 @@ impl<'a> HfConfig<'a> {
     /// `__post_init__`), and the RoPE is re-read for that width.
     pub fn mla(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
         let m = MlaConfig {
-            q_lora_rank: self.usize("q_lora_rank"),
+            q_lora_rank: self.usize("q_lora_rank")?,
             kv_lora_rank: self.req("kv_lora_rank")?,
             qk_nope_head_dim: self.req("qk_nope_head_dim")?,
             qk_rope_head_dim: self.req("qk_rope_head_dim")?,
             v_head_dim: self.req("v_head_dim")?,
         };
         cfg.head_dim = m.qk_rope_head_dim;
-        let interleaved = self.bool("rope_interleave").unwrap_or(true);
+        let interleaved = self.bool("rope_interleave")?.unwrap_or(true);
         cfg.rope = self.rope(None, cfg.head_dim, interleaved, cfg.max_seq_len)?;
         cfg.mla = Some(m);
         Ok(())
@@ -387,34 +453,35 @@ impl<'a> HfConfig<'a> {
     /// transformers' frequency rule.
     pub fn dsa(&self, cfg: &mut ModelConfig, rope_interleaved: bool) -> Result<(), LoadError> {
         let n_layers = cfg.n_layers;
-        let kinds: Vec<IndexerKind> = if let Some(l) = self.str_list("indexer_types") {
-            check_len("indexer_types", l.len(), n_layers)?;
+        let kinds: Vec<IndexerKind> = if let Some(l) = self.str_list("indexer_types")? {
+            self.check_len("indexer_types", l.len(), n_layers)?;
             l.iter()
                 .map(|s| match s.as_str() {
                     "full" => Ok(IndexerKind::Full),
                     "shared" => Ok(IndexerKind::Shared),
-                    o => Err(invalid(format!("indexer type \"{o}\""))),
+                    o => Err(self.bad("indexer_types", format!("has \"{o}\""))),
                 })
                 .collect::<Result<_, _>>()?
-        } else if let Some(p) = self.str("index_topk_pattern") {
-            check_len("index_topk_pattern", p.len(), n_layers)?;
+        } else if let Some(p) = self.str("index_topk_pattern")? {
+            self.check_len("index_topk_pattern", p.len(), n_layers)?;
             p.chars()
                 .map(|ch| match ch {
                     'F' | 'f' => Ok(IndexerKind::Full),
                     'S' | 's' => Ok(IndexerKind::Shared),
-                    o => Err(invalid(format!("index_topk_pattern '{o}'"))),
+                    o => Err(self.bad("index_topk_pattern", format!("has '{o}'"))),
                 })
                 .collect::<Result<_, _>>()?
         } else {
             indexer_types_from_freq(
                 n_layers,
-                self.usize("index_topk_freq").unwrap_or(1),
-                self.usize("index_skip_topk_offset").unwrap_or(2),
+                self.usize("index_topk_freq")?.unwrap_or(1),
+                self.usize("index_skip_topk_offset")?.unwrap_or(2),
             )
         };
         if kinds.first() == Some(&IndexerKind::Shared) {
-            return Err(invalid(
-                "layer 0 cannot share a previous layer's indexer".into(),
+            return Err(self.bad(
+                "indexer_types",
+                "makes layer 0 share a previous layer's indexer",
             ));
         }
         cfg.dsa = Some(DsaConfig {
@@ -428,76 +495,50 @@ impl<'a> HfConfig<'a> {
     }
 }
 
-fn check_len(key: &str, got: usize, n_layers: usize) -> Result<(), LoadError> {
-    if got != n_layers {
-        return Err(invalid(format!(
-            "{key} has {got} entries for {n_layers} layers"
-        )));
-    }
-    Ok(())
-}
-
-/// Expert counts that a router can work with.
-pub fn check_moe(m: &MoeConfig) -> Result<(), LoadError> {
-    if m.n_experts_active == 0 || m.n_experts_active > m.n_experts {
-        return Err(invalid(format!(
-            "{} active experts of {}",
-            m.n_experts_active, m.n_experts
-        )));
-    }
-    if !m.n_experts.is_multiple_of(m.n_group) || m.topk_group > m.n_group {
-        return Err(invalid(format!(
-            "{} experts in {} groups, {} kept",
-            m.n_experts, m.n_group, m.topk_group
-        )));
-    }
-    Ok(())
-}
-
-/// `original_max`: the top-level `original_max_position_embeddings` (older LongRoPE configs).
+/// `p`: the RoPE dict (`rope_parameters` or `rope_scaling`); `original_max`: the top-level
+/// `original_max_position_embeddings` (older LongRoPE configs).
 fn rope_scaling(
-    p: Option<&Map<String, Value>>,
+    p: Option<&HfConfig<'_>>,
     max_pos: usize,
-    original_max: Option<f64>,
+    original_max: Option<usize>,
 ) -> Result<RopeScaling, LoadError> {
     let Some(p) = p else {
         return Ok(RopeScaling::None);
     };
-    let f = |k: &str| p.get(k).and_then(Value::as_f64).map(|v| v as f32);
-    let factor = || f("factor").ok_or_else(|| missing("rope factor"));
-    let ty = p
-        .get("rope_type")
-        .or_else(|| p.get("type"))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
-    Ok(match ty {
+    let f = |k: &str| p.f32(k);
+    let factor = || match f("factor")? {
+        Some(x) if x > 0.0 => Ok(x),
+        Some(x) => Err(p.bad("factor", format!("= {x} is not positive"))),
+        None => Err(p.bad("factor", "is missing")),
+    };
+    let ty_key = match p.get("rope_type") {
+        Some(_) => "rope_type",
+        None => "type",
+    };
+    let original = p.usize("original_max_position_embeddings")?;
+    Ok(match p.str(ty_key)?.unwrap_or("default") {
         "default" => RopeScaling::None,
         "linear" => RopeScaling::Linear { factor: factor()? },
         "llama3" => RopeScaling::Llama3 {
             factor: factor()?,
-            low_freq_factor: f("low_freq_factor").unwrap_or(1.0),
-            high_freq_factor: f("high_freq_factor").unwrap_or(4.0),
-            original_max_position: f("original_max_position_embeddings").unwrap_or(8192.0) as usize,
+            low_freq_factor: f("low_freq_factor")?.unwrap_or(1.0),
+            high_freq_factor: f("high_freq_factor")?.unwrap_or(4.0),
+            original_max_position: original.unwrap_or(8192),
         },
         "yarn" => RopeScaling::Yarn {
             factor: factor()?,
-            original_max_position: f("original_max_position_embeddings")
-                .map(|v| v as usize)
-                .unwrap_or(max_pos),
-            beta_fast: f("beta_fast").unwrap_or(32.0),
-            beta_slow: f("beta_slow").unwrap_or(1.0),
-            mscale: f("mscale").unwrap_or(0.0),
-            mscale_all_dim: f("mscale_all_dim").unwrap_or(0.0),
-            truncate: p.get("truncate").and_then(Value::as_bool).unwrap_or(true),
+            original_max_position: original.unwrap_or(max_pos),
+            beta_fast: f("beta_fast")?.unwrap_or(32.0),
+            beta_slow: f("beta_slow")?.unwrap_or(1.0),
+            mscale: f("mscale")?.unwrap_or(0.0),
+            mscale_all_dim: f("mscale_all_dim")?.unwrap_or(0.0),
+            truncate: p.bool("truncate")?.unwrap_or(true),
         },
         "longrope" | "su" => {
-            let original = f("original_max_position_embeddings")
-                .map(|v| v as f64)
-                .or(original_max)
-                .unwrap_or(max_pos as f64);
-            let scale = f("factor").map_or(max_pos as f64 / original, |v| v as f64);
-            let attn_factor = match f("attention_factor") {
-                Some(a) => a as f64,
+            let original = original.or(original_max).unwrap_or(max_pos).max(1) as f64;
+            let scale = f("factor")?.map_or(max_pos as f64 / original, f64::from);
+            let attn_factor = match f("attention_factor")? {
+                Some(a) => f64::from(a),
                 None if scale <= 1.0 => 1.0,
                 None => (1.0 + scale.ln() / original.ln()).sqrt(),
             };
@@ -506,7 +547,7 @@ fn rope_scaling(
                 original_max_position: original as usize,
             }
         }
-        other => return Err(invalid(format!("unsupported rope_type \"{other}\""))),
+        other => return Err(p.bad(ty_key, format!("\"{other}\" is not supported"))),
     })
 }
 

@@ -12,7 +12,7 @@ pub static ARCH: Architecture =
         .hf(&["llama"])
         .gguf(&["llama"])
         // llama.cpp stores Mixtral as `llama` with experts.
-        .claims(|g| g.opt_usize("expert_count").unwrap_or(0) == 0);
+        .claims(|g| !g.has_experts());
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("llama", false)?;

@@ -14,18 +14,22 @@ pub static ARCH: Architecture =
         .hf(&["mistral"])
         .gguf(&["llama"])
         .claims(|g| {
-            g.opt_usize("expert_count").unwrap_or(0) == 0
-                && g.opt_usize("attention.sliding_window").unwrap_or(0) > 0
+            !g.has_experts()
+                && g.opt_usize("attention.sliding_window")
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0)
+                    > 0
         });
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("mistral", false)?;
-    c.sliding_all(&mut cfg, true);
+    c.sliding_all(&mut cfg, true)?;
     Ok(cfg)
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base("mistral", true)?;
-    g.sliding_all(&mut cfg);
+    g.sliding_all(&mut cfg)?;
     Ok(cfg)
 }

@@ -13,7 +13,7 @@ pub static ARCH: Architecture =
     Architecture::new("mixtral", config_from_hf, config_from_gguf, tensors)
         .hf(&["mixtral"])
         .gguf(&["llama"])
-        .claims(|g| g.opt_usize("expert_count").unwrap_or(0) > 0)
+        .claims(GgufMeta::has_experts)
         .experts(ExpertNames {
             gate: "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
             up: "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight",
@@ -35,7 +35,7 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("mixtral", false)?;
     cfg.qkv_bias = false;
-    c.sliding_all(&mut cfg, true);
+    c.sliding_all(&mut cfg, true)?;
     let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
     c.moe_everywhere(&mut cfg)?;

@@ -36,6 +36,7 @@ pub use hf::HfConfig;
 
 use crate::config::ModelConfig;
 use crate::decoder::{Decoder, ModelSource};
+use crate::validate::{validate, Keys};
 use crate::weights::{read_to_string, GgufSource, LoadError, SafetensorsDir, TensorSpec};
 use ferrox_format::gguf::GgufFile;
 use std::path::Path;
@@ -214,7 +215,9 @@ pub fn gguf_config(g: &GgufMeta) -> Result<(&'static Architecture, ModelConfig),
         .iter()
         .find(|a| a.gguf_archs.contains(&name.as_str()) && (a.gguf_claims)(g))
         .ok_or_else(|| unsupported(&name))?;
-    Ok((arch, (arch.config_from_gguf)(g)?))
+    let cfg = (arch.config_from_gguf)(g)?;
+    validate(&cfg, &Keys::Gguf(&name))?;
+    Ok((arch, cfg))
 }
 
 /// Parses the text of a `config.json` into its architecture and config.
@@ -227,13 +230,15 @@ pub fn parse_hf_config(text: &str) -> Result<(&'static Architecture, ModelConfig
         .ok_or_else(|| bad("top level is not an object".into()))?;
     let c = HfConfig::of(obj);
     let mt = c
-        .str("model_type")
-        .ok_or_else(|| bad("no \"model_type\"".into()))?;
+        .str("model_type")?
+        .ok_or_else(|| c.bad("model_type", "is missing"))?;
     let arch = ARCHITECTURES
         .iter()
         .find(|a| a.hf_model_types.contains(&mt))
         .ok_or_else(|| unsupported(mt))?;
-    Ok((arch, (arch.config_from_hf)(&c)?))
+    let cfg = (arch.config_from_hf)(&c)?;
+    validate(&cfg, &Keys::Hf(&c))?;
+    Ok((arch, cfg))
 }
 
 /// Reads `dir/config.json`.

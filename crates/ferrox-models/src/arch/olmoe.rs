@@ -31,7 +31,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("olmoe", false)?;
     cfg.qk_norm = true;
     let (experts, width) = (c.req("num_experts")?, cfg.ffn_dim);
-    let renormalise = c.bool("norm_topk_prob").unwrap_or(false);
+    let renormalise = c.bool("norm_topk_prob")?.unwrap_or(false);
     c.softmax_moe(&mut cfg, experts, width, renormalise)?;
     c.moe_everywhere(&mut cfg)?;
     Ok(cfg)

@@ -39,6 +39,6 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base("qwen2_moe", false)?;
     cfg.qkv_bias = true;
     g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX))?;
-    g.gated_shared_expert(&mut cfg);
+    g.gated_shared_expert(&mut cfg)?;
     Ok(cfg)
 }

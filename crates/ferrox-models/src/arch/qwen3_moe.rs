@@ -20,14 +20,14 @@ pub static ARCH: Architecture = Architecture::new(
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("qwen3_moe", false)?;
     cfg.qk_norm = true;
-    c.sliding_all(&mut cfg, c.bool("use_sliding_window").unwrap_or(false));
+    c.sliding_all(&mut cfg, c.bool("use_sliding_window")?.unwrap_or(false))?;
     let (experts, width) = (
-        c.usize("num_experts")
-            .or(c.usize("num_local_experts"))
-            .ok_or_else(|| LoadError::Config("config.json: missing \"num_experts\"".into()))?,
+        c.usize("num_experts")?
+            .or(c.usize("num_local_experts")?)
+            .ok_or_else(|| c.bad("num_experts", "is missing"))?,
         c.req("moe_intermediate_size")?,
     );
-    let renormalise = c.bool("norm_topk_prob").unwrap_or(false);
+    let renormalise = c.bool("norm_topk_prob")?.unwrap_or(false);
     c.softmax_moe(&mut cfg, experts, width, renormalise)?;
     c.qwen_moe_layers(&mut cfg)?;
     Ok(cfg)

@@ -101,35 +101,18 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     .concat()
 }
 
-fn bad(msg: String) -> LoadError {
-    LoadError::Config(msg)
-}
-
-/// Checks the DeltaNet sizes and marks the `linear` layers.
+/// Marks the `linear` layers, listed by `key` (`crate::validate` checks the DeltaNet sizes).
 fn set_linear(
     cfg: &mut ModelConfig,
     dims: LinearAttnConfig,
     linear: Vec<bool>,
+    key: String,
 ) -> Result<(), LoadError> {
-    let d = dims;
-    if [
-        d.conv_kernel,
-        d.n_k_heads,
-        d.n_v_heads,
-        d.k_head_dim,
-        d.v_head_dim,
-    ]
-    .contains(&0)
-        || !d.n_v_heads.is_multiple_of(d.n_k_heads)
-    {
-        return Err(bad(format!("bad linear-attention sizes {d:?}")));
-    }
     if linear.len() != cfg.n_layers {
-        return Err(bad(format!(
-            "{} layer kinds for {} layers",
-            linear.len(),
-            cfg.n_layers
-        )));
+        return Err(LoadError::Value {
+            key,
+            problem: format!("has {} entries for {} layers", linear.len(), cfg.n_layers),
+        });
     }
     cfg.layer_attn = linear
         .iter()
@@ -158,18 +141,18 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
         // Qwen3NextConfig's default partial_rotary_factor is 0.25.
         cfg.rope.rotary_dim = cfg.head_dim / 4;
     }
-    let linear = match c.str_list("layer_types") {
+    let linear = match c.str_list("layer_types")? {
         Some(types) => types
             .iter()
             .map(|t| match t.as_str() {
                 "linear_attention" => Ok(true),
                 "full_attention" => Ok(false),
-                o => Err(bad(format!("config.json: layer type \"{o}\""))),
+                o => Err(c.bad("layer_types", format!("has \"{o}\""))),
             })
             .collect::<Result<_, _>>()?,
         None => by_interval(
             cfg.n_layers,
-            c.usize("full_attention_interval").unwrap_or(4),
+            c.usize("full_attention_interval")?.unwrap_or(4),
         ),
     };
     let dims = LinearAttnConfig {
@@ -179,7 +162,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
         k_head_dim: c.req("linear_key_head_dim")?,
         v_head_dim: c.req("linear_value_head_dim")?,
     };
-    set_linear(&mut cfg, dims, linear)?;
+    set_linear(&mut cfg, dims, linear, "layer_types".into())?;
     c.qwen_gated_shared_moe(&mut cfg, true)?;
     Ok(cfg)
 }
@@ -201,17 +184,21 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
                 o => o
                     .as_u64()
                     .map(|x| x != 0)
-                    .ok_or_else(|| bad(format!("GGUF: `{key}` is not a bool array"))),
+                    .ok_or_else(|| g.bad("attention.recurrent_layers", "is not a bool array")),
             })
             .collect::<Result<_, _>>()?,
-        None => by_interval(n, g.opt_usize("full_attention_interval").unwrap_or(4)),
+        None => by_interval(n, g.opt_usize("full_attention_interval")?.unwrap_or(4)),
     };
     let n_v = g.usize("ssm.time_step_rank")?;
     let inner = g.usize("ssm.inner_size")?;
-    if n_v == 0 || !inner.is_multiple_of(n_v) {
-        return Err(bad(format!(
-            "GGUF: ssm.inner_size {inner} is not a multiple of {n_v} value heads"
-        )));
+    if n_v == 0 {
+        return Err(g.bad("ssm.time_step_rank", "is 0"));
+    }
+    if !inner.is_multiple_of(n_v) {
+        return Err(g.bad(
+            "ssm.inner_size",
+            format!("= {inner} is not a multiple of {n_v} value heads"),
+        ));
     }
     let dims = LinearAttnConfig {
         conv_kernel: g.usize("ssm.conv_kernel")?,
@@ -220,8 +207,8 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
         k_head_dim: g.usize("ssm.state_size")?,
         v_head_dim: inner / n_v,
     };
-    set_linear(&mut cfg, dims, linear)?;
+    set_linear(&mut cfg, dims, linear, key)?;
     g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX).renormalised())?;
-    g.gated_shared_expert(&mut cfg);
+    g.gated_shared_expert(&mut cfg)?;
     Ok(cfg)
 }

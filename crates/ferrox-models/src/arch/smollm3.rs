@@ -22,20 +22,20 @@ fn no_rope_every(n_layers: usize, every: usize) -> Vec<bool> {
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("smollm3", false)?;
-    cfg.tie_embeddings = c.bool("tie_word_embeddings").unwrap_or(true);
+    cfg.tie_embeddings = c.bool("tie_word_embeddings")?.unwrap_or(true);
     c.qwen_sliding(&mut cfg)?;
     let n = cfg.n_layers;
     cfg.no_rope = match c.get("no_rope_layers").and_then(Value::as_array) {
         Some(flags) => {
             if flags.len() != n {
-                return Err(LoadError::Config(format!(
-                    "config.json: no_rope_layers has {} entries for {n} layers",
-                    flags.len()
-                )));
+                return Err(c.bad(
+                    "no_rope_layers",
+                    format!("has {} entries for {n} layers", flags.len()),
+                ));
             }
             flags.iter().map(|f| f.as_u64() == Some(0)).collect()
         }
-        None => no_rope_every(n, c.usize("no_rope_layer_interval").unwrap_or(4).max(1)),
+        None => no_rope_every(n, c.usize("no_rope_layer_interval")?.unwrap_or(4).max(1)),
     };
     Ok(cfg)
 }

@@ -200,32 +200,33 @@ fn hybrid_linear_attention_family() {
     assert_eq!(q.layer_moe, vec![true; 4]);
 }
 
-/// The qwen3_next fixture's config.json with `edit` applied, parsed.
-fn edited_qwen3_next(edit: impl Fn(&mut serde_json::Map<String, serde_json::Value>)) -> String {
+/// The qwen3_next fixture's config.json with `edit` applied, parsed: the key its refusal
+/// names, and the message.
+fn edited_qwen3_next(
+    edit: impl Fn(&mut serde_json::Map<String, serde_json::Value>),
+) -> (String, String) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny/qwen3_next");
     let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
     edit(v.as_object_mut().unwrap());
     match parse_hf_config(&v.to_string()) {
         Ok(_) => panic!("an invalid config was accepted"),
-        Err(e) => {
-            assert!(matches!(e, LoadError::Config(_)), "{e:?}");
-            e.to_string()
-        }
+        Err(e) => (e.key().expect("a named key").to_string(), e.to_string()),
     }
 }
 
 #[test]
 fn bad_linear_attention_configs_are_refused() {
-    let e = edited_qwen3_next(|c| {
+    let (k, e) = edited_qwen3_next(|c| {
         c.insert("linear_num_value_heads".into(), 3.into());
     });
-    assert!(e.contains("linear-attention sizes"), "{e}");
-    let e = edited_qwen3_next(|c| {
+    assert_eq!(k, "linear_num_value_heads", "{e}");
+    assert!(e.contains("not a multiple of 2 key heads"), "{e}");
+    let (k, e) = edited_qwen3_next(|c| {
         c.remove("linear_conv_kernel_dim");
     });
-    assert!(e.contains("linear_conv_kernel_dim"), "{e}");
-    let e = edited_qwen3_next(|c| {
+    assert_eq!(k, "linear_conv_kernel_dim", "{e}");
+    let (k, e) = edited_qwen3_next(|c| {
         let kinds = [
             "linear_attention",
             "mamba",
@@ -234,11 +235,14 @@ fn bad_linear_attention_configs_are_refused() {
         ];
         c.insert("layer_types".into(), kinds.into());
     });
-    assert!(e.contains("mamba"), "{e}");
-    let e = edited_qwen3_next(|c| {
+    assert!(k == "layer_types" && e.contains("mamba"), "{e}");
+    let (k, e) = edited_qwen3_next(|c| {
         c.insert("layer_types".into(), ["full_attention"].into());
     });
-    assert!(e.contains("1 layer kinds for 4 layers"), "{e}");
+    assert!(
+        k == "layer_types" && e.contains("1 entries for 4 layers"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -275,4 +279,106 @@ fn random_hybrid_model_batches_like_single_tokens() {
     for (p, &t) in toks.iter().enumerate() {
         assert_eq!(d.forward_token(t, p, &mut caches), batch[p], "row {p}");
     }
+}
+
+/// Hostile `config.json` values: each refused with an error naming the field.
+#[test]
+fn bad_config_json_values_are_refused_by_name() {
+    use serde_json::json;
+    let cases: &[(&str, &str, serde_json::Value, &str)] = &[
+        (
+            "llama",
+            "num_attention_heads",
+            json!(0),
+            "num_attention_heads",
+        ),
+        (
+            "llama",
+            "num_hidden_layers",
+            json!(1u64 << 40),
+            "num_hidden_layers",
+        ),
+        (
+            "llama",
+            "num_hidden_layers",
+            json!(100_000),
+            "num_hidden_layers",
+        ),
+        (
+            "llama",
+            "num_key_value_heads",
+            json!(3),
+            "num_key_value_heads",
+        ),
+        (
+            "llama",
+            "num_key_value_heads",
+            json!(-2),
+            "num_key_value_heads",
+        ),
+        ("llama", "head_dim", json!(0), "head_dim"),
+        ("llama", "vocab_size", json!(0), "vocab_size"),
+        (
+            "llama",
+            "max_position_embeddings",
+            json!(0),
+            "max_position_embeddings",
+        ),
+        (
+            "llama",
+            "max_position_embeddings",
+            json!(4096.5),
+            "max_position_embeddings",
+        ),
+        ("llama", "rms_norm_eps", json!("1e-5"), "rms_norm_eps"),
+        ("llama", "rms_norm_eps", json!(0), "rms_norm_eps"),
+        (
+            "llama",
+            "partial_rotary_factor",
+            json!(2.0),
+            "partial_rotary_factor",
+        ),
+        ("llama", "hidden_act", json!("relu"), "hidden_act"),
+        (
+            "llama",
+            "tie_word_embeddings",
+            json!("yes"),
+            "tie_word_embeddings",
+        ),
+        (
+            "mixtral",
+            "num_experts_per_tok",
+            json!(0),
+            "num_experts_per_tok",
+        ),
+        (
+            "mixtral",
+            "num_experts_per_tok",
+            json!(5),
+            "num_experts_per_tok",
+        ),
+        ("mixtral", "sliding_window", json!(0), "sliding_window"),
+    ];
+    for (arch, field, value, key) in cases {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/hf-tiny")
+            .join(arch);
+        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v[*field] = value.clone();
+        match parse_hf_config(&v.to_string()) {
+            Ok(_) => panic!("{arch} {field} = {value}: accepted"),
+            Err(e) => assert_eq!(e.key(), Some(*key), "{arch} {field} = {value}: {e}"),
+        }
+    }
+    // The rope dict's fields are named by their path.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny/mixtral");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    v["rope_parameters"]["rope_theta"] = json!(-1.0);
+    let e = parse_hf_config(&v.to_string()).unwrap_err();
+    assert_eq!(e.key(), Some("rope_theta"), "{e}");
+    v["rope_parameters"]["rope_theta"] = json!("big");
+    let e = parse_hf_config(&v.to_string()).unwrap_err();
+    assert_eq!(e.key(), Some("rope_parameters.rope_theta"), "{e}");
 }

@@ -156,6 +156,7 @@ fn hf_expert(
     let t = src
         .tensor(&name)
         .ok_or(LoadError::MissingTensor(name.clone()))?;
+    t.check_kernel()?;
     if t.shape != shape {
         return Err(LoadError::Shape {
             name,

@@ -15,10 +15,12 @@
 //! kept from any finished request), chunked prefill, the context limit and cache truncation
 //! each live in one place.
 
+mod guard;
 mod prefix;
 mod slot;
 mod stop;
 
+pub use guard::Fault;
 pub use prefix::PrefixCache;
 pub use stop::{GenerateParams, StopReason};
 
@@ -72,6 +74,8 @@ pub enum AdmitError {
     EmptyPrompt,
     #[error("prompt of {len} tokens does not fit the context of {ctx}")]
     TooLong { len: usize, ctx: usize },
+    #[error("token id {id} is outside the vocabulary ({vocab} tokens)")]
+    BadToken { id: TokenId, vocab: usize },
 }
 
 /// Counters since the engine started.
@@ -138,6 +142,8 @@ pub struct BatchEngine<'m> {
     /// amortizes the weight reads then).
     pub max_rows: usize,
     pub stats: BatchStats,
+    /// Test hook (`inject_fault`): sequences on which the forward panics.
+    fault: Option<guard::Fault>,
     /// Finished requests' keys and values, for any later request that shares their prefix.
     prefix: PrefixCache,
 }
@@ -188,6 +194,7 @@ impl<'m> BatchEngine<'m> {
             max_draft: usize::MAX,
             max_rows: usize::MAX,
             stats: BatchStats::default(),
+            fault: None,
             prefix: PrefixCache::new(0),
         }
     }
@@ -264,6 +271,10 @@ impl<'m> BatchEngine<'m> {
                 len: prompt.len(),
                 ctx: self.ctx_size,
             });
+        }
+        let vocab = self.decoder.embed.rows();
+        if let Some(&id) = prompt.iter().find(|&&t| t >= vocab) {
+            return Err(AdmitError::BadToken { id, vocab });
         }
         (0..self.slots.len())
             .filter(|&i| self.slots[i].job.is_none())
@@ -404,13 +415,15 @@ impl<'m> BatchEngine<'m> {
         let share = self.max_rows.saturating_sub(decoding) / decoding.max(1);
         let max_draft = self.max_draft.min(share);
         let mut rows = 0;
+        let (ctx, chunk) = (self.ctx_size, self.prefill_chunk);
         for slot in &mut self.slots {
-            rows += slot.plan(self.ctx_size, self.prefill_chunk, max_draft, sink);
+            rows += guard::per_slot(slot, sink, 0, |s, sink| s.plan(ctx, chunk, max_draft, sink));
         }
-        if rows == 0 {
+        // A request's bad input or a panic on it fails that request only (`guard`).
+        if rows == 0 || !self.refuse_bad_input(sink) {
             return;
         }
-        let (secs, alone) = self.forward();
+        let (secs, alone) = self.forward_isolated(sink);
         self.stats.steps += 1;
         self.stats.rows += rows as u64;
         let vocab = self.decoder.vocab_size();
@@ -419,7 +432,9 @@ impl<'m> BatchEngine<'m> {
             let n = slot.logit_rows();
             let logits = &self.logits[at * vocab..(at + n) * vocab];
             at += n;
-            let c = slot.commit(logits, vocab, secs, alone, sink);
+            let c = guard::per_slot(slot, sink, guard::nothing_committed(), |s, sink| {
+                s.commit(logits, vocab, secs, alone, sink)
+            });
             self.stats.drafted += c.drafted as u64;
             self.stats.accepted += c.accepted as u64;
             self.stats.masks += c.masks;
@@ -431,16 +446,18 @@ impl<'m> BatchEngine<'m> {
     /// slot had it to itself.
     fn forward(&mut self) -> (f64, bool) {
         let t = Instant::now();
-        let feeding = |s: &&Slot<'_>| s.job.as_ref().is_some_and(|j| !j.input.is_empty());
-        let alone = self.slots.iter().filter(feeding).count() == 1;
+        let alone = self.slots.iter().filter(|s| s.feeds()).count() == 1;
+        let fault = self.fault;
         if alone {
             // The common lone-sequence step: no list to allocate.
             let seq = self.slots.iter_mut().find_map(Slot::seq);
             let mut one: [SeqBatch<'_>; 1] = [seq.expect("one active slot")];
             self.decoder.forward_multi(&mut one, &mut self.logits);
+            guard::injected(fault, &one);
         } else {
             let mut seqs: Vec<SeqBatch<'_>> = self.slots.iter_mut().filter_map(Slot::seq).collect();
             self.decoder.forward_multi(&mut seqs, &mut self.logits);
+            guard::injected(fault, &seqs);
         }
         (t.elapsed().as_secs_f64(), alone)
     }

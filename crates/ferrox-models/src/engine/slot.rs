@@ -167,6 +167,11 @@ impl<'t> Slot<'t> {
         job.input.len()
     }
 
+    /// Whether this slot has rows in the step's forward.
+    pub fn feeds(&self) -> bool {
+        self.job.as_ref().is_some_and(|j| !j.input.is_empty())
+    }
+
     /// This slot's part of the batched forward.
     pub fn seq(&mut self) -> Option<SeqBatch<'_>> {
         let job = self.job.as_ref().filter(|j| !j.input.is_empty())?;
@@ -264,18 +269,35 @@ impl<'t> Slot<'t> {
     /// Ends the running generation: reports its end (with the text still held back) and
     /// frees the slot. The history stays for the next request's prefix reuse.
     pub fn finish(&mut self, stop: StopReason, sink: &mut impl Sink) {
-        let Some(mut job) = self.job.take() else {
-            return;
-        };
-        let text = job.rules.finish(stop);
         let error = match stop {
             StopReason::Grammar => Some(
-                job.constraint
+                self.job
                     .as_ref()
+                    .and_then(|j| j.constraint.as_ref())
                     .and_then(|c| c.error())
                     .unwrap_or_else(|| "the grammar could not continue".into()),
             ),
             _ => None,
+        };
+        self.end(stop, error, sink);
+    }
+
+    /// Ends the running generation as failed with `error`, and empties the slot's cache (it
+    /// may be in any state after a failure).
+    pub fn fail(&mut self, error: String, sink: &mut impl Sink) {
+        self.end(StopReason::Failed, Some(error), sink);
+        self.history.clear();
+        self.caches.iter_mut().for_each(|c| c.truncate(0));
+    }
+
+    fn end(&mut self, stop: StopReason, error: Option<String>, sink: &mut impl Sink) {
+        let Some(mut job) = self.job.take() else {
+            return;
+        };
+        let text = match stop {
+            // What a failed generation held back may be cut mid-way; it is not sent.
+            StopReason::Failed => String::new(),
+            _ => job.rules.finish(stop),
         };
         sink.done(
             job.id,

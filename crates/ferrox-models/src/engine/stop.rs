@@ -17,6 +17,9 @@ pub enum StopReason {
     Cancelled,
     /// The generation's grammar could not continue (an error, reported with the end).
     Grammar,
+    /// The engine failed on this generation (its input was refused, or a step panicked on
+    /// it); the error is reported with the end. Other generations are not affected.
+    Failed,
 }
 
 #[derive(Debug, Clone)]

@@ -274,7 +274,7 @@ pub(super) async fn count_tokens(
     let r = async {
         let b: MessagesBody = authed_body(&s, &headers, &body)?;
         let req = chat_request(&b)?;
-        let (rendered, _) = render(&s, &req)?;
+        let (rendered, _) = render(&s, &req).await?;
         Ok::<_, ApiError>(Json(json!({"input_tokens": rendered.tokens.len()})).into_response())
     }
     .await;

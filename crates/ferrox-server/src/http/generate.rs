@@ -12,11 +12,12 @@ use serde_json::Value;
 
 use super::error::authed_body;
 use super::params::{grammar, validate};
+use super::render::OwnedChat;
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
 use super::tools::{tool_names, OutputSetup, ToolPlan};
 use super::{new_id, unix_now, ApiError, AppState, Shared};
-use crate::api::{ChatPrompt, ChatRequest, CommonParams, CompletionRequest, PromptField};
+use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField};
 use crate::backend::{Event, GenParams, Job, RenderedChat, SubmitError};
 use ferrox_tokenizer::chat_output::ToolFormat;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -63,7 +64,7 @@ pub(super) async fn prepare_chat(s: &Shared, req: &ChatRequest) -> Result<Prepar
             return Err(ApiError::bad("only text content parts are supported").param("messages"));
         }
     }
-    let (rendered, plan) = render(s, req)?;
+    let (rendered, plan) = render(s, req).await?;
     let mut params = validate(s, Kind::Chat, &req.common, rendered.tokens.len())?;
     // A call the model must make is a grammar: it always parses.
     if let Some(forced) = plan.forced_grammar(req, rendered.tool_format)? {
@@ -191,19 +192,19 @@ async fn start(
     }
 }
 
-/// The prompt of a chat request through the model's template, and its tool plan.
-pub(super) fn render(s: &Shared, req: &ChatRequest) -> Result<(RenderedChat, ToolPlan), ApiError> {
+/// The prompt of a chat request through the model's template (rendered off the async
+/// workers under a time limit: `render`), and its tool plan.
+pub(super) async fn render(
+    s: &Shared,
+    req: &ChatRequest,
+) -> Result<(RenderedChat, ToolPlan), ApiError> {
     let plan = ToolPlan::of(req)?;
-    let kwargs = template_kwargs(req)?;
-    let chat = ChatPrompt {
-        messages: &req.messages,
-        tools: plan.offered(req),
-        kwargs: kwargs.as_ref(),
+    let chat = OwnedChat {
+        messages: req.messages.clone(),
+        tools: plan.offered(req).map(<[Value]>::to_vec),
+        kwargs: template_kwargs(req)?,
     };
-    let rendered = s
-        .backend
-        .chat_prompt(&chat)
-        .map_err(|e| ApiError::bad(e.to_string()).param("messages"))?;
+    let rendered = super::render::chat_prompt(s, chat).await?;
     Ok((rendered, plan))
 }
 

@@ -13,6 +13,7 @@ mod ollama;
 mod ollama_models;
 mod page;
 mod params;
+pub mod render;
 mod response;
 mod stream;
 mod tools;
@@ -73,6 +74,8 @@ pub struct AppState {
     pub scheduler: Scheduler,
     pub options: Options,
     started: u64,
+    /// Chat renders still running past their timeout (`render`).
+    renders_overdue: Arc<std::sync::atomic::AtomicUsize>,
     /// Draining: not ready, new requests refused.
     pub draining: std::sync::atomic::AtomicBool,
     drain_requested: tokio::sync::Notify,
@@ -85,6 +88,7 @@ impl AppState {
             scheduler,
             options,
             started: unix_now(),
+            renders_overdue: Default::default(),
             draining: Default::default(),
             drain_requested: tokio::sync::Notify::new(),
         }

@@ -13,6 +13,7 @@ use ferrox_server::backend::{
 };
 use ferrox_server::Options;
 use ferrox_tokenizer::chat_output::ToolFormat;
+use ferrox_tokenizer::template::{ChatTemplate, Message};
 use ferrox_tokenizer::TokenId;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -20,11 +21,14 @@ use tokio::net::TcpStream;
 
 /// A backend whose tokens are bytes and whose engine writes `w0 w1 ...`, one word a step
 /// (50 ms a step while a prompt containing "slow" runs). A prompt containing "panic" makes the
-/// step panic after two words, "refuse" is refused at admission, "seed" writes `seed=N `
+/// step panic after two words; "fault" fails that generation alone after two words, as the
+/// real engine does when a step panics on one request; "refuse" is refused at admission, "seed" writes `seed=N `
 /// first; with log-probabilities asked for, word `i` has log-probability `-i/10`. Grammars: a
 /// GBNF text containing `bad` is refused at compile time, one containing `fail` fails during
 /// generation; any other compiled grammar makes the engine write `{"grammar": "<kind>"}`
-/// instead of words.
+/// instead of words. Chat: a message `template: SRC` is rendered through the real (sandboxed)
+/// chat template `SRC` (its errors are template errors); one containing `stuck-template`
+/// takes 3 s to render (a template the sandbox cannot stop).
 pub struct Fake;
 
 /// One running fake generation: emits `w0 `, `w1 `, ... one word per step.
@@ -35,6 +39,7 @@ struct FakeGen {
     script: Vec<String>,
     slow: bool,
     panic: bool,
+    fault: bool,
     text: String,
     params: GenParams,
 }
@@ -63,6 +68,7 @@ impl Engine for FakeEngine {
             i: 0,
             slow: text.contains("slow"),
             panic: text.contains("panic"),
+            fault: text.contains("fault"),
             script: if text.contains("tools") {
                 [
                     "Checking.\n<tool",
@@ -93,6 +99,13 @@ impl Engine for FakeEngine {
             panic!("fake engine failure");
         }
         self.running.retain_mut(|g| {
+            if g.fault && g.i >= 2 {
+                events(
+                    g.id,
+                    Event::Failed("the engine failed on this request".into()),
+                );
+                return false;
+            }
             let done = |finish, completion_tokens| {
                 Event::Done(GenSummary {
                     finish,
@@ -177,7 +190,20 @@ impl Backend for Fake {
     fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError> {
         let mut s = String::new();
         for m in chat.messages {
-            s.push_str(&m.content.text().unwrap());
+            let text = m.content.text().unwrap();
+            if let Some(src) = text.strip_prefix("template: ") {
+                let t = ChatTemplate::new(src, "", "")
+                    .map_err(|e| BackendError::Template(e.to_string()))?;
+                let msgs = [Message::user("hi")];
+                s = t
+                    .render(&msgs, true)
+                    .map_err(|e| BackendError::Template(e.to_string()))?;
+                continue;
+            }
+            if text.contains("stuck-template") {
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            s.push_str(&text);
         }
         if chat.tools.is_some() {
             s.push_str(" tools");
