@@ -17,7 +17,7 @@ use dequant::dequantize_blocks;
 pub enum QuantError {
     #[error("unknown ggml type id {0}")]
     UnknownType(u32),
-    #[error("tensor type {0:?} is not supported for {1}")]
+    #[error("tensor type {name} is not supported for {1}", name = .0.name())]
     Unsupported(GgmlType, &'static str),
     #[error("row of {cols} elements is not a multiple of the {ty:?} block size {block}")]
     Misaligned {
