@@ -63,7 +63,21 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
         GgmlType::F16,
         GgmlType::F32,
         GgmlType::Q4_1,
+        GgmlType::Q5_1,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::IQ4NL,
         GgmlType::IQ4XS,
+        GgmlType::MXFP4,
+        GgmlType::IQ2XXS,
+        GgmlType::IQ2XS,
+        GgmlType::IQ2S,
+        GgmlType::IQ3XXS,
+        GgmlType::IQ3S,
+        GgmlType::IQ1S,
+        GgmlType::IQ1M,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
     ] {
         // 300 x 512 is above the parallel threshold for every type.
         let (rows, cols) = (300, 512);

@@ -18,6 +18,8 @@ mod attn;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_k;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
@@ -104,9 +106,26 @@ impl Isa {
         use GgmlType::*;
         match self {
             Isa::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => {
-                matches!(ty, F32 | F16 | BF16 | Q4_0 | Q5_0 | Q8_0 | Q4K | Q5K | Q6K)
+                matches!(
+                    ty,
+                    F32 | F16
+                        | BF16
+                        | Q4_0
+                        | Q4_1
+                        | Q5_0
+                        | Q5_1
+                        | Q8_0
+                        | Q4K
+                        | Q5K
+                        | Q6K
+                        | IQ4NL
+                        | MXFP4
+                ) || avx2_k::has_kernel(ty)
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 | Isa::Avx512 => false,
         }
     }
 }
