@@ -209,17 +209,31 @@ fn f32_dot_and_axpy_match_f64() {
 
 /// On an AVX-512 CPU the K-quants take the AVX-512 kernel, and it matches the scalar reference
 /// for several rows (not a multiple of the kernel's four) and 1..=9 tokens — both the direct
-/// (few tokens) and the decoded-scratch paths — on model widths and extreme scales.
+/// (few tokens) and the decoded-scratch paths — on model widths and extreme scales. The same
+/// for the other Q8_K-paired types and their AVX-512 kernel (token groups of 8, 4, 2, 1).
 #[test]
 fn avx512_kquant_kernels_match_reference() {
     use ferrox_core::kernels::{dot_block, Kernel};
+    use GgmlType::*;
     if !Isa::Avx512.supported() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(17);
     let mut acts = ActBuf::default();
-    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
-        assert_eq!(Isa::Avx512.kernel(ty), Kernel::Avx512K, "{ty:?} dispatch");
+    let kernels = [
+        (Q4K, Kernel::Avx512K),
+        (Q5K, Kernel::Avx512K),
+        (Q6K, Kernel::Avx512K),
+    ]
+    .into_iter()
+    .chain(
+        [
+            Q2K, Q3K, IQ4XS, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S, IQ1M, TQ1_0, TQ2_0,
+        ]
+        .map(|t| (t, Kernel::Avx512Q8K)),
+    );
+    for (ty, kernel) in kernels {
+        assert_eq!(Isa::Avx512.kernel(ty), kernel, "{ty:?} dispatch");
         for cols in [256usize, 512, 4864, 8960] {
             for extreme in [false, true] {
                 let rows = 7;

@@ -121,12 +121,16 @@ fn gemm_equals_gemv_on_ragged_shapes() {
     }
 }
 
-/// K-quants through `WeightMatrix`: every batch size 1..=9 (the AVX-512 kernel's direct and
-/// decoded-scratch paths, ragged token groups) gives gemv's bits; rows not a multiple of 4.
+/// K-quants and the other Q8_K-paired types through `WeightMatrix`: every batch size 1..=9
+/// (the AVX-512 kernels' direct and decoded-scratch paths, token groups of 8 / 4 / 2 / 1)
+/// gives gemv's bits; rows not a multiple of 4.
 #[test]
 fn kquant_gemm_is_bit_identical_to_gemv() {
+    use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(23);
-    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+    for ty in [
+        Q4K, Q5K, Q6K, Q2K, Q3K, IQ4XS, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S, IQ1M, TQ1_0, TQ2_0,
+    ] {
         for (rows, cols) in [(13, 256), (37, 4864)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
             assert_gemm_is_gemv(&mut rng, &m, 9, &(1..=9).collect::<Vec<_>>());

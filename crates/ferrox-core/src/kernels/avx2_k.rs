@@ -61,13 +61,13 @@ pub(super) fn row<const NT: usize>(
 /// One decoded super-block: magnitudes, signs, scales per 32 weights (`[s_lo ×8 | s_hi ×8]`
 /// i16, the lanes of `maddubs`' pair sums), the float factor of the scale term, and for
 /// types with mins (Q2_K) the 16 mins as i16 and their factor.
-struct Sb {
-    u: [__m256i; 8],
-    s: [__m256i; 8],
-    sc: [__m256i; 8],
-    f: f32,
-    mins: __m256i,
-    fmin: f32,
+pub(super) struct Sb {
+    pub(super) u: [__m256i; 8],
+    pub(super) s: [__m256i; 8],
+    pub(super) sc: [__m256i; 8],
+    pub(super) f: f32,
+    pub(super) mins: __m256i,
+    pub(super) fmin: f32,
 }
 
 /// Σ over the row's blocks of `f·d_y·Σ sc·u·(±y)` (minus `fmin·d_y·Σ mins·bsums`).
@@ -117,7 +117,7 @@ fn rows<const NT: usize, B, const MINS: bool>(
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn hsum(v: __m256) -> f32 {
+pub(super) fn hsum(v: __m256) -> f32 {
     {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -241,7 +241,7 @@ fn zero() -> [__m256i; 8] {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_q2k(b: &BlockQ2K) -> Sb {
+pub(super) fn dec_q2k(b: &BlockQ2K) -> Sb {
     {
         let m3 = _mm256_set1_epi8(3);
         let mut u = zero();
@@ -269,7 +269,7 @@ fn dec_q2k(b: &BlockQ2K) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_q3k(b: &BlockQ3K) -> Sb {
+pub(super) fn dec_q3k(b: &BlockQ3K) -> Sb {
     {
         let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
         let hm = load(&b.hmask);
@@ -303,7 +303,7 @@ fn dec_q3k(b: &BlockQ3K) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq4xs(b: &BlockIQ4XS) -> Sb {
+pub(super) fn dec_iq4xs(b: &BlockIQ4XS) -> Sb {
     {
         // SAFETY: 16 bytes readable.
         let lut = unsafe { _mm_loadu_si128(IQ4NL_VALUES.as_ptr().cast()) };
@@ -331,7 +331,7 @@ fn dec_iq4xs(b: &BlockIQ4XS) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb {
+pub(super) fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb {
     {
         let (mut u, mut s) = (zero(), zero());
         let mut sc = [0i16; 8];
@@ -357,7 +357,7 @@ fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq2xs(b: &BlockIQ2XS) -> Sb {
+pub(super) fn dec_iq2xs(b: &BlockIQ2XS) -> Sb {
     {
         let (mut u, mut s) = (zero(), zero());
         for ib in 0..8 {
@@ -382,7 +382,7 @@ fn dec_iq2xs(b: &BlockIQ2XS) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq2s(b: &BlockIQ2S) -> Sb {
+pub(super) fn dec_iq2s(b: &BlockIQ2S) -> Sb {
     {
         let (mut u, mut s) = (zero(), zero());
         for ib in 0..8 {
@@ -406,7 +406,7 @@ fn dec_iq2s(b: &BlockIQ2S) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb {
+pub(super) fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb {
     {
         let (mut u, mut s) = (zero(), zero());
         let mut sc = [0i16; 8];
@@ -432,7 +432,7 @@ fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq3s(b: &BlockIQ3S) -> Sb {
+pub(super) fn dec_iq3s(b: &BlockIQ3S) -> Sb {
     {
         let (mut u, mut s) = (zero(), zero());
         for ib in 0..8 {
@@ -484,7 +484,7 @@ fn iq1_group(idx: usize, neg: bool) -> u64 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq1s(b: &BlockIQ1S) -> Sb {
+pub(super) fn dec_iq1s(b: &BlockIQ1S) -> Sb {
     {
         let (mut u, mut s) = (zero(), zero());
         let mut sc = [0i16; 8];
@@ -509,7 +509,7 @@ fn dec_iq1s(b: &BlockIQ1S) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_iq1m(b: &BlockIQ1M) -> Sb {
+pub(super) fn dec_iq1m(b: &BlockIQ1M) -> Sb {
     {
         let (mut u, mut s) = (zero(), zero());
         for ib in 0..8 {
@@ -535,7 +535,7 @@ fn dec_iq1m(b: &BlockIQ1M) -> Sb {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_tq2_0(b: &BlockTQ2_0) -> Sb {
+pub(super) fn dec_tq2_0(b: &BlockTQ2_0) -> Sb {
     {
         let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
         let (mut u, mut s) = (zero(), zero());
@@ -560,7 +560,7 @@ fn dec_tq2_0(b: &BlockTQ2_0) -> Sb {
 /// TQ1_0 is rare: its base-3 digits are decoded by the scalar reference.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn dec_tq1_0(b: &BlockTQ1_0) -> Sb {
+pub(super) fn dec_tq1_0(b: &BlockTQ1_0) -> Sb {
     let v = b.decode().v;
     {
         let mut u = zero();
