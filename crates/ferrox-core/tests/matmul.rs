@@ -104,7 +104,13 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
 #[test]
 fn gemm_equals_gemv_on_ragged_shapes() {
     let mut rng = StdRng::seed_from_u64(22);
-    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::IQ4NL,
+        GgmlType::MXFP4,
+    ] {
         for (rows, cols) in [(301, 96), (7, 32), (130, 224)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
             let (x, single) = assert_gemm_is_gemv(&mut rng, &m, 17, &[2, 5, 7, 8, 9, 16, 17]);

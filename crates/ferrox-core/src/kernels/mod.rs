@@ -144,7 +144,7 @@ pub enum Kernel {
     Scalar,
     /// `avx2.rs`: every SIMD type.
     Avx2,
-    /// `avx512.rs`: Q4_0 / Q5_0 / Q8_0.
+    /// `avx512.rs`: Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4.
     Avx512,
     /// `avx512_k.rs`: Q4_K / Q5_K / Q6_K.
     Avx512K,
