@@ -24,7 +24,12 @@ pub struct WeightMatrix {
 }
 
 impl WeightMatrix {
+    /// A matrix over `data`; refuses a type with no dot-product kernel (a load-time error
+    /// naming the type, rather than a panic at the first token).
     pub fn new(ty: GgmlType, rows: usize, cols: usize, data: Bytes) -> Result<Self, QuantError> {
+        if ty.act_type().is_none() {
+            return Err(QuantError::Unsupported(ty, "matrix products"));
+        }
         let row_bytes = ty.row_bytes_checked(cols)?;
         let expected = row_bytes.checked_mul(rows).ok_or(QuantError::Length {
             got: data.len(),
@@ -134,7 +139,7 @@ impl WeightMatrix {
         let act = self
             .ty
             .act_type()
-            .unwrap_or_else(|| panic!("gemm: no kernel for {:?}", self.ty));
+            .expect("WeightMatrix::new refuses types without a kernel");
         // Taken out (not borrowed) so a nested call on this thread cannot conflict.
         let mut acts = ACTS.with(|c| c.take());
         acts.quantize(act, x, self.cols);

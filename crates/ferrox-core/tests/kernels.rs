@@ -207,54 +207,104 @@ fn f32_dot_and_axpy_match_f64() {
     }
 }
 
+/// `dot_block` on `isa` against the scalar reference for 7 rows and every token count 1..=9,
+/// ordinary and extreme scales, each row width of `widths`.
+fn check_dot_block(isa: Isa, ty: GgmlType, widths: &[usize], rng: &mut StdRng) {
+    use ferrox_core::kernels::dot_block;
+    let mut acts = ActBuf::default();
+    for &cols in widths {
+        for extreme in [false, true] {
+            let rows = 7;
+            let w: Vec<u8> = (0..rows)
+                .flat_map(|_| random_row(rng, ty, cols, extreme))
+                .collect();
+            let n = 9;
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| rng.gen_range(-1.0f32..1.0) * [1.0, 1e-3, 300.0][i / cols % 3])
+                .collect();
+            acts.quantize(ty.act_type().unwrap(), &x, cols);
+            let rb = ty.row_bytes(cols).unwrap();
+            let mut wf = vec![0f32; cols];
+            for nt in 1..=n {
+                let mut simd = vec![0f32; rows * nt];
+                let mut refr = vec![0f32; rows * nt];
+                dot_block(isa, ty, &w, &acts, n - nt, nt, &mut simd);
+                dot_block(Isa::Scalar, ty, &w, &acts, n - nt, nt, &mut refr);
+                for r in 0..rows {
+                    dequantize_row(ty, &w[r * rb..(r + 1) * rb], &mut wf).unwrap();
+                    for k in 0..nt {
+                        let t = n - nt + k;
+                        let xs = &x[t * cols..(t + 1) * cols];
+                        let mag: f64 = wf.iter().zip(xs).map(|(a, b)| (a * b).abs() as f64).sum();
+                        let (s, e) = (simd[r * nt + k], refr[r * nt + k]);
+                        assert!(
+                            (s as f64 - e as f64).abs() <= 4e-5 * mag * 1.05 + 1e-35,
+                            "{ty:?} cols={cols} extreme={extreme} nt={nt} row {r} token {t}: \
+                             simd {s} ref {e} mag {mag}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// On an AVX-512 CPU the K-quants take the AVX-512 kernel, and it matches the scalar reference
 /// for several rows (not a multiple of the kernel's four) and 1..=9 tokens — both the direct
-/// (few tokens) and the decoded-scratch paths — on model widths and extreme scales.
+/// (few tokens) and the decoded-scratch paths — on model widths and extreme scales. The same
+/// for the other Q8_K-paired types and their AVX-512 kernel (token groups of 8, 4, 2, 1).
 #[test]
 fn avx512_kquant_kernels_match_reference() {
-    use ferrox_core::kernels::{dot_block, Kernel};
+    use ferrox_core::kernels::Kernel;
+    use GgmlType::*;
     if !Isa::Avx512.supported() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(17);
-    let mut acts = ActBuf::default();
-    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
-        assert_eq!(Isa::Avx512.kernel(ty), Kernel::Avx512K, "{ty:?} dispatch");
-        for cols in [256usize, 512, 4864, 8960] {
-            for extreme in [false, true] {
-                let rows = 7;
-                let w: Vec<u8> = (0..rows)
-                    .flat_map(|_| random_row(&mut rng, ty, cols, extreme))
-                    .collect();
-                let n = 9;
-                let x: Vec<f32> = (0..n * cols)
-                    .map(|i| rng.gen_range(-1.0f32..1.0) * [1.0, 1e-3, 300.0][i / cols % 3])
-                    .collect();
-                acts.quantize(ty.act_type().unwrap(), &x, cols);
-                let rb = ty.row_bytes(cols).unwrap();
-                let mut wf = vec![0f32; cols];
-                for nt in 1..=n {
-                    let mut simd = vec![0f32; rows * nt];
-                    let mut refr = vec![0f32; rows * nt];
-                    dot_block(Isa::Avx512, ty, &w, &acts, n - nt, nt, &mut simd);
-                    dot_block(Isa::Scalar, ty, &w, &acts, n - nt, nt, &mut refr);
-                    for r in 0..rows {
-                        dequantize_row(ty, &w[r * rb..(r + 1) * rb], &mut wf).unwrap();
-                        for k in 0..nt {
-                            let t = n - nt + k;
-                            let xs = &x[t * cols..(t + 1) * cols];
-                            let mag: f64 =
-                                wf.iter().zip(xs).map(|(a, b)| (a * b).abs() as f64).sum();
-                            let (s, e) = (simd[r * nt + k], refr[r * nt + k]);
-                            assert!(
-                                (s as f64 - e as f64).abs() <= 4e-5 * mag * 1.05 + 1e-35,
-                                "{ty:?} cols={cols} extreme={extreme} nt={nt} row {r} token {t}: \
-                                 simd {s} ref {e} mag {mag}"
-                            );
-                        }
-                    }
-                }
-            }
+    let kernels = [
+        (Q4K, Kernel::Avx512K),
+        (Q5K, Kernel::Avx512K),
+        (Q6K, Kernel::Avx512K),
+    ]
+    .into_iter()
+    .chain(
+        [
+            Q2K, Q3K, IQ4XS, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S, IQ1M, TQ1_0, TQ2_0,
+        ]
+        .map(|t| (t, Kernel::Avx512Q8K)),
+    );
+    for (ty, kernel) in kernels {
+        assert_eq!(Isa::Avx512.kernel(ty), kernel, "{ty:?} dispatch");
+        check_dot_block(Isa::Avx512, ty, &[256, 512, 4864, 8960], &mut rng);
+    }
+}
+
+/// The 32-element types on AVX-512: odd block counts (a half pair), 1..=9 tokens (per-pair
+/// decoding and the decoded scratch), several rows.
+#[test]
+fn avx512_block32_kernels_match_reference() {
+    use ferrox_core::kernels::Kernel;
+    use GgmlType::*;
+    if !Isa::Avx512.supported() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(19);
+    for ty in [Q4_0, Q5_0, Q8_0, IQ4NL, MXFP4] {
+        assert_eq!(Isa::Avx512.kernel(ty), Kernel::Avx512, "{ty:?} dispatch");
+        check_dot_block(Isa::Avx512, ty, &[32, 96, 224, 896], &mut rng);
+    }
+}
+
+/// The AVX2 kernels of every type, through `dot_block` (several rows, 1..=9 tokens).
+#[test]
+fn avx2_kernels_match_reference_on_blocks() {
+    if !Isa::Avx2.supported() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(23);
+    for ty in DOT_TYPES {
+        if Isa::Avx2.has_kernel(ty) && ty.block_size() > 1 {
+            check_dot_block(Isa::Avx2, ty, &[256, 768], &mut rng);
         }
     }
 }

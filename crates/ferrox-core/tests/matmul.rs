@@ -63,7 +63,21 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
         GgmlType::F16,
         GgmlType::F32,
         GgmlType::Q4_1,
+        GgmlType::Q5_1,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::IQ4NL,
         GgmlType::IQ4XS,
+        GgmlType::MXFP4,
+        GgmlType::IQ2XXS,
+        GgmlType::IQ2XS,
+        GgmlType::IQ2S,
+        GgmlType::IQ3XXS,
+        GgmlType::IQ3S,
+        GgmlType::IQ1S,
+        GgmlType::IQ1M,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
     ] {
         // 300 x 512 is above the parallel threshold for every type.
         let (rows, cols) = (300, 512);
@@ -90,7 +104,13 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
 #[test]
 fn gemm_equals_gemv_on_ragged_shapes() {
     let mut rng = StdRng::seed_from_u64(22);
-    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::IQ4NL,
+        GgmlType::MXFP4,
+    ] {
         for (rows, cols) in [(301, 96), (7, 32), (130, 224)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
             let (x, single) = assert_gemm_is_gemv(&mut rng, &m, 17, &[2, 5, 7, 8, 9, 16, 17]);
@@ -107,12 +127,16 @@ fn gemm_equals_gemv_on_ragged_shapes() {
     }
 }
 
-/// K-quants through `WeightMatrix`: every batch size 1..=9 (the AVX-512 kernel's direct and
-/// decoded-scratch paths, ragged token groups) gives gemv's bits; rows not a multiple of 4.
+/// K-quants and the other Q8_K-paired types through `WeightMatrix`: every batch size 1..=9
+/// (the AVX-512 kernels' direct and decoded-scratch paths, token groups of 8 / 4 / 2 / 1)
+/// gives gemv's bits; rows not a multiple of 4.
 #[test]
 fn kquant_gemm_is_bit_identical_to_gemv() {
+    use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(23);
-    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+    for ty in [
+        Q4K, Q5K, Q6K, Q2K, Q3K, IQ4XS, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S, IQ1M, TQ1_0, TQ2_0,
+    ] {
         for (rows, cols) in [(13, 256), (37, 4864)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
             assert_gemm_is_gemv(&mut rng, &m, 9, &(1..=9).collect::<Vec<_>>());

@@ -1,5 +1,5 @@
 //! Scalar references: dequantization bit-exact against gguf-py (fixture written by
-//! scripts/quant_block_vectors.py), activation quantizers, and integer dot products against
+//! scripts/quant_block_vectors.py from random and real llama-quantize blocks), activation quantizers, and integer dot products against
 //! dequantize-then-f32-dot on random blocks including extreme scales.
 
 use ferrox_core::quant::act::{quantize_row_q8_0, quantize_row_q8_1, quantize_row_q8_k};
@@ -31,9 +31,12 @@ fn dequantize_matches_gguf_py_bit_exactly() {
     let text = include_str!("fixtures/block_vectors.json");
     let v: serde_json::Value = serde_json::from_str(text).unwrap();
     let obj = v.as_object().unwrap();
-    assert_eq!(obj.len(), 15, "one vector per gguf-py-dequantizable type");
+    // Random blocks of every type gguf-py dequantizes, and real llama-quantize blocks of the
+    // IQ1 / IQ2 / IQ3 / ternary types ("real:TYPE").
+    let real = obj.keys().filter(|k| k.starts_with("real:")).count();
+    assert_eq!((obj.len() - real, real), (24, 9), "vectors per type");
     for (name, e) in obj {
-        let ty = type_by_name(name);
+        let ty = type_by_name(name.trim_start_matches("real:"));
         let bytes = hex_decode(e["bytes"].as_str().unwrap());
         let n = e["n"].as_u64().unwrap() as usize;
         let mut out = vec![0f32; n];

@@ -62,6 +62,10 @@ fn group<const NT: usize>(a: BlockArgs<'_>, t: usize, out: &mut [f32]) {
         let nb = cols / QK_K;
         std::array::from_fn(|k| &acts.q8k[(first + k) * nb..(first + k + 1) * nb])
     };
+    let q8_1_rows = || -> [&[BlockQ8_1]; NT] {
+        let nb = cols / 32;
+        std::array::from_fn(|k| &acts.q8_1[(first + k) * nb..(first + k + 1) * nb])
+    };
     match ty {
         GgmlType::F32 => each_row!(f32_rows(), |wr, y, o| float::<NT, F32>(wr, y, o)),
         GgmlType::F16 => each_row!(f32_rows(), |wr, y, o| float::<NT, F16>(wr, y, o)),
@@ -81,9 +85,26 @@ fn group<const NT: usize>(a: BlockArgs<'_>, t: usize, out: &mut [f32]) {
             y,
             o
         )),
+        GgmlType::IQ4NL => each_row!(rows_q8::<NT>(acts, first), |wr, y, o| iq4nl::<NT>(
+            b(wr),
+            y,
+            o
+        )),
+        GgmlType::MXFP4 => each_row!(rows_q8::<NT>(acts, first), |wr, y, o| mxfp4::<NT>(
+            b(wr),
+            y,
+            o
+        )),
+        GgmlType::Q4_1 => each_row!(q8_1_rows(), |wr, y, o| q4_1::<NT>(b(wr), y, o)),
+        GgmlType::Q5_1 => each_row!(q8_1_rows(), |wr, y, o| q5_1::<NT>(b(wr), y, o)),
         GgmlType::Q4K => each_row!(q8k_rows(), |wr, y, o| q4k::<NT>(b(wr), y, o)),
         GgmlType::Q5K => each_row!(q8k_rows(), |wr, y, o| q5k::<NT>(b(wr), y, o)),
         GgmlType::Q6K => each_row!(q8k_rows(), |wr, y, o| q6k::<NT>(b(wr), y, o)),
+        ty if super::avx2_k::has_kernel(ty) => {
+            each_row!(q8k_rows(), |wr, y, o| super::avx2_k::row::<NT>(
+                ty, wr, y, o
+            ))
+        }
         other => unreachable!("no AVX2 kernel for {other:?}"),
     }
 }
@@ -150,7 +171,13 @@ const SCALE_CHUNK: usize = 32;
 /// multiplied with the sign idiom (|w| once per block, the sign moved onto each token's
 /// activations). Even and odd blocks feed two accumulators (two FMA chains).
 macro_rules! q8_family {
-    ($w:expr, $y:expr, $out:expr, $decode:expr) => {{
+    ($w:expr, $y:expr, $out:expr, $decode:expr) => {
+        q8_family!($w, $y, $out, $decode, |wc, dw: &mut [f32; SCALE_CHUNK]| {
+            f16_scales(wc, dw)
+        })
+    };
+    // `$scales(blocks, dw)` writes the f32 scales of a chunk of blocks.
+    ($w:expr, $y:expr, $out:expr, $decode:expr, $scales:expr) => {{
         let (w, y) = ($w, $y);
         for t in 0..NT {
             assert!(y.q[t].len() == w.len() && y.d[t].len() == w.len());
@@ -161,17 +188,7 @@ macro_rules! q8_family {
         let mut ds = [[0f32; SCALE_CHUNK]; NT];
         for c0 in (0..w.len()).step_by(SCALE_CHUNK) {
             let wc = &w[c0..(c0 + SCALE_CHUNK).min(w.len())];
-            let mut h = [0u16; SCALE_CHUNK];
-            for (h, b) in h.iter_mut().zip(wc) {
-                *h = u16::from_le_bytes(b.d);
-            }
-            for k in 0..SCALE_CHUNK / 8 {
-                // SAFETY: 8 u16 read from and 8 f32 written to in-bounds stack arrays.
-                unsafe {
-                    let v = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(8 * k).cast()));
-                    _mm256_storeu_ps(dw.as_mut_ptr().add(8 * k), v);
-                }
-            }
+            $scales(wc, &mut dw);
             // Per token, the block scale products d_w · d_y, eight at a time (the same f32
             // product the scalar reference forms per block).
             let full = wc.len() / 8 * 8;
@@ -231,6 +248,40 @@ macro_rules! q8_family {
     }};
 }
 
+/// Blocks with one f16 scale `d`.
+trait F16Scale {
+    fn d(&self) -> [u8; 2];
+}
+
+macro_rules! f16_scale {
+    ($($b:ty),*) => {$(
+        impl F16Scale for $b {
+            fn d(&self) -> [u8; 2] {
+                self.d
+            }
+        }
+    )*};
+}
+f16_scale!(BlockQ4_0, BlockQ5_0, BlockQ8_0, BlockIQ4NL);
+
+/// The f16 block scales of a chunk as f32, gathered with scalar loads and converted eight at a
+/// time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_scales<B: F16Scale>(wc: &[B], dw: &mut [f32; SCALE_CHUNK]) {
+    let mut h = [0u16; SCALE_CHUNK];
+    for (h, b) in h.iter_mut().zip(wc) {
+        *h = u16::from_le_bytes(b.d());
+    }
+    for k in 0..SCALE_CHUNK / 8 {
+        // SAFETY: 8 u16 read from and 8 f32 written to in-bounds stack arrays.
+        unsafe {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().add(8 * k).cast()));
+            _mm256_storeu_ps(dw.as_mut_ptr().add(8 * k), v);
+        }
+    }
+}
+
 /// 16 nibbles → 32 unsigned bytes: low nibbles are elements 0..16, high nibbles 16..32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -282,6 +333,86 @@ fn q5_0<const NT: usize>(w: &[BlockQ5_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q8_0_k<const NT: usize>(w: &[BlockQ8_0], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
     q8_family!(w, y, out, |b: &BlockQ8_0| load32(&b.qs))
+}
+
+/// 32 codebook values from 16 bytes of nibbles (`pshufb` of the 16-entry table).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn decode_lut(lut: &[i8; 16], qs: &[u8; 16]) -> __m256i {
+    // SAFETY: 16 bytes readable.
+    let t = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(lut.as_ptr().cast())) };
+    _mm256_shuffle_epi8(t, nibbles_bcast(qs))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq4nl<const NT: usize>(w: &[BlockIQ4NL], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
+    q8_family!(w, y, out, |b: &BlockIQ4NL| decode_lut(&IQ4NL_VALUES, &b.qs))
+}
+
+/// MXFP4: the doubled E2M1 values with half the E8M0 scale (as the scalar reference).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn mxfp4<const NT: usize>(w: &[BlockMXFP4], y: Q8Rows<'_, NT>, out: &mut [f32; NT]) {
+    q8_family!(
+        w,
+        y,
+        out,
+        |b: &BlockMXFP4| decode_lut(&MXFP4_VALUES, &b.qs),
+        |wc: &[BlockMXFP4], dw: &mut [f32; SCALE_CHUNK]| {
+            for (d, b) in dw.iter_mut().zip(wc) {
+                *d = e8m0_to_f32_half(b.e);
+            }
+        }
+    )
+}
+
+// ---- Q4_1 / Q5_1 against Q8_1: d_w·d_y·Σ q·y + m_w·s_y per block ------------------------
+
+/// Unsigned weights (0..32) with the block's f16 scale and min; `Σ q·y` is exact with
+/// `maddubs` (q ≤ 31, |y| ≤ 127).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q_1<const NT: usize, B>(
+    w: &[B],
+    y: [&[BlockQ8_1]; NT],
+    out: &mut [f32; NT],
+    decode: impl Fn(&B) -> (__m256i, [u8; 2], [u8; 2]),
+) {
+    for t in 0..NT {
+        assert_eq!(y[t].len(), w.len(), "activation blocks");
+    }
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); NT];
+    let mut macc = [0f32; NT];
+    for (i, b) in w.iter().enumerate() {
+        let (q, d, m) = decode(b);
+        let (d, m) = (f16(d), f16(m));
+        for t in 0..NT {
+            let yb = &y[t][i];
+            let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, load32(&yb.qs)), ones);
+            let f = _mm256_set1_ps(d * f16(yb.d));
+            acc[t] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(dot), acc[t]);
+            macc[t] += m * f16(yb.s);
+        }
+    }
+    for t in 0..NT {
+        out[t] = hsum_ps(acc[t]) + macc[t];
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_1<const NT: usize>(w: &[BlockQ4_1], y: [&[BlockQ8_1]; NT], out: &mut [f32; NT]) {
+    q_1(w, y, out, |b| (nibbles_bcast(&b.qs), b.d, b.m))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_1<const NT: usize>(w: &[BlockQ5_1], y: [&[BlockQ8_1]; NT], out: &mut [f32; NT]) {
+    q_1(w, y, out, |b| {
+        let hi = _mm256_and_si256(
+            bytes_from_bits(u32::from_le_bytes(b.qh)),
+            _mm256_set1_epi8(0x10),
+        );
+        (_mm256_or_si256(nibbles_bcast(&b.qs), hi), b.d, b.m)
+    })
 }
 
 // ---- K-quants against Q8_K: exact integer sums per super-block, in lanes; f32 lanes per row --

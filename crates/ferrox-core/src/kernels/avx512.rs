@@ -1,9 +1,10 @@
-//! AVX-512 (F, BW, VL, VNNI) kernels for the 32-element block types Q4_0, Q5_0 and Q8_0.
+//! AVX-512 (F, BW, VL, VNNI) kernels for the 32-element block types Q4_0, Q5_0, Q8_0, IQ4_NL
+//! and MXFP4.
 //! `vpdpbusd` (Intel SDM: "Multiply and Add Unsigned and Signed Bytes") multiplies unsigned
 //! weight bytes with signed activation bytes, four products per i32 lane.
 //!
 //! Weights are made unsigned by their offset (Q4_0 stores q with x = d·(q − 8), Q5_0 q − 16,
-//! Q8_0 is shifted by 128) and each block's sum is corrected by −offset·Σy, all in exact
+//! Q8_0 and the IQ4_NL codebook values are shifted by 128, MXFP4's doubled E2M1 values by 16) and each block's sum is corrected by −offset·Σy, all in exact
 //! integers. Rows are first decoded, four at a time, into unsigned bytes and f32 block scales;
 //! then every token of the batch runs against them (weights decoded once per batch).
 //!
@@ -16,6 +17,7 @@
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
 use super::BlockArgs;
+use crate::quant::blocks::e8m0_to_f32_half;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -25,7 +27,10 @@ const ROWS: usize = 4;
 
 /// The types with a kernel here (the rest use the AVX2 kernels).
 pub(super) fn has_kernel(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4NL | GgmlType::MXFP4
+    )
 }
 
 /// Rows and tokens the matmul should hand to one `dot_block` call.
@@ -64,6 +69,8 @@ pub(super) unsafe fn dot_block(a: BlockArgs<'_>, out: &mut [f32]) {
         match a.ty {
             GgmlType::Q4_0 => dot_rows::<Q4_0>(a, out),
             GgmlType::Q5_0 => dot_rows::<Q5_0>(a, out),
+            GgmlType::IQ4NL => dot_rows::<IQ4NL>(a, out),
+            GgmlType::MXFP4 => dot_rows::<MXFP4>(a, out),
             _ => dot_rows::<Q8_0>(a, out),
         }
     }
@@ -72,14 +79,41 @@ pub(super) unsafe fn dot_block(a: BlockArgs<'_>, out: &mut [f32]) {
 const Q4_0: u8 = 0;
 const Q5_0: u8 = 1;
 const Q8_0: u8 = 2;
+const IQ4NL: u8 = 3;
+const MXFP4: u8 = 4;
 
 /// Bytes per block and log2 of the weight offset of each kind.
 const fn kind(k: u8) -> (usize, i32) {
     match k {
         Q4_0 => (18, 3),
         Q5_0 => (22, 4),
+        IQ4NL => (18, 7),
+        MXFP4 => (17, 4),
         _ => (34, 7),
     }
+}
+
+/// A codebook shifted by `offset` into unsigned bytes.
+const fn shifted(values: [i8; 16], offset: i16) -> [u8; 16] {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (values[i] as i16 + offset) as u8;
+        i += 1;
+    }
+    t
+}
+
+const IQ4NL_U: [u8; 16] = shifted(crate::quant::blocks::IQ4NL_VALUES, 128);
+const MXFP4_U: [u8; 16] = shifted(crate::quant::blocks::MXFP4_VALUES, 16);
+
+/// `table[v]` for each byte `v` < 16 of `v` (`vpshufb` in every 128-bit lane).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn lookup(table: &[u8; 16], v: __m512i) -> __m512i {
+    // SAFETY: 16 bytes readable.
+    let t = unsafe { _mm_loadu_si128(table.as_ptr().cast()) };
+    _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), v)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -247,6 +281,8 @@ impl<const K: u8> Raw<K> {
         // The eight f16 scales (row-major, a then b) packed in two u64s: built in registers, as
         // a stack array read back whole would stall store forwarding every pair.
         let mut h = [0u64; 2];
+        // MXFP4's E8M0 scales as f32, in the same order.
+        let mut e = [0f32; 2 * ROWS];
         for r in 0..self.live {
             // SAFETY: block a (and b when has_b) lie inside row r (caller: p < pairs).
             unsafe {
@@ -257,13 +293,22 @@ impl<const K: u8> Raw<K> {
                 let ahead = ba.wrapping_add(2 * bs * PREFETCH_PAIRS);
                 _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
                 _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(2 * bs - 1).cast());
-                let da = ba.cast::<u16>().read_unaligned() as u64;
-                let db = if has_b {
-                    bb.cast::<u16>().read_unaligned() as u64
+                if K == MXFP4 {
+                    e[2 * r] = e8m0_to_f32_half(ba.read());
+                    e[2 * r + 1] = if has_b {
+                        e8m0_to_f32_half(bb.read())
+                    } else {
+                        0.0
+                    };
                 } else {
-                    0
-                };
-                h[r / 2] |= (da | db << 16) << (32 * (r % 2));
+                    let da = ba.cast::<u16>().read_unaligned() as u64;
+                    let db = if has_b {
+                        bb.cast::<u16>().read_unaligned() as u64
+                    } else {
+                        0
+                    };
+                    h[r / 2] |= (da | db << 16) << (32 * (r % 2));
+                }
                 wv[r] = match K {
                     Q8_0 => {
                         let qa = _mm256_loadu_si256(ba.add(2).cast());
@@ -276,7 +321,11 @@ impl<const K: u8> Raw<K> {
                         _mm512_xor_si512(v, _mm512_set1_epi8(i8::MIN))
                     }
                     _ => {
-                        let off = if K == Q5_0 { 6 } else { 2 };
+                        let off = match K {
+                            Q5_0 => 6,
+                            MXFP4 => 1,
+                            _ => 2,
+                        };
                         let qa = _mm_loadu_si128(ba.add(off).cast());
                         let qb = if has_b {
                             _mm_loadu_si128(bb.add(off).cast())
@@ -299,6 +348,10 @@ impl<const K: u8> Raw<K> {
                                 0
                             };
                             _mm512_mask_add_epi8(v, qha | qhb << 32, v, _mm512_set1_epi8(0x10))
+                        } else if K == IQ4NL {
+                            lookup(&IQ4NL_U, v)
+                        } else if K == MXFP4 {
+                            lookup(&MXFP4_U, v)
                         } else {
                             v
                         }
@@ -306,7 +359,12 @@ impl<const K: u8> Raw<K> {
                 };
             }
         }
-        let d8 = _mm256_cvtph_ps(_mm_set_epi64x(h[1] as i64, h[0] as i64));
+        let d8 = if K == MXFP4 {
+            // SAFETY: 8 f32 readable.
+            unsafe { _mm256_loadu_ps(e.as_ptr()) }
+        } else {
+            _mm256_cvtph_ps(_mm_set_epi64x(h[1] as i64, h[0] as i64))
+        };
         let dw = _mm512_permutexvar_ps(
             _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
             _mm512_castps256_ps512(d8),

@@ -18,9 +18,13 @@ mod attn;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_k;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_k;
+#[cfg(target_arch = "x86_64")]
+mod avx512_q8k;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x16;
 #[cfg(target_arch = "x86_64")]
@@ -78,6 +82,8 @@ impl Isa {
             Kernel::Avx512 => avx512::TILE,
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512K => avx512_k::TILE,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512Q8K => avx512_q8k::TILE,
             _ => (16, 8),
         }
     }
@@ -92,6 +98,9 @@ impl Isa {
             if self == Isa::Avx512 && avx512_k::has_kernel(ty) {
                 return Kernel::Avx512K;
             }
+            if self == Isa::Avx512 && avx512_q8k::has_kernel(ty) {
+                return Kernel::Avx512Q8K;
+            }
             if matches!(self, Isa::Avx2 | Isa::Avx512) && self.has_kernel(ty) {
                 return Kernel::Avx2;
             }
@@ -104,9 +113,26 @@ impl Isa {
         use GgmlType::*;
         match self {
             Isa::Scalar => false,
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::Avx512 => {
-                matches!(ty, F32 | F16 | BF16 | Q4_0 | Q5_0 | Q8_0 | Q4K | Q5K | Q6K)
+                matches!(
+                    ty,
+                    F32 | F16
+                        | BF16
+                        | Q4_0
+                        | Q4_1
+                        | Q5_0
+                        | Q5_1
+                        | Q8_0
+                        | Q4K
+                        | Q5K
+                        | Q6K
+                        | IQ4NL
+                        | MXFP4
+                ) || avx2_k::has_kernel(ty)
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 | Isa::Avx512 => false,
         }
     }
 }
@@ -118,10 +144,12 @@ pub enum Kernel {
     Scalar,
     /// `avx2.rs`: every SIMD type.
     Avx2,
-    /// `avx512.rs`: Q4_0 / Q5_0 / Q8_0.
+    /// `avx512.rs`: Q4_0 / Q5_0 / Q8_0 / IQ4_NL / MXFP4.
     Avx512,
     /// `avx512_k.rs`: Q4_K / Q5_K / Q6_K.
     Avx512K,
+    /// `avx512_q8k.rs`: Q2_K, Q3_K, IQ4_XS, IQ1 / IQ2 / IQ3, TQ1_0 / TQ2_0.
+    Avx512Q8K,
 }
 
 /// Kernel choices an application makes once, before the first product (the `ferrox` CLI
@@ -240,6 +268,10 @@ pub fn dot_block(
         // SAFETY: AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C checked by `supported`; shapes and
         // the (Q8_K) activation format checked above.
         Kernel::Avx512K => unsafe { avx512_k::dot_block(a, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: AVX-512 F/BW/VL and AVX2/FMA/F16C checked by `supported`; shapes and the
+        // (Q8_K) activation format checked above.
+        Kernel::Avx512Q8K => unsafe { avx512_q8k::dot_block(a, out) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: AVX2/FMA/F16C presence checked by `supported`; shapes checked above.
         Kernel::Avx2 => unsafe { avx2::dot_block(a, out) },

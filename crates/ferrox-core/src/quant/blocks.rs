@@ -114,6 +114,43 @@ block!(
     /// OCP microscaling FP4 (E2M1) with a shared E8M0 exponent.
     BlockMXFP4, GgmlType::MXFP4, 32, 17, { e: u8, qs: [u8; 16] });
 
+block!(
+    /// IQ2_XXS: per 32 elements two u32 — four 8-bit `IQ2XXS_GRID` indices, then four 7-bit
+    /// sign indices (`KSIGNS_IQ2XS`) and a 4-bit scale in the top bits.
+    BlockIQ2XXS, GgmlType::IQ2XXS, QK_K, 66, { d: [u8; 2], qs: [u8; 64] });
+block!(
+    /// IQ2_XS: per 8 elements a u16 of a 9-bit `IQ2XS_GRID` index and a 7-bit sign index;
+    /// 4-bit scales per 16 elements.
+    BlockIQ2XS, GgmlType::IQ2XS, QK_K, 74, { d: [u8; 2], qs: [u8; 64], scales: [u8; 8] });
+block!(
+    /// IQ2_S: 8 low bits of a 10-bit `IQ2S_GRID` index per 8 elements (`qs[..32]`), explicit
+    /// sign bytes (`qs[32..]`), the 2 high index bits in `qh`; 4-bit scales per 16.
+    BlockIQ2S, GgmlType::IQ2S, QK_K, 82,
+    { d: [u8; 2], qs: [u8; 64], qh: [u8; 8], scales: [u8; 8] });
+block!(
+    /// IQ3_XXS: an 8-bit `IQ3XXS_GRID` index per 4 elements (`qs[..64]`), then per 32
+    /// elements a u32 of four 7-bit sign indices and a 4-bit scale (`qs[64..]`).
+    BlockIQ3XXS, GgmlType::IQ3XXS, QK_K, 98, { d: [u8; 2], qs: [u8; 96] });
+block!(
+    /// IQ3_S: 9-bit `IQ3S_GRID` indices per 4 elements (low 8 in `qs`, the ninth in `qh`),
+    /// explicit sign bits, 4-bit scales per 32.
+    BlockIQ3S, GgmlType::IQ3S, QK_K, 110,
+    { d: [u8; 2], qs: [u8; 64], qh: [u8; 8], signs: [u8; 32], scales: [u8; 4] });
+block!(
+    /// IQ1_S: 11-bit `IQ1S_GRID` indices per 8 elements (low 8 in `qs`, 3 each in `qh`);
+    /// per 32, a 3-bit scale and the sign of the ±1/8 shift in the top bits of `qh`.
+    BlockIQ1S, GgmlType::IQ1S, QK_K, 50, { d: [u8; 2], qs: [u8; 32], qh: [u8; 16] });
+block!(
+    /// IQ1_M: 11-bit `IQ1S_GRID` indices with a shift sign per 8 elements (`qs`, `qh`),
+    /// 3-bit scales per 16 and the f16 super-scale spread over the top nibbles of `scales`.
+    BlockIQ1M, GgmlType::IQ1M, QK_K, 56, { qs: [u8; 32], qh: [u8; 16], scales: [u8; 8] });
+block!(
+    /// TQ1_0: ternary, five base-3 digits per byte (`qs`), four in each of `qh`.
+    BlockTQ1_0, GgmlType::TQ1_0, QK_K, 54, { qs: [u8; 48], qh: [u8; 4], d: [u8; 2] });
+block!(
+    /// TQ2_0: ternary as 2-bit q − 1.
+    BlockTQ2_0, GgmlType::TQ2_0, QK_K, 66, { qs: [u8; 64], d: [u8; 2] });
+
 /// 8-bit K-quant activation block (never a weight in practice). Owned, naturally aligned:
 /// `d` is an f32 and `bsums` holds the sums of each group of 16 quants.
 #[repr(C)]

@@ -7,6 +7,8 @@ pub mod act;
 pub mod blocks;
 pub mod dequant;
 pub mod dot;
+pub mod iq;
+pub mod iq_grids;
 pub mod repack;
 pub(crate) mod repack_k;
 
@@ -17,7 +19,7 @@ use dequant::dequantize_blocks;
 pub enum QuantError {
     #[error("unknown ggml type id {0}")]
     UnknownType(u32),
-    #[error("tensor type {0:?} is not supported for {1}")]
+    #[error("tensor type {name} is not supported for {1}", name = .0.name())]
     Unsupported(GgmlType, &'static str),
     #[error("row of {cols} elements is not a multiple of the {ty:?} block size {block}")]
     Misaligned {
@@ -251,6 +253,15 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
         GgmlType::IQ4NL => dequantize_blocks::<BlockIQ4NL>(bytes, out),
         GgmlType::IQ4XS => dequantize_blocks::<BlockIQ4XS>(bytes, out),
         GgmlType::MXFP4 => dequantize_blocks::<BlockMXFP4>(bytes, out),
+        GgmlType::IQ2XXS => dequantize_blocks::<BlockIQ2XXS>(bytes, out),
+        GgmlType::IQ2XS => dequantize_blocks::<BlockIQ2XS>(bytes, out),
+        GgmlType::IQ2S => dequantize_blocks::<BlockIQ2S>(bytes, out),
+        GgmlType::IQ3XXS => dequantize_blocks::<BlockIQ3XXS>(bytes, out),
+        GgmlType::IQ3S => dequantize_blocks::<BlockIQ3S>(bytes, out),
+        GgmlType::IQ1S => dequantize_blocks::<BlockIQ1S>(bytes, out),
+        GgmlType::IQ1M => dequantize_blocks::<BlockIQ1M>(bytes, out),
+        GgmlType::TQ1_0 => dequantize_blocks::<BlockTQ1_0>(bytes, out),
+        GgmlType::TQ2_0 => dequantize_blocks::<BlockTQ2_0>(bytes, out),
         GgmlType::Q8K => {
             for (b, o) in bytes.chunks_exact(292).zip(out.chunks_exact_mut(QK_K)) {
                 BlockQ8K::from_bytes(b).dequantize(o);
@@ -279,6 +290,7 @@ impl GgmlType {
             Q4_0 | Q5_0 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => ActType::Q8_0,
             Q4_1 | Q5_1 => ActType::Q8_1,
             Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS => ActType::Q8K,
+            IQ2XXS | IQ2XS | IQ2S | IQ3XXS | IQ3S | IQ1S | IQ1M | TQ1_0 | TQ2_0 => ActType::Q8K,
             _ => return None,
         })
     }
@@ -486,6 +498,15 @@ pub fn dot_row_ref(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> Result<f32, QuantEr
         (T::Q5K, ActRow::Q8K(y)) => dot::dot_q5k_q8k(b(w), y),
         (T::Q6K, ActRow::Q8K(y)) => dot::dot_q6k_q8k(b(w), y),
         (T::IQ4XS, ActRow::Q8K(y)) => dot::dot_iq4xs_q8k(b(w), y),
+        (T::IQ2XXS, ActRow::Q8K(y)) => iq::dot_iq2xxs_q8k(b(w), y),
+        (T::IQ2XS, ActRow::Q8K(y)) => iq::dot_iq2xs_q8k(b(w), y),
+        (T::IQ2S, ActRow::Q8K(y)) => iq::dot_iq2s_q8k(b(w), y),
+        (T::IQ3XXS, ActRow::Q8K(y)) => iq::dot_iq3xxs_q8k(b(w), y),
+        (T::IQ3S, ActRow::Q8K(y)) => iq::dot_iq3s_q8k(b(w), y),
+        (T::IQ1S, ActRow::Q8K(y)) => iq::dot_iq1s_q8k(b(w), y),
+        (T::IQ1M, ActRow::Q8K(y)) => iq::dot_iq1m_q8k(b(w), y),
+        (T::TQ1_0, ActRow::Q8K(y)) => iq::dot_tq1_0_q8k(b(w), y),
+        (T::TQ2_0, ActRow::Q8K(y)) => iq::dot_tq2_0_q8k(b(w), y),
         (T::Q8K, ActRow::Q8K(y)) => {
             let wb: Vec<BlockQ8K> = w.chunks_exact(292).map(BlockQ8K::from_bytes).collect();
             dot::dot_q8k_q8k(&wb, y)

@@ -11,6 +11,9 @@ pub fn f16_fields(ty: GgmlType) -> &'static [usize] {
     use GgmlType::*;
     match ty {
         Q4_0 | Q5_0 | Q8_0 | IQ4NL | IQ4XS => &[0],
+        IQ2XXS | IQ2XS | IQ2S | IQ3XXS | IQ3S | IQ1S => &[0],
+        TQ1_0 => &[52],
+        TQ2_0 => &[64],
         Q4_1 | Q5_1 | Q8_1 | Q4K | Q5K => &[0, 2],
         Q2K => &[80, 82],
         Q3K => &[108],
@@ -65,6 +68,21 @@ pub fn random_row(rng: &mut StdRng, ty: GgmlType, cols: usize, extreme: bool) ->
                     };
                     blk[f..f + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
                 }
+                if ty == GgmlType::IQ1M {
+                    // The f16 scale is the top nibbles of the four u16 scale words.
+                    let v = if extreme {
+                        6e4f32
+                    } else {
+                        rng.gen_range(-0.05f32..0.05)
+                    };
+                    let d = half::f16::from_f32(v).to_bits();
+                    for k in 0..4 {
+                        let o = 48 + 2 * k;
+                        let w = u16::from_le_bytes([blk[o], blk[o + 1]]) & 0x0FFF;
+                        let w = w | (((d >> (4 * k)) & 0xF) << 12);
+                        blk[o..o + 2].copy_from_slice(&w.to_le_bytes());
+                    }
+                }
                 if ty == GgmlType::MXFP4 {
                     blk[0] = if extreme {
                         [0u8, 1, 2, 200][rng.gen_range(0..4)]
@@ -86,7 +104,7 @@ pub fn random_row(rng: &mut StdRng, ty: GgmlType, cols: usize, extreme: bool) ->
     b
 }
 
-pub const DOT_TYPES: [GgmlType; 19] = [
+pub const DOT_TYPES: [GgmlType; 28] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -106,4 +124,13 @@ pub const DOT_TYPES: [GgmlType; 19] = [
     GgmlType::IQ4XS,
     GgmlType::MXFP4,
     GgmlType::Q8_0,
+    GgmlType::IQ2XXS,
+    GgmlType::IQ2XS,
+    GgmlType::IQ2S,
+    GgmlType::IQ3XXS,
+    GgmlType::IQ3S,
+    GgmlType::IQ1S,
+    GgmlType::IQ1M,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
 ];
