@@ -100,7 +100,6 @@ pub fn cases(manifest: &Path) -> Vec<Crafted> {
     let mixtral = || Model::open(&tiny_gguf_path(manifest, "mixtral"));
     let u32v = MetaValue::U32;
     let k = |s: &str| format!("llama.{s}");
-    let tq2 = GgmlType::TQ2_0;
     vec![
         llama()
             .set(&k("attention.head_count"), u32v(0))
@@ -154,11 +153,10 @@ pub fn cases(manifest: &Path) -> Vec<Crafted> {
         ),
         llama()
             .tensor("blk.0.attn_q.weight", |t| {
-                t.ty = tq2;
-                t.dims = vec![256, 16];
-                t.data = vec![0; 16 * tq2.type_size()];
+                t.ty = GgmlType::I32;
+                t.data = vec![0; 64 * 64 * 4];
             })
-            .crafted("TQ2_0 weights (no kernel)", "blk.0.attn_q.weight"),
+            .crafted("I32 weights (no kernel)", "blk.0.attn_q.weight"),
         llama()
             .tensor("blk.1.ffn_up.weight", |t| {
                 t.ty = GgmlType::I8;
