@@ -62,3 +62,12 @@ pub trait Library: Send + Sync + 'static {
     /// Downloads a catalog model unless present and verified.
     fn pull(&self, name: &str, progress: &(dyn Fn(PullStatus) + Sync)) -> Result<(), String>;
 }
+
+/// A parameter count as Ollama and `ferrox show` print it: 494032768 → `494.03M`.
+pub fn parameter_size(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.2}M", n as f64 / 1e6),
+        n => n.to_string(),
+    }
+}

@@ -9,6 +9,7 @@ use anyhow::Context;
 use ferrox_format::gguf::GgufFile;
 use ferrox_hub::CATALOG;
 use ferrox_models::arch::{gguf_config, GgufMeta};
+use ferrox_server::library::parameter_size as human;
 use ferrox_server::ModelCard;
 
 use super::model::{hub, resolve};
@@ -227,15 +228,6 @@ fn file_type_name(t: u64) -> Option<&'static str> {
         38 => "MXFP4_MOE",
         _ => return None,
     })
-}
-
-/// 494032768 → `494.03M`.
-fn human(n: u64) -> String {
-    match n {
-        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{:.2}M", n as f64 / 1e6),
-        n => n.to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::error::{authed_body, check_auth};
 use super::ollama::{rfc3339, rfc3339_now};
 use super::{ApiError, Shared};
-use crate::library::{Library, ModelCard, PullStatus};
+use crate::library::{parameter_size, Library, ModelCard, PullStatus};
 
 /// The Ollama API release whose routes and fields these follow (clients gate features on it).
 const OLLAMA_API_VERSION: &str = "0.12.0";
@@ -48,15 +48,6 @@ fn details(c: &ModelCard) -> Value {
         "parameter_size": parameter_size(c.parameters),
         "quantization_level": c.quantization,
     })
-}
-
-/// 494032768 → `494.03M`, as Ollama prints sizes.
-fn parameter_size(n: u64) -> String {
-    match n {
-        n if n >= 1_000_000_000 => format!("{:.2}B", n as f64 / 1e9),
-        n if n >= 1_000_000 => format!("{:.2}M", n as f64 / 1e6),
-        n => n.to_string(),
-    }
 }
 
 pub(super) async fn tags(State(s): State<Shared>, headers: HeaderMap) -> Response {
