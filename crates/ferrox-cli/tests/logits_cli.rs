@@ -33,3 +33,22 @@ fn logits_all_matches_transformers_on_tiny_llama() {
     // The lm_head row is computed the same way whether or not other rows are.
     assert_eq!(got, all[23 * 512..]);
 }
+
+/// Without the `mpi` feature, `--expert-parallel` is refused with the reason, before loading.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn expert_parallel_needs_the_mpi_build() {
+    let out = common::ferrox([
+        "logits",
+        "-m",
+        "no-such-model.gguf",
+        "--ids",
+        "1",
+        "-o",
+        "unused.npy",
+        "--expert-parallel",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--features mpi"), "{err}");
+}

@@ -1,7 +1,8 @@
 //! A short run of `scripts/soak.py` (the 10-minute soak, documented in the README) against
 //! the 0.5B with speculation on and short client deadlines: 8 streaming clients and the
-//! hostile client for 45 s; no well-behaved request fails, every hostile probe gets its
-//! answer, `/health` stays fast and the server stays up.
+//! hostile client for 45 s; no well-behaved request fails, greedy answers equal `ferrox run`'s,
+//! every hostile probe gets its answer, `/health` stays fast, the server stays up, and once
+//! its (small) prefix cache is full its memory grows less than 5%.
 
 mod common;
 
@@ -19,6 +20,8 @@ fn soak_short_run_passes() {
             "3",
             "--body-timeout",
             "3",
+            "--cache-ram",
+            "16",
         ],
     );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/soak.py");
@@ -30,7 +33,8 @@ fn soak_short_run_passes() {
             "--minutes",
             "0.75",
         ])
-        .args(["--clients", "8", "--json"])
+        .args(["--clients", "8", "--cache-ram", "16", "--json"])
+        .args(["--pid", &server.pid().to_string()])
         .output()
         .unwrap();
     drop(server);
@@ -40,4 +44,6 @@ fn soak_short_run_passes() {
     assert!(out.status.success() && v["passed"] == true, "{v}");
     assert!(v["streams_ok"].as_u64().unwrap() > 8, "{v}");
     assert!(v["hostile_probes"].as_object().unwrap().len() >= 6, "{v}");
+    assert!(v["greedy_checked"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["ttft_ms_p50"].as_f64().is_some(), "{v}");
 }

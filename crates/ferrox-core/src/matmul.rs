@@ -8,7 +8,7 @@
 //! the batch size or thread split, so `gemm` rows are bit-identical to `gemv`.
 
 use crate::kernels;
-use crate::quant::{self, repack, ActBuf, GgmlType, QuantError};
+use crate::quant::{self, repack, ActBuf, ActType, GgmlType, QuantError};
 use crate::storage::Bytes;
 use rayon::prelude::*;
 
@@ -147,46 +147,88 @@ impl WeightMatrix {
         ACTS.with(|c| c.replace(acts));
     }
 
+    /// The activation format `gemm` quantizes its input to (products that share an input
+    /// quantize it once: [`ActBuf::quantize`], then [`gemm_batch`]).
+    pub fn act_type(&self) -> ActType {
+        self.ty
+            .act_type()
+            .expect("WeightMatrix::new refuses types without a kernel")
+    }
+
     fn gemm_quantized(&self, acts: &ActBuf, n: usize, y: &mut [f32]) {
-        let isa = kernels::isa();
-        let rows = self.rows;
         let out = SyncPtr(y.as_mut_ptr());
         let threads = crate::pool::threads();
-        let work = self.row_bytes.saturating_mul(rows).saturating_mul(n.min(8));
-        let serial = threads <= 1 || work < PAR_MIN_BYTES;
+        let serial = threads <= 1 || self.work(n) < PAR_MIN_BYTES;
+        let unit = self.row_unit();
+        let units = self.rows.div_ceil(unit);
+        if serial {
+            self.run_rows(acts, 0, n, 0, self.rows, out);
+            return;
+        }
+        let chunk = if self.interleaved {
+            units.div_ceil(threads * TASKS_PER_THREAD)
+        } else {
+            self.rows
+                .div_ceil(threads * TASKS_PER_THREAD)
+                .max(MIN_CHUNK_ROWS)
+        };
+        crate::pool::for_each(units.div_ceil(chunk), |c| {
+            let (r0, r1) = (c * chunk * unit, ((c + 1) * chunk * unit).min(self.rows));
+            self.run_rows(acts, 0, n, r0, r1, out);
+        });
+    }
+
+    /// Weight bytes × tokens (capped) of a product over `n` tokens: what decides whether it is
+    /// worth the pool.
+    fn work(&self, n: usize) -> usize {
+        self.row_bytes
+            .saturating_mul(self.rows)
+            .saturating_mul(n.min(8))
+    }
+
+    /// Rows a task's range is a multiple of: a group (interleaved) or one row.
+    fn row_unit(&self) -> usize {
+        if self.interleaved {
+            repack::X16
+        } else {
+            1
+        }
+    }
+
+    /// Output rows `r0..r1` (multiples of 16 when interleaved, but `r1` at the end) for
+    /// activation rows `a0..a0 + n`, written to `y[k * rows + r]` for token `k < n`.
+    ///
+    /// Callers hand each (token, row) to exactly one call, so parallel calls write disjoint
+    /// elements of `y`, which is valid for `n * rows` elements.
+    fn run_rows(&self, acts: &ActBuf, a0: usize, n: usize, r0: usize, r1: usize, y: SyncPtr) {
+        let isa = kernels::isa();
+        let rows = self.rows;
+        assert!(a0 + n <= acts.rows() && r1 <= rows, "run_rows: range");
+        assert_eq!(acts.act_type(), Some(self.act_type()), "activation format");
+        assert_eq!(acts.cols(), self.cols, "activation width");
         if self.interleaved {
             let group = repack::X16 * self.row_bytes;
-            let run = |g0: usize, g1: usize| {
-                let w = &self.data[g0 * group..g1 * group];
-                for t0 in (0..n).step_by(kernels::X16_MAX_TOKENS) {
-                    let nt = (n - t0).min(kernels::X16_MAX_TOKENS);
-                    // SAFETY: the matrix is interleaved only when `interleaves(isa, ty)`; the
-                    // activations are `n` rows of this type's format; the kernel writes
-                    // y[(t0 + k) * rows + r] for rows r of groups g0..g1 only, which this
-                    // task owns (tasks take disjoint group ranges).
-                    unsafe {
-                        kernels::gemm_x16(
-                            isa,
-                            self.ty,
-                            w,
-                            acts,
-                            t0,
-                            nt,
-                            out.get().add(t0 * rows + g0 * repack::X16),
-                            rows,
-                        )
-                    };
-                }
-            };
-            let groups = rows / repack::X16;
-            if serial {
-                run(0, groups);
-                return;
+            let (g0, g1) = (r0 / repack::X16, r1 / repack::X16);
+            let w = &self.data[g0 * group..g1 * group];
+            for t0 in (0..n).step_by(kernels::X16_MAX_TOKENS) {
+                let nt = (n - t0).min(kernels::X16_MAX_TOKENS);
+                // SAFETY: the matrix is interleaved only when `interleaves(isa, ty)`; the
+                // activations are checked above to be this type's format and to hold rows
+                // a0..a0 + n; the kernel writes y[(t0 + k) * rows + r] for rows r of groups
+                // g0..g1 only, which this call owns (see above).
+                unsafe {
+                    kernels::gemm_x16(
+                        isa,
+                        self.ty,
+                        w,
+                        acts,
+                        a0 + t0,
+                        nt,
+                        y.get().add(t0 * rows + g0 * repack::X16),
+                        rows,
+                    )
+                };
             }
-            let chunk = groups.div_ceil(threads * TASKS_PER_THREAD);
-            crate::pool::for_each(groups.div_ceil(chunk), |c| {
-                run(c * chunk, ((c + 1) * chunk).min(groups));
-            });
             return;
         }
         let (block_rows, token_group) = isa.tile(self.ty);
@@ -194,38 +236,78 @@ impl WeightMatrix {
             block_rows * token_group <= TILE_MAX,
             "kernel tile fits the buffer"
         );
-        let run = |r0: usize, r1: usize| {
-            let mut tmp = [0f32; TILE_MAX];
-            for t0 in (0..n).step_by(token_group) {
-                let nt = (n - t0).min(token_group);
-                for b0 in (r0..r1).step_by(block_rows) {
-                    let b1 = (b0 + block_rows).min(r1);
-                    let w = &self.data[b0 * self.row_bytes..b1 * self.row_bytes];
-                    let o = &mut tmp[..(b1 - b0) * nt];
-                    kernels::dot_block(isa, self.ty, w, acts, t0, nt, o);
-                    for (i, r) in (b0..b1).enumerate() {
-                        for k in 0..nt {
-                            // SAFETY: (t0 + k, r) is inside y (n x rows) and each (token, row)
-                            // is written by exactly one task: tasks own disjoint row ranges.
-                            unsafe { out.get().add((t0 + k) * rows + r).write(o[i * nt + k]) };
-                        }
+        let mut tmp = [0f32; TILE_MAX];
+        for t0 in (0..n).step_by(token_group) {
+            let nt = (n - t0).min(token_group);
+            for b0 in (r0..r1).step_by(block_rows) {
+                let b1 = (b0 + block_rows).min(r1);
+                let w = &self.data[b0 * self.row_bytes..b1 * self.row_bytes];
+                let o = &mut tmp[..(b1 - b0) * nt];
+                kernels::dot_block(isa, self.ty, w, acts, a0 + t0, nt, o);
+                for (i, r) in (b0..b1).enumerate() {
+                    for k in 0..nt {
+                        // SAFETY: (t0 + k, r) is inside y (n x rows) and owned by this call.
+                        unsafe { y.get().add((t0 + k) * rows + r).write(o[i * nt + k]) };
                     }
                 }
             }
-        };
-        if serial {
-            run(0, rows);
-            return;
         }
-        let chunk = rows
-            .div_ceil(threads * TASKS_PER_THREAD)
-            .max(MIN_CHUNK_ROWS);
-        let n_chunks = rows.div_ceil(chunk);
-        crate::pool::for_each(n_chunks, |c| {
-            let r0 = c * chunk;
-            run(r0, (r0 + chunk).min(rows));
-        });
     }
+}
+
+/// One product of a [`gemm_batch`]: `y[off..off + n * w.rows()]`, as `[n, w.rows()]`, is
+/// `acts[a0..a0 + n] · wᵀ`, with `acts` already quantized to `w.act_type()`.
+#[derive(Clone, Copy)]
+pub struct Gemm<'a> {
+    pub w: &'a WeightMatrix,
+    pub acts: &'a ActBuf,
+    pub a0: usize,
+    pub n: usize,
+    pub off: usize,
+}
+
+/// Runs the products `job(0..count)` in one parallel region (the experts of a mixture: one
+/// region for all their gate and up projections rather than one per matrix). Their output
+/// ranges in `y` must come in increasing order without overlap. Each product's rows are
+/// computed exactly as [`WeightMatrix::gemm`] computes them, so they equal `gemv` bit for bit.
+pub fn gemm_batch<'a>(count: usize, job: impl Fn(usize) -> Gemm<'a> + Sync, y: &mut [f32]) {
+    let mut end = 0;
+    let mut work = 0usize;
+    for i in 0..count {
+        let j = job(i);
+        assert!(
+            j.off >= end,
+            "gemm_batch: outputs overlap or are out of order"
+        );
+        end = j.off + j.n * j.w.rows;
+        assert!(end <= y.len(), "gemm_batch: output shape");
+        assert!(j.a0 + j.n <= j.acts.rows(), "gemm_batch: activation rows");
+        work = work.saturating_add(j.w.work(j.n));
+    }
+    // SAFETY (of every write below): each product writes only inside its own checked range
+    // `off..off + n * rows` of `y`, and within it each task owns its rows.
+    let out = SyncPtr(y.as_mut_ptr());
+    let at = |j: &Gemm<'_>| SyncPtr(out.get().wrapping_add(j.off));
+    let threads = crate::pool::threads();
+    if threads <= 1 || work < PAR_MIN_BYTES {
+        for i in 0..count {
+            let j = job(i);
+            j.w.run_rows(j.acts, j.a0, j.n, 0, j.w.rows, at(&j));
+        }
+        return;
+    }
+    // Every product splits into the same number of parts, enough for the region to have about
+    // as many tasks as one large `gemm`; a part is whole groups of rows (empty past the end).
+    let parts = (threads * TASKS_PER_THREAD).div_ceil(count.max(1));
+    crate::pool::for_each(count * parts, |task| {
+        let (j, part) = (job(task / parts), task % parts);
+        let unit = j.w.row_unit();
+        let per = j.w.rows.div_ceil(unit).div_ceil(parts) * unit;
+        let (r0, r1) = (part * per, ((part + 1) * per).min(j.w.rows));
+        if r0 < r1 {
+            j.w.run_rows(j.acts, j.a0, j.n, r0, r1, at(&j));
+        }
+    });
 }
 
 /// Groups of 16 rows repacked (and their source released) per task at load.

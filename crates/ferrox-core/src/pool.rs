@@ -208,6 +208,28 @@ pub fn for_each_chunk_mut<T: Send>(
     });
 }
 
+/// As [`for_each_chunk_mut`], handing the chunks out last first (`f` still gets each chunk's
+/// own index): causal attention's later rows cost the most, and starting them first evens the
+/// threads' finishing times.
+pub fn for_each_chunk_mut_rev<T: Send>(
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    assert!(chunk > 0, "for_each_chunk_mut_rev: empty chunks");
+    let (len, base) = (data.len(), ChunkPtr(data.as_mut_ptr()));
+    let n = len.div_ceil(chunk);
+    for_each(n, |t| {
+        let i = n - 1 - t;
+        let start = i * chunk;
+        let m = chunk.min(len - start);
+        // SAFETY: as in `for_each_chunk_mut`: disjoint chunks of a mutably borrowed slice.
+        f(i, unsafe {
+            std::slice::from_raw_parts_mut(base.get().add(start), m)
+        });
+    });
+}
+
 /// `data`'s base pointer, shared with the tasks of `for_each_chunk_mut`.
 struct ChunkPtr<T>(*mut T);
 impl<T> ChunkPtr<T> {

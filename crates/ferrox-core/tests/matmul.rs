@@ -193,3 +193,81 @@ fn interleaved_matrices_match_the_ggml_layout() {
         }
     }
 }
+
+/// The mixture-of-experts path: one input quantized once, rows gathered per expert
+/// (`ActBuf::gather`, repeats and any order), several matrices in one `gemm_batch` region
+/// (serial below the parallel threshold, parallel above, interleaved layouts included): every
+/// output row has `gemv`'s bits on the gathered input row.
+#[test]
+fn gemm_batch_over_gathered_rows_equals_gemv() {
+    use ferrox_core::matmul::{gemm_batch, Gemm};
+    use ferrox_core::quant::ActBuf;
+    use GgmlType::*;
+    let mut rng = StdRng::seed_from_u64(25);
+    for ty in [Q4K, Q6K, Q5_0, Q8_0, Q4_1, IQ4XS, F32] {
+        for (rows, cols) in [(16, 256), (272, 512)] {
+            let mats: Vec<WeightMatrix> = (0..3)
+                .map(|_| random_matrix(&mut rng, ty, rows, cols).interleave())
+                .collect();
+            let n = 9;
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+            let mut src = ActBuf::default();
+            src.quantize(mats[0].act_type(), &x, cols);
+            let order = [3, 0, 7, 3, 8, 1, 5, 5];
+            let mut acts = ActBuf::default();
+            acts.gather(&src, &order);
+            // (first gathered row, rows, output offset): a gap before the last product.
+            let jobs = [(0, 2, 0), (2, 5, 2 * rows), (7, 1, 8 * rows)];
+            let mut y = vec![f32::NAN; 9 * rows];
+            gemm_batch(
+                jobs.len(),
+                |i| Gemm {
+                    w: &mats[i],
+                    acts: &acts,
+                    a0: jobs[i].0,
+                    n: jobs[i].1,
+                    off: jobs[i].2,
+                },
+                &mut y,
+            );
+            let mut want = vec![0f32; rows];
+            for (i, &(a0, nr, off)) in jobs.iter().enumerate() {
+                for k in 0..nr {
+                    let t = order[a0 + k];
+                    mats[i].gemv(&x[t * cols..(t + 1) * cols], &mut want);
+                    let got = &y[off + k * rows..off + (k + 1) * rows];
+                    for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            w.to_bits(),
+                            "{ty:?} {rows}x{cols} job {i} row {k}.{r}"
+                        );
+                    }
+                }
+            }
+            assert!(
+                y[7 * rows..8 * rows].iter().all(|v| v.is_nan()),
+                "the gap is untouched"
+            );
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "outputs overlap")]
+fn gemm_batch_refuses_overlapping_outputs() {
+    use ferrox_core::matmul::{gemm_batch, Gemm};
+    use ferrox_core::quant::ActBuf;
+    let m = WeightMatrix::from_f32(4, 32, &[0.5; 128]);
+    let mut acts = ActBuf::default();
+    acts.quantize(m.act_type(), &[1.0; 64], 32);
+    let mut y = vec![0f32; 12];
+    let job = |i: usize| Gemm {
+        w: &m,
+        acts: &acts,
+        a0: 0,
+        n: 2,
+        off: 4 * i,
+    };
+    gemm_batch(2, job, &mut y);
+}

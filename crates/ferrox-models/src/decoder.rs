@@ -8,12 +8,14 @@
 
 use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
+use crate::distributed::StageExchange;
+use crate::state::LayerState;
 use crate::weights::LoadError;
-use ferrox_core::cache::KvCache;
+use ferrox_core::cache::{check_types, CacheTypeError, KvCache, KvType};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_tokenizer::TokenId;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub struct Layer {
     pub attn_norm: RmsNorm,
@@ -45,6 +47,10 @@ pub struct Decoder {
     pub source: ModelSource,
     /// The GGUF file the weights live in (tokenizer and template metadata), if any.
     pub gguf: Option<std::sync::Arc<ferrox_format::gguf::GgufFile>>,
+    /// Element types of per-head key and value caches (`--cache-type-k/-v`); f32 unless set.
+    cache_types: (KvType, KvType),
+    /// The layers after `layers` run elsewhere (pipeline parallelism, the driver's side).
+    stages: Option<Arc<dyn StageExchange>>,
     scratch: Mutex<Scratch>,
 }
 
@@ -59,13 +65,18 @@ struct Scratch {
 
 /// One sequence's part of [`Decoder::forward_multi`]: `tokens` placed at `pos..` in `caches`
 /// (one per layer; positions at or after `pos` are dropped first), logits wanted for rows
-/// `first_logit_row..`.
+/// `first_logit_row..`. `key` names the sequence's caches to places that keep layers of their
+/// own (pipeline parallelism): the engine's slot index, [`OWN_CACHES`] for a caller's.
 pub struct SeqBatch<'a> {
     pub tokens: &'a [TokenId],
     pub pos: usize,
     pub caches: &'a mut [KvCache],
     pub first_logit_row: usize,
+    pub key: u64,
 }
+
+/// The [`SeqBatch::key`] of the caches a caller of `forward_into` or `hidden_states` holds.
+pub const OWN_CACHES: u64 = u64::MAX;
 
 /// Why a sequence cannot go through a forward pass ([`Decoder::prepare_seq`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -140,6 +151,8 @@ impl Decoder {
             lm_head,
             source: ModelSource::default(),
             gguf: None,
+            cache_types: (KvType::F32, KvType::F32),
+            stages: None,
             scratch: Mutex::new(Scratch::default()),
         }
     }
@@ -147,6 +160,15 @@ impl Decoder {
     /// Loads a GGUF file or a Hugging Face directory (`config.json` + safetensors).
     pub fn load(path: impl AsRef<Path>) -> Result<Decoder, LoadError> {
         crate::arch::load(path.as_ref())
+    }
+
+    /// [`load`](Self::load) keeping only `share` resident (one place of a model spread over
+    /// processes, issue 22).
+    pub fn load_share(
+        path: impl AsRef<Path>,
+        share: &crate::distributed::Share,
+    ) -> Result<Decoder, LoadError> {
+        crate::arch::load_share(path.as_ref(), share)
     }
 
     /// A GGUF model with all weights dequantized to F32: the exact-arithmetic reference.
@@ -162,8 +184,38 @@ impl Decoder {
     pub fn new_caches(&self) -> Vec<KvCache> {
         self.layers
             .iter()
-            .map(|l| l.attn.state().new_cache())
+            .map(|l| {
+                let mut c = l.attn.state().new_cache();
+                self.apply_cache_types(l, &mut c);
+                c
+            })
             .collect()
+    }
+
+    /// Stores the keys and values of per-head attention layers as `k` and `v` (llama.cpp's
+    /// `--cache-type-k/-v`); layers that keep other rows (MLA latents, recurrent inputs) stay
+    /// f32. Refused when a head width does not split into the type's blocks.
+    pub fn set_cache_types(&mut self, k: KvType, v: KvType) -> Result<(), CacheTypeError> {
+        for l in &self.layers {
+            if let LayerState::Kv { head_dim, .. } = l.attn.state() {
+                check_types(k, v, head_dim)?;
+            }
+        }
+        self.cache_types = (k, v);
+        Ok(())
+    }
+
+    /// The key and value cache types of per-head attention layers.
+    pub fn cache_types(&self) -> (KvType, KvType) {
+        self.cache_types
+    }
+
+    /// An empty per-head cache takes the decoder's cache types (checked by `set_cache_types`).
+    fn apply_cache_types(&self, layer: &Layer, cache: &mut KvCache) {
+        if cache.is_empty() && matches!(layer.attn.state(), LayerState::Kv { .. }) {
+            let (k, v) = self.cache_types;
+            let _ = cache.set_types(k, v);
+        }
     }
 
     /// Logits for one token at position `pos`.
@@ -214,6 +266,7 @@ impl Decoder {
             pos,
             caches,
             first_logit_row,
+            key: OWN_CACHES,
         }];
         self.forward_multi(&mut seq, logits);
     }
@@ -252,19 +305,28 @@ impl Decoder {
         if let Some(&id) = seq.tokens.iter().find(|&&t| t >= vocab) {
             return Err(ForwardError::Token { id, vocab });
         }
-        if seq.caches.len() != self.layers.len() {
+        self.prepare_caches(seq.pos, seq.caches)
+    }
+
+    /// The cache half of [`prepare_seq`](Self::prepare_seq): `caches` (one per layer of this
+    /// decoder) checked against `pos` and cut there.
+    pub fn prepare_caches(&self, pos: usize, caches: &mut [KvCache]) -> Result<(), ForwardError> {
+        if caches.len() != self.layers.len() {
             return Err(ForwardError::CacheCount {
-                got: seq.caches.len(),
+                got: caches.len(),
                 layers: self.layers.len(),
             });
         }
-        let pos = seq.pos;
-        for (layer, cache) in self.layers.iter().zip(seq.caches.iter_mut()) {
+        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
             layer
                 .attn
                 .state()
                 .shape(cache)
                 .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
+            if pos == 0 {
+                cache.truncate(0);
+                self.apply_cache_types(layer, cache);
+            }
             if cache.len() < pos {
                 let len = cache.len();
                 return Err(ForwardError::PastCache { pos, len });
@@ -273,7 +335,7 @@ impl Decoder {
                 return Err(ForwardError::Unrestorable { pos });
             }
         }
-        seq.caches.iter_mut().for_each(|c| c.truncate(pos));
+        caches.iter_mut().for_each(|c| c.truncate(pos));
         Ok(())
     }
 
@@ -303,6 +365,7 @@ impl Decoder {
             pos,
             caches,
             first_logit_row: first_row,
+            key: OWN_CACHES,
         }];
         let mut out = Vec::new();
         self.forward_head(&mut seq, &mut out, Head::Hidden);
@@ -311,20 +374,28 @@ impl Decoder {
 
     /// The forward of `forward_multi`, ending in logits or in the normed hidden states.
     fn forward_head(&self, seqs: &mut [SeqBatch<'_>], out: &mut Vec<f32>, head: Head) {
-        let logits = out;
-        let d = self.config.hidden_dim;
-        let vocab = self.vocab_size();
-        let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         for seq in seqs.iter_mut() {
             if let Err(e) = self.prepare_seq(seq) {
                 panic!("{e}");
             }
         }
+        out.clear();
+        if let Some(stages) = &self.stages {
+            return self.forward_pipelined(&**stages, seqs, out, head);
+        }
+        let d = self.config.hidden_dim;
+        let n: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let s = &mut *guard;
-        let x = grow(&mut s.x, n * d);
-        let h = grow(&mut s.h, n * d);
-        let t = grow(&mut s.t, n * d);
+        let Scratch { x, h, t, states } = &mut *guard;
+        let (x, h, t) = (grow(x, n * d), grow(h, n * d), grow(t, n * d));
+        self.embed_rows(seqs, x);
+        self.run_layers(seqs, states, x, h, t);
+        self.head_rows(seqs, x, h, out, head);
+    }
+
+    /// The embeddings of `seqs`' tokens, back to back, into `x`.
+    fn embed_rows(&self, seqs: &[SeqBatch<'_>], x: &mut [f32]) {
+        let d = self.config.hidden_dim;
         let toks = seqs.iter().flat_map(|q| q.tokens.iter());
         for (row, &tok) in x.chunks_exact_mut(d).zip(toks) {
             self.embed
@@ -334,30 +405,51 @@ impl Decoder {
                 row.iter_mut().for_each(|v| *v *= self.embed_scale);
             }
         }
-        if s.states.len() < seqs.len() {
-            s.states.resize_with(seqs.len(), PassState::default);
+    }
+
+    /// This decoder's layers over `seqs`' rows in `x` (`h`, `t`: scratch of its size).
+    fn run_layers(
+        &self,
+        seqs: &mut [SeqBatch<'_>],
+        states: &mut Vec<PassState>,
+        x: &mut [f32],
+        h: &mut [f32],
+        t: &mut [f32],
+    ) {
+        let n = seqs.iter().map(|s| s.tokens.len()).sum();
+        if states.len() < seqs.len() {
+            states.resize_with(seqs.len(), PassState::default);
         }
-        let out_rows: usize = seqs
-            .iter()
-            .map(|q| q.tokens.len() - q.first_logit_row.min(q.tokens.len()))
-            .sum();
         if let [seq] = seqs {
             // The common single-sequence step: its segment lives on the stack.
-            let mut one = [segment(seq, &mut s.states[0])];
+            let mut one = [segment(seq, &mut states[0])];
             self.layer_stack(x, h, t, n, &mut one);
         } else {
             let mut segs: Vec<Segment<'_>> = seqs
                 .iter_mut()
-                .zip(s.states.iter_mut())
+                .zip(states.iter_mut())
                 .map(|(seq, state)| segment(seq, state))
                 .collect();
             self.layer_stack(x, h, t, n, &mut segs);
         }
-        let width = match head {
-            Head::Logits => vocab,
-            Head::Hidden => d,
-        };
-        logits.resize(out_rows * width, 0.0);
+    }
+
+    /// Appends to `out` the head's output (logits or normed hidden states) of the rows of
+    /// `seqs` from each one's `first_logit_row` on; `x`: the final hidden states of all their
+    /// rows, `h`: scratch at least as large.
+    fn head_rows(
+        &self,
+        seqs: &[SeqBatch<'_>],
+        x: &[f32],
+        h: &mut [f32],
+        out: &mut Vec<f32>,
+        head: Head,
+    ) {
+        let d = self.config.hidden_dim;
+        let out_rows: usize = seqs
+            .iter()
+            .map(|q| q.tokens.len() - q.first_logit_row.min(q.tokens.len()))
+            .sum();
         if out_rows == 0 {
             return;
         }
@@ -374,10 +466,13 @@ impl Decoder {
             r0 += len;
             w += m;
         }
+        let start = out.len();
         if head == Head::Hidden {
-            logits.copy_from_slice(&h[..out_rows * d]);
+            out.extend_from_slice(&h[..out_rows * d]);
             return;
         }
+        out.resize(start + out_rows * self.vocab_size(), 0.0);
+        let logits = &mut out[start..];
         self.lm_head.gemm(&h[..out_rows * d], out_rows, logits);
         if self.config.logit_divisor != 1.0 {
             let div = self.config.logit_divisor;
@@ -388,3 +483,7 @@ impl Decoder {
         }
     }
 }
+
+#[path = "decoder_pipeline.rs"]
+mod pipeline;
+pub use pipeline::StageRows;

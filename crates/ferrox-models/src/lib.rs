@@ -7,6 +7,7 @@ pub mod blocks;
 pub mod build;
 pub mod config;
 pub mod decoder;
+pub mod distributed;
 pub mod embedding;
 pub mod engine;
 pub mod generate;

@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use ferrox_core::cache::KvType;
 use ferrox_models::decoder::Decoder;
 use std::path::PathBuf;
 
@@ -124,7 +125,7 @@ fn batch_last_row_equals_token_by_token() {
     }
 }
 
-/// Batch invariance, bit for bit, on all three real models: every row of a prefill, and of a
+/// Batch invariance, bit for bit, on all three real models and with f16 / q8_0 caches: every row of a prefill, and of a
 /// later batch continuing a warm cache (the speculative verify shape), equals feeding the same
 /// tokens one at a time.
 #[test]
@@ -134,10 +135,19 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
         "gemma3:270m",
         "qwen2.5-coder:1.5b-instruct",
     ];
-    for name in names {
-        let dec = Decoder::load(model_path(name)).unwrap();
-        let input: Vec<usize> = (0..40).map(|i| 100 + (i * 7919) % 5000).collect();
-        let (head, tail) = input.split_at(27);
+    // f32 caches everywhere; f16 and q8_0 ones (`--cache-type-k/-v`) on the 0.5B and gemma.
+    let typed = [KvType::F16, KvType::Q8_0];
+    let runs = names.iter().map(|&n| (n, KvType::F32)).chain(
+        names[..2]
+            .iter()
+            .flat_map(|&n| typed.iter().map(move |&t| (n, t))),
+    );
+    for (name, ty) in runs {
+        let mut dec = Decoder::load(model_path(name)).unwrap();
+        dec.set_cache_types(ty, ty).unwrap();
+        // 61 rows: long enough for attention's row-block tasks; then a short continuation.
+        let input: Vec<usize> = (0..80).map(|i| 100 + (i * 7919) % 5000).collect();
+        let (head, tail) = input.split_at(61);
         let mut caches = dec.new_caches();
         let mut rows = dec.forward_batch(head, 0, &mut caches);
         rows.extend(dec.forward_batch(tail, head.len(), &mut caches));
@@ -150,7 +160,7 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(
                 same,
-                "{name}: position {p}: batch row differs from token-by-token"
+                "{name} ({ty:?} cache): position {p}: batch row differs from token-by-token"
             );
         }
     }

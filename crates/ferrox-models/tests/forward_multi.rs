@@ -47,11 +47,13 @@ fn check(d: &Decoder, name: &str) {
     let mut seqs: Vec<SeqBatch<'_>> = cases
         .iter()
         .zip(caches.iter_mut())
-        .map(|((hist, new, first), c)| SeqBatch {
+        .enumerate()
+        .map(|(i, ((hist, new, first), c))| SeqBatch {
             tokens: new,
             pos: hist.len(),
             caches: c,
             first_logit_row: *first,
+            key: i as u64,
         })
         .collect();
     let mut together = Vec::new();

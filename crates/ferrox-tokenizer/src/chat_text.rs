@@ -36,7 +36,7 @@ impl Tokenizer {
     /// Byte ranges of `text` holding control tokens (those only special-token parsing turns
     /// into tokens), overlapping occurrences merged.
     pub fn control_token_spans(&self, text: &str) -> Vec<Range<usize>> {
-        let Some(ac) = &self.special_matcher else {
+        let Some(ac) = self.special_matcher.as_ref().map(|m| &m.all) else {
             return Vec::new();
         };
         let control = |rank: usize| {

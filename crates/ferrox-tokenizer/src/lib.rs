@@ -15,6 +15,7 @@ mod from_spec;
 mod hf;
 mod pretok;
 pub mod sandbox;
+mod special;
 mod spm;
 mod stream;
 mod vocab;
@@ -25,7 +26,7 @@ pub mod template;
 
 use std::path::Path;
 
-use aho_corasick::AhoCorasick;
+use special::SpecialMatcher;
 use vocab::Vocab;
 
 pub use stream::StreamDecoder;
@@ -140,7 +141,7 @@ pub struct Tokenizer {
     add_space_prefix: bool,
     /// Special-token matcher: pattern i is `special_ids[i]` (longest first).
     special_ids: Vec<TokenId>,
-    special_matcher: Option<AhoCorasick>,
+    special_matcher: Option<SpecialMatcher>,
     chat_template: Option<String>,
 }
 
@@ -177,14 +178,18 @@ impl Tokenizer {
         self.pieces = pieces;
         self.piece_offsets = offsets;
 
+        // An empty token text would match everywhere and claim nothing (llama.cpp's search
+        // never advances past it): it is not matched.
         let mut ids: Vec<TokenId> = (0..n)
             .filter(|&i| self.attrs[i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+            .filter(|&i| !self.vocab.text(i).is_empty())
             .collect();
         ids.sort_by_key(|&i| std::cmp::Reverse(self.vocab.text(i).len()));
         if !ids.is_empty() {
             let pats: Vec<&str> = ids.iter().map(|&i| self.vocab.text(i)).collect();
-            let ac = AhoCorasick::new(&pats).map_err(|e| TokenizerError::Invalid(e.to_string()))?;
-            self.special_matcher = Some(ac);
+            let m =
+                SpecialMatcher::new(&pats).map_err(|e| TokenizerError::Invalid(e.to_string()))?;
+            self.special_matcher = Some(m);
         }
         self.special_ids = ids;
         Ok(())
@@ -287,47 +292,29 @@ impl Tokenizer {
     /// not yet claimed. Control (and unknown) tokens are matched as `specials` says;
     /// user-defined ones always.
     fn partition<'t>(&self, text: &'t str, specials: Specials<'_>) -> Vec<Fragment<'t>> {
-        let Some(ac) = self.special_matcher.as_ref().filter(|_| !text.is_empty()) else {
+        let Some(sm) = self.special_matcher.as_ref().filter(|_| !text.is_empty()) else {
             return if text.is_empty() {
                 Vec::new()
             } else {
                 vec![Fragment::Text(text)]
             };
         };
-        let skip = |m: &aho_corasick::Match| {
-            let control = self.attrs[self.special_ids[m.pattern().as_usize()]]
-                & (attr::CONTROL | attr::UNKNOWN)
-                != 0;
-            control && !specials.allows(m.start(), m.end())
+        let keep = |rank: usize, s: usize, e: usize| {
+            let control = self.attrs[self.special_ids[rank]] & (attr::CONTROL | attr::UNKNOWN) != 0;
+            !control || specials.allows(s, e)
         };
-        let mut matches: Vec<(u32, u32, u32)> = ac
-            .find_overlapping_iter(text)
-            .filter(|m| !skip(m))
-            .map(|m| (m.pattern().as_u32(), m.start() as u32, m.end() as u32))
-            .collect();
-        if matches.is_empty() {
+        let spans = sm.claim(text, keep);
+        if spans.is_empty() {
             return vec![Fragment::Text(text)];
         }
-        // Priority: pattern rank (longest first), then position.
-        matches.sort_unstable();
-        let mut claimed = vec![false; text.len()];
-        let mut spans: Vec<(u32, u32, TokenId)> = Vec::new();
-        for (rank, s, e) in matches {
-            if claimed[s as usize..e as usize].iter().any(|&c| c) {
-                continue;
-            }
-            claimed[s as usize..e as usize].fill(true);
-            spans.push((s, e, self.special_ids[rank as usize]));
-        }
-        spans.sort_unstable();
         let mut out = Vec::with_capacity(spans.len() * 2 + 1);
         let mut pos = 0usize;
-        for (s, e, id) in spans {
-            if s as usize > pos {
-                out.push(Fragment::Text(&text[pos..s as usize]));
+        for (s, e, rank) in spans {
+            if s > pos {
+                out.push(Fragment::Text(&text[pos..s]));
             }
-            out.push(Fragment::Token(id));
-            pos = e as usize;
+            out.push(Fragment::Token(self.special_ids[rank]));
+            pos = e;
         }
         if pos < text.len() {
             out.push(Fragment::Text(&text[pos..]));

@@ -9,6 +9,7 @@
 
 use super::engine;
 use anyhow::Context;
+use ferrox_core::cache::KvCache;
 use ferrox_models::blocks::moe_bench;
 use ferrox_models::decoder::Decoder;
 use ferrox_tokenizer::TokenId;
@@ -37,6 +38,10 @@ pub struct ModelArgs {
     /// Model file or catalog name.
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
+    #[command(flatten)]
+    pub cache: super::engine::CacheArgs,
+    #[command(flatten)]
+    pub dist: super::dist::DistArgs,
     /// Prompt lengths, comma-separated (0 skips the prompt test).
     #[arg(
         short = 'p',
@@ -53,6 +58,15 @@ pub struct ModelArgs {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+    /// Context depths, comma-separated: each test runs after this many tokens are already in
+    /// the cache (llama-bench's `-d`; filling the context is not timed).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
     /// Worker threads.
     #[arg(short = 't', long, default_value_t = 2)]
     pub threads: usize,
@@ -107,7 +121,8 @@ fn pool(threads: usize) -> anyhow::Result<rayon::ThreadPool> {
 }
 
 /// Sizes of the model's weights as llama-bench reports them, and the bytes one decoded token
-/// reads: every weight except the embedding table (one row is looked up), plus the LM head.
+/// reads: every weight except the embedding table (one row is looked up), plus the LM head;
+/// of the routed expert stacks (`*_exps.*`) only the `n_active` experts a token uses per layer.
 struct ModelSizes {
     size: u64,
     params: u64,
@@ -122,12 +137,21 @@ impl ModelSizes {
 }
 
 fn model_sizes(dec: &Decoder) -> ModelSizes {
-    let (size, params) = match &dec.gguf {
-        Some(g) => g
-            .tensors()
-            .iter()
-            .fold((0, 0), |(s, p), t| (s + t.n_bytes, p + t.n_elements)),
-        None => (0, 0),
+    let (size, params, experts) = match &dec.gguf {
+        Some(g) => g.tensors().iter().fold((0, 0, 0), |(s, p, e), t| {
+            let routed = if t.name.contains("_exps.") {
+                t.n_bytes
+            } else {
+                0
+            };
+            (s + t.n_bytes, p + t.n_elements, e + routed)
+        }),
+        None => (0, 0, 0),
+    };
+    let moe = &dec.config.moe;
+    let active = match moe.n_experts {
+        0 => experts,
+        n => experts / n as u64 * moe.n_experts_active.min(n) as u64,
     };
     let embed = dec.embed.bytes().len() as u64;
     let tied = dec.embed.bytes().as_ptr() == dec.lm_head.bytes().as_ptr();
@@ -135,13 +159,14 @@ fn model_sizes(dec: &Decoder) -> ModelSizes {
     ModelSizes {
         size,
         params,
-        read_per_token: size.saturating_sub(embed) + head,
+        read_per_token: size.saturating_sub(embed + experts) + active + head,
     }
 }
 
 struct TestResult {
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     samples_ns: Vec<u64>,
 }
 
@@ -156,10 +181,14 @@ impl TestResult {
             .collect()
     }
     fn name(&self) -> String {
-        if self.n_gen == 0 {
+        let test = if self.n_gen == 0 {
             format!("pp{}", self.n_prompt)
         } else {
             format!("tg{}", self.n_gen)
+        };
+        match self.n_depth {
+            0 => test,
+            d => format!("{test} @ d{d}"),
         }
     }
 }
@@ -189,15 +218,35 @@ impl TokenStream {
     }
 }
 
-fn time_prompt(dec: &Decoder, n: usize, reps: usize, toks: &mut TokenStream) -> Vec<u64> {
+/// Fills the caches with `depth` stream tokens (untimed), as llama-bench does before a test
+/// at depth; the tests then cut back to this point between repetitions.
+fn fill_depth(dec: &Decoder, depth: usize, toks: &mut TokenStream) -> Vec<KvCache> {
     let vocab = dec.vocab_size();
     let mut caches = dec.new_caches();
     let mut logits = Vec::new();
+    if depth > 0 {
+        let tokens: Vec<TokenId> = (0..depth).map(|_| toks.next(vocab)).collect();
+        dec.forward_into(&tokens, 0, &mut caches, depth - 1, &mut logits);
+    }
+    caches
+}
+
+fn time_prompt(
+    dec: &Decoder,
+    n: usize,
+    depth: usize,
+    reps: usize,
+    toks: &mut TokenStream,
+) -> Vec<u64> {
+    let vocab = dec.vocab_size();
+    let mut caches = fill_depth(dec, depth, toks);
+    let mut logits = Vec::new();
     let mut samples = Vec::with_capacity(reps);
     for rep in 0..=reps {
+        caches.iter_mut().for_each(|c| c.truncate(depth));
         let tokens: Vec<TokenId> = (0..n).map(|_| toks.next(vocab)).collect();
         let t = Instant::now();
-        dec.forward_into(&tokens, 0, &mut caches, n - 1, &mut logits);
+        dec.forward_into(&tokens, depth, &mut caches, n - 1, &mut logits);
         let ns = t.elapsed().as_nanos() as u64;
         if rep > 0 {
             samples.push(ns);
@@ -206,17 +255,25 @@ fn time_prompt(dec: &Decoder, n: usize, reps: usize, toks: &mut TokenStream) -> 
     samples
 }
 
-fn time_gen(dec: &Decoder, n: usize, reps: usize, toks: &mut TokenStream) -> Vec<u64> {
+fn time_gen(
+    dec: &Decoder,
+    n: usize,
+    depth: usize,
+    reps: usize,
+    toks: &mut TokenStream,
+) -> Vec<u64> {
     let vocab = dec.vocab_size();
-    let mut caches = dec.new_caches();
+    let mut caches = fill_depth(dec, depth, toks);
     let mut logits = Vec::new();
     // Warm-up: one token, as llama-bench does before generation tests.
-    dec.forward_into(&[toks.next(vocab)], 0, &mut caches, 0, &mut logits);
+    dec.forward_into(&[toks.next(vocab)], depth, &mut caches, 0, &mut logits);
+    let start = depth + 1;
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
+        caches.iter_mut().for_each(|c| c.truncate(start));
         let mut tok = toks.next(vocab);
         let t = Instant::now();
-        for pos in 0..n {
+        for pos in start..start + n {
             dec.forward_into(&[tok], pos, &mut caches, 0, &mut logits);
             tok = toks.next(vocab);
         }
@@ -228,10 +285,12 @@ fn time_gen(dec: &Decoder, n: usize, reps: usize, toks: &mut TokenStream) -> Vec
 fn run_model(a: ModelArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let pool = pool(a.threads)?;
-    let eng = engine::load(a.model.as_deref(), a.output == Format::Md)?;
+    let mut eng = engine::load_with(a.model.as_deref(), a.output == Format::Md, &a.dist)?;
+    a.cache.apply(&mut eng)?;
     let dec = &eng.decoder;
     let sizes = model_sizes(dec);
     let results = pool.install(|| run_tests(dec, &a));
+    super::dist::save_load(&a.dist, dec)?;
     let model = Model {
         filename: eng.path.display().to_string(),
         model_type: format!("{:?} {}", dec.config.arch, type_name(dec)),
@@ -246,23 +305,27 @@ fn run_model(a: ModelArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The `pp` tests, then the `tg` tests, one token stream through all of them.
+/// Per depth, the `pp` tests, then the `tg` tests, one token stream through all of them.
 fn run_tests(dec: &Decoder, a: &ModelArgs) -> Vec<TestResult> {
     let mut toks = TokenStream(42);
     let mut results = Vec::new();
-    for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
-        results.push(TestResult {
-            n_prompt: p,
-            n_gen: 0,
-            samples_ns: time_prompt(dec, p, a.reps, &mut toks),
-        });
-    }
-    for &g in a.n_gen.iter().filter(|&&g| g > 0) {
-        results.push(TestResult {
-            n_prompt: 0,
-            n_gen: g,
-            samples_ns: time_gen(dec, g, a.reps, &mut toks),
-        });
+    for &d in &a.n_depth {
+        for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
+            results.push(TestResult {
+                n_prompt: p,
+                n_gen: 0,
+                n_depth: d,
+                samples_ns: time_prompt(dec, p, d, a.reps, &mut toks),
+            });
+        }
+        for &g in a.n_gen.iter().filter(|&&g| g > 0) {
+            results.push(TestResult {
+                n_prompt: 0,
+                n_gen: g,
+                n_depth: d,
+                samples_ns: time_gen(dec, g, d, a.reps, &mut toks),
+            });
+        }
     }
     results
 }
@@ -300,7 +363,9 @@ fn print_json(model: &Model, results: &[TestResult], a: &ModelArgs) -> anyhow::R
                 "n_threads": a.threads,
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,
-                "n_depth": 0,
+                "n_depth": r.n_depth,
+                "type_k": a.cache.cache_type_k.name(),
+                "type_v": a.cache.cache_type_v.name(),
                 "avg_ns": avg_ns as u64,
                 "stddev_ns": stddev_ns as u64,
                 "avg_ts": avg_ts,

@@ -12,6 +12,8 @@ use std::io::{BufRead, Write};
 pub struct Args {
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
+    #[command(flatten)]
+    pub cache: super::engine::CacheArgs,
     /// System prompt.
     #[arg(long)]
     pub system: Option<String>,
@@ -21,7 +23,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.gen.threads);
-    let eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
+    let mut eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
+    args.cache.apply(&mut eng)?;
     let tok = eng.tokenizer()?;
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
     // The drafter indexes the whole conversation: later turns draft from earlier ones.

@@ -2,15 +2,42 @@
 //! tokenizer, set the thread count.
 
 use anyhow::Context;
+use ferrox_core::cache::KvType;
 use ferrox_models::decoder::Decoder;
 use ferrox_tokenizer::Tokenizer;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// The KV cache's element types (llama.cpp's `--cache-type-k/-v`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct CacheArgs {
+    /// Element type of cached keys: f32 (default), f16 or q8_0.
+    #[arg(long = "cache-type-k", visible_alias = "ctk", default_value = "f32", value_parser = parse_kv_type)]
+    pub cache_type_k: KvType,
+    /// Element type of cached values: f32 (default), f16 or q8_0.
+    #[arg(long = "cache-type-v", visible_alias = "ctv", default_value = "f32", value_parser = parse_kv_type)]
+    pub cache_type_v: KvType,
+}
+
+fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::parse(s).ok_or_else(|| format!("unknown cache type {s:?} (f32, f16 or q8_0)"))
+}
+
+impl CacheArgs {
+    /// Gives the decoder these cache types.
+    pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
+        eng.decoder
+            .set_cache_types(self.cache_type_k, self.cache_type_v)
+            .context("--cache-type-k/-v")
+    }
+}
+
 pub struct Engine {
     pub decoder: Decoder,
     pub tokenizer: Option<Tokenizer>,
     pub path: PathBuf,
+    /// The MPI job this process drives (`--expert-parallel`); dropping it stops the others.
+    pub cluster: Option<super::dist::Cluster>,
 }
 
 impl Engine {
@@ -35,7 +62,7 @@ pub fn set_threads(threads: usize) {
 
 /// Returns the heap that loading freed (tokenizer construction, repack temporaries) to the
 /// system: glibc keeps freed memory in its arenas otherwise, and peak RSS would carry it.
-fn trim_heap() {
+pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only walks glibc's own arenas; it has no preconditions.
     unsafe {
@@ -44,9 +71,20 @@ fn trim_heap() {
 }
 
 pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<Engine> {
+    load_with(model, verbose, &super::dist::DistArgs::default())
+}
+
+/// [`load`], spread over an MPI job as `dist` asks. Ranks other than 0 serve their experts
+/// and exit inside this call.
+pub fn load_with(
+    model: Option<&str>,
+    verbose: bool,
+    dist: &super::dist::DistArgs,
+) -> anyhow::Result<Engine> {
+    let cluster = super::dist::start(dist)?;
     let path = super::model::resolve(model)?;
     let t0 = Instant::now();
-    let decoder = Decoder::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let (decoder, cluster) = super::dist::load(cluster, &path, dist)?;
     let tokenizer = if let Some(g) = &decoder.gguf {
         Some(Tokenizer::from_gguf(g).context("reading the GGUF tokenizer")?)
     } else if path.join("tokenizer.json").exists() {
@@ -77,5 +115,6 @@ pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<Engine> {
         decoder,
         tokenizer,
         path,
+        cluster,
     })
 }

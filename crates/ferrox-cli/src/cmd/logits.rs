@@ -13,6 +13,8 @@ pub struct Args {
     /// Model: a path (GGUF file or Hugging Face directory) or a model name.
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
+    #[command(flatten)]
+    pub cache: super::engine::CacheArgs,
     /// Token ids, comma-separated (instead of text).
     #[arg(long, value_delimiter = ',', conflicts_with = "text")]
     pub ids: Option<Vec<TokenId>>,
@@ -30,11 +32,14 @@ pub struct Args {
     /// Threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
+    #[command(flatten)]
+    pub dist: super::dist::DistArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
-    let eng = engine::load(args.model.as_deref(), false)?;
+    let mut eng = engine::load_with(args.model.as_deref(), false, &args.dist)?;
+    args.cache.apply(&mut eng)?;
     let ids: Vec<TokenId> = match (&args.ids, &args.text) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => eng.tokenizer()?.encode(text, true, true),
@@ -56,6 +61,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         dec.forward_into(&ids, 0, &mut caches, first, &mut logits);
         (logits, vocab)
     };
+    super::dist::report(eng.cluster.as_ref(), dec.config.hidden_dim);
+    super::dist::save_load(&args.dist, dec)?;
     let rows = ids.len() - first;
     write_npy(&args.output, &[rows, width], &out)
         .with_context(|| format!("writing {}", args.output.display()))?;

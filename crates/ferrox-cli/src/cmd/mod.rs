@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod bench_spec;
 pub mod chat;
+pub mod dist;
 pub mod engine;
 pub mod inspect;
 pub mod library;

@@ -13,6 +13,8 @@ use std::time::Instant;
 pub struct Args {
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
+    #[command(flatten)]
+    pub cache: super::engine::CacheArgs,
     /// Text file to score.
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
@@ -28,7 +30,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
-    let eng = engine::load(args.model.as_deref(), true)?;
+    let mut eng = engine::load(args.model.as_deref(), true)?;
+    args.cache.apply(&mut eng)?;
     let tok = eng.tokenizer()?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;

@@ -121,6 +121,8 @@ pub struct Args {
     /// Model: a catalog name, a path or hf:OWNER/REPO/FILE.gguf (default: the catalog default).
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
+    #[command(flatten)]
+    pub cache: super::engine::CacheArgs,
     /// The prompt; without one, standard input is read to its end (`echo hi | ferrox run`).
     pub prompt: Option<String>,
     /// Send the prompt as is, without the chat template.
@@ -137,6 +139,8 @@ pub struct Args {
     pub grammar_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub gen: GenFlags,
+    #[command(flatten)]
+    pub dist: super::dist::DistArgs,
 }
 
 impl Args {
@@ -209,7 +213,8 @@ pub fn report(out: &GenerateOutput) {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.gen.threads);
-    let eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
+    let mut eng = engine::load_with(args.model.as_deref(), args.gen.verbose, &args.dist)?;
+    args.cache.apply(&mut eng)?;
     let tok = eng.tokenizer()?;
     let prompt = match &args.prompt {
         Some(p) => p.clone(),
@@ -256,9 +261,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = writeln!(stdout.lock());
     if args.gen.verbose {
         report(&out);
+        super::dist::report(eng.cluster.as_ref(), eng.decoder.config.hidden_dim);
     }
     if let Some(e) = out.error {
         anyhow::bail!("{e}");
     }
-    Ok(())
+    super::dist::save_load(&args.dist, &eng.decoder)
 }

@@ -26,6 +26,8 @@ pub struct Args {
     /// Model: a catalog name, a path or hf:OWNER/REPO/FILE.gguf (default: the catalog default).
     #[arg(short = 'm', long = "model")]
     pub model: Option<String>,
+    #[command(flatten)]
+    pub cache: super::engine::CacheArgs,
     /// Address to bind (loopback by default; use 0.0.0.0 to expose the server).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -34,6 +36,8 @@ pub struct Args {
     /// Context size of each slot, in tokens.
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
     pub ctx: usize,
+    #[command(flatten)]
+    pub dist: super::dist::DistArgs,
     /// Slots: requests generated at the same time.
     #[arg(long, default_value_t = 4)]
     pub parallel: usize,
@@ -373,7 +377,8 @@ impl Engine for ModelEngine {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
-    let eng = engine::load(args.model.as_deref(), true)?;
+    let mut eng = engine::load_with(args.model.as_deref(), true, &args.dist)?;
+    args.cache.apply(&mut eng)?;
     let tokenizer = eng
         .tokenizer
         .ok_or_else(|| anyhow::anyhow!("{}: no tokenizer found", eng.path.display()))?;
@@ -393,6 +398,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or(Pooling::Last);
     // The model lives as long as the server process; leaking gives slots 'static sessions.
     let decoder: &'static Decoder = Box::leak(Box::new(eng.decoder));
+    // Dropped when serving ends: stops the other ranks.
+    let cluster = eng.cluster;
     let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
     // Catalog models are served under their catalog name however -m named them.
     let id = ferrox_hub::CATALOG
@@ -419,6 +426,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
+    let dist = args.dist.clone();
     rt.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
@@ -443,7 +451,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .await?;
         eprintln!("drained; exiting");
         anyhow::Ok(())
-    })
+    })?;
+    super::dist::save_load(&dist, decoder)?;
+    // With the `mpi` feature the cluster's drop stops the expert ranks; without it there is
+    // nothing to drop.
+    #[allow(clippy::drop_non_drop)]
+    drop(cluster);
+    Ok(())
 }
 
 /// The server's settings from the flags (and `FERROX_API_KEY`).

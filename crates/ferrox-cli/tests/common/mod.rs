@@ -83,6 +83,13 @@ pub fn children_max_rss() -> u64 {
 /// A running `ferrox serve`, killed when dropped.
 pub struct Server(Child);
 
+impl Server {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();

@@ -1,212 +1,452 @@
-//! AVX-512 attention for the query heads that share one KV head (grouped-query attention,
-//! Ainslie et al. 2023): each key and value row is loaded once for the whole group instead of
-//! once per head. Per (head, key) and per output element the arithmetic is exactly that of
-//! `avx2::scores` / `avx2::weighted_sum` — the 16 lanes of a zmm accumulator are AVX2's two
-//! 8-lane accumulators side by side — so results equal the per-head path (`head`) bit for bit.
+//! Attention over one KV head's cached rows for a block of query rows: the tiled online-softmax
+//! kernel (`flash.rs`) where AVX-512 applies, the two-pass per-row path (`attend_group`)
+//! elsewhere. Either way a query's result depends only on its own position and the cache, so
+//! a block of rows equals the same rows one at a time bit for bit.
 
-use super::HeadKv;
-use std::arch::x86_64::*;
+use super::{attend_group, isa, HeadKv, Isa, Scoring};
+use crate::cache::KvSlice;
 
-/// `scores[g * len + j] = q_g · key(start + j) · scale` for the `g` heads in `q` (`g × d`).
-///
-/// # Safety
-/// AVX-512 F/DQ and AVX2/FMA available; `d` is a multiple of 16; the key rows
-/// `start..start + len` hold the head's columns (checked by the caller).
-#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
-pub(super) unsafe fn scores(
-    q: &[f32],
-    g: usize,
-    kv: HeadKv<'_>,
-    start: usize,
-    scale: f32,
-    scores: &mut [f32],
-) {
-    let (d, len) = (kv.dim, scores.len() / g);
-    assert!(q.len() == g * d && d.is_multiple_of(16) && scores.len() == g * len);
-    for j in 0..len {
-        let key = &kv.keys[(start + j) * kv.stride + kv.col..][..d];
-        for h in 0..g {
-            let qh = &q[h * d..(h + 1) * d];
-            let mut z = _mm512_setzero_ps();
-            for c in (0..d).step_by(16) {
-                // SAFETY: c + 16 <= d for both rows.
-                let (a, b) = unsafe {
-                    (
-                        _mm512_loadu_ps(qh.as_ptr().add(c)),
-                        _mm512_loadu_ps(key.as_ptr().add(c)),
-                    )
-                };
-                z = _mm512_fmadd_ps(a, b, z);
-            }
-            // AVX2's `hsum_ps(acc[0] + acc[1])`.
-            let v = _mm256_add_ps(_mm512_castps512_ps256(z), _mm512_extractf32x8_ps(z, 1));
-            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-            scores[h * len + j] = _mm_cvtss_f32(s) * scale;
+/// One KV head's view of a cache whose rows may be stored as f16 or q8_0: rows of `stride`
+/// values, this head's `dim` columns from `col` (as [`HeadKv`], whose f32 form it generalises).
+#[derive(Clone, Copy)]
+pub struct TypedKv<'a> {
+    pub keys: KvSlice<'a>,
+    pub values: KvSlice<'a>,
+    pub stride: usize,
+    pub col: usize,
+    pub dim: usize,
+}
+
+impl<'a> TypedKv<'a> {
+    /// The f32 view, when both sides are stored as f32.
+    pub(super) fn f32(&self) -> Option<HeadKv<'a>> {
+        match (self.keys, self.values) {
+            (KvSlice::F32(keys), KvSlice::F32(values)) => Some(HeadKv {
+                keys,
+                values,
+                stride: self.stride,
+                col: self.col,
+                dim: self.dim,
+            }),
+            _ => None,
         }
     }
 }
 
-/// `out_g = Σ_j p[g * len + j] · value(start + j)` for `G` heads (`out` is `G × d`), each
-/// element one fused chain in key order from zero. `p` holds the normalised weights.
-///
-/// # Safety
-/// AVX-512 F and AVX2/FMA available; `d` is a multiple of 16; the value rows
-/// `start..start + len` hold the head's columns (checked by the caller).
-#[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) unsafe fn weighted_sum<const G: usize>(
-    p: &[f32],
-    kv: HeadKv<'_>,
-    start: usize,
+impl<'a> From<HeadKv<'a>> for TypedKv<'a> {
+    fn from(kv: HeadKv<'a>) -> Self {
+        TypedKv {
+            keys: KvSlice::F32(kv.keys),
+            values: KvSlice::F32(kv.values),
+            stride: kv.stride,
+            col: kv.col,
+            dim: kv.dim,
+        }
+    }
+}
+
+/// Key positions per tile of the tiled kernel (one zmm of scores).
+pub(super) const TILE: usize = 16;
+
+/// Per-thread scratch of [`attend_rows`]: the transposed key tile, every query's scores for one
+/// tile, the running max, sum and output accumulators (or the two-pass path's score rows).
+#[derive(Default)]
+pub struct FlashScratch {
+    pub(super) kt: Vec<f32>,
+    pub(super) s: Vec<f32>,
+    pub(super) m: Vec<f32>,
+    pub(super) l: Vec<f32>,
+    pub(super) acc: Vec<f32>,
+    pub(super) corr: Vec<f32>,
+    /// A tile of values widened to f32 (f16 / q8_0 caches), or a window of rows on the
+    /// two-pass path.
+    pub(super) vt: Vec<f32>,
+    pub(super) kw: Vec<f32>,
+}
+
+/// Query rows at consecutive positions `pos..pos + rows` for the `g` heads sharing one KV head:
+/// row `r`'s heads are `q[r * q_stride..][..g * dim]`, and its output goes to the same place of
+/// `out`. Row `p` attends to keys `first_key(p)..=p` (a sliding window, or from 0).
+#[derive(Clone, Copy)]
+pub struct RowBlock<'a> {
+    pub q: &'a [f32],
+    pub q_stride: usize,
+    pub rows: usize,
+    pub pos: usize,
+    pub g: usize,
+    pub window: Option<usize>,
+}
+
+impl RowBlock<'_> {
+    pub(super) fn first_key(&self, p: usize) -> usize {
+        match self.window {
+            Some(w) => (p + 1).saturating_sub(w),
+            None => 0,
+        }
+    }
+}
+
+/// Causal attention of a block of query rows over one KV head (see [`RowBlock`]); `out` has the
+/// shape and stride of `blk.q`, only this group's columns of each row are written.
+pub fn attend_rows(
+    blk: &RowBlock<'_>,
+    kv: TypedKv<'_>,
+    how: Scoring<'_>,
+    sc: &mut FlashScratch,
     out: &mut [f32],
 ) {
-    let (d, len) = (kv.dim, p.len() / G);
-    assert!(out.len() == G * d && d.is_multiple_of(16) && p.len() == G * len);
-    let mut c = 0;
-    while c < d {
-        // Two vectors of columns at a time, one for the last 16 when d is an odd multiple.
-        let wide = c + 32 <= d;
-        let mut acc = [[_mm512_setzero_ps(); 2]; G];
-        for j in 0..len {
-            let row = (start + j) * kv.stride + kv.col + c;
-            let v = &kv.values[row..row + if wide { 32 } else { 16 }];
-            // SAFETY: `v` holds 16 (or 32) floats.
-            let v0 = unsafe { _mm512_loadu_ps(v.as_ptr()) };
-            let v1 = if wide {
-                // SAFETY: as above.
-                unsafe { _mm512_loadu_ps(v.as_ptr().add(16)) }
-            } else {
-                v0
+    let (d, g) = (kv.dim, blk.g);
+    assert!(d > 0 && g > 0 && blk.rows > 0, "attend_rows: empty block");
+    assert!(blk.q_stride >= g * d, "attend_rows: query stride");
+    let span = (blk.rows - 1) * blk.q_stride + g * d;
+    assert!(
+        blk.q.len() >= span && out.len() >= span,
+        "attend_rows: query rows"
+    );
+    assert!(kv.col + d <= kv.stride, "attend_rows: head columns");
+    let end = (blk.pos + blk.rows) * kv.stride;
+    assert!(
+        kv.keys.len() >= end && kv.values.len() >= end,
+        "attend_rows: cache rows"
+    );
+    assert!(
+        how.sinks.is_none_or(|s| s.len() == g),
+        "attend_rows: one sink per head"
+    );
+    let blocks = |s: KvSlice<'_>| {
+        !matches!(s, KvSlice::Q8_0(_)) || (kv.col | d | kv.stride).is_multiple_of(32)
+    };
+    assert!(
+        blocks(kv.keys) && blocks(kv.values),
+        "attend_rows: q8_0 rows split blocks"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if isa() == Isa::Avx512 && d.is_multiple_of(16) {
+        // SAFETY: AVX-512 F/DQ present (`Isa::Avx512`); shapes checked above.
+        unsafe { super::flash::attend_rows(blk, kv, how, sc, out, blk.q_stride) };
+        return;
+    }
+    match kv.f32() {
+        Some(f) => two_pass(blk, f, how, sc, out),
+        None => {
+            // Widen the rows the block reads, then attend over the copy.
+            let first = blk.first_key(blk.pos);
+            let n = blk.pos + blk.rows - first;
+            let (mut kw, mut vt) = (std::mem::take(&mut sc.kw), std::mem::take(&mut sc.vt));
+            kw.resize(n * d, 0.0);
+            vt.resize(n * d, 0.0);
+            for j in 0..n {
+                let at = (first + j) * kv.stride + kv.col;
+                kv.keys.read(at, &mut kw[j * d..(j + 1) * d]);
+                kv.values.read(at, &mut vt[j * d..(j + 1) * d]);
+            }
+            let wide = HeadKv {
+                keys: &kw,
+                values: &vt,
+                stride: d,
+                col: 0,
+                dim: d,
             };
-            for h in 0..G {
-                let a = _mm512_set1_ps(p[h * len + j]);
-                acc[h][0] = _mm512_fmadd_ps(a, v0, acc[h][0]);
-                if wide {
-                    acc[h][1] = _mm512_fmadd_ps(a, v1, acc[h][1]);
-                }
-            }
+            let shifted = RowBlock {
+                pos: blk.pos - first,
+                window: blk.window,
+                ..*blk
+            };
+            // Positions shift by `first` (non-zero only with a window, whose start shifts too).
+            two_pass(&shifted, wide, how, sc, out);
+            (sc.kw, sc.vt) = (kw, vt);
         }
-        for h in 0..G {
-            let o = &mut out[h * d + c..h * d + c + if wide { 32 } else { 16 }];
-            // SAFETY: `o` holds 16 (or 32) floats.
-            unsafe {
-                _mm512_storeu_ps(o.as_mut_ptr(), acc[h][0]);
-                if wide {
-                    _mm512_storeu_ps(o.as_mut_ptr().add(16), acc[h][1]);
-                }
-            }
-        }
-        c += if wide { 32 } else { 16 };
+    }
+}
+
+/// [`attend_rows`] without the tiled kernel: each row on its own through `attend_group`.
+fn two_pass(
+    blk: &RowBlock<'_>,
+    kv: HeadKv<'_>,
+    how: Scoring<'_>,
+    sc: &mut FlashScratch,
+    out: &mut [f32],
+) {
+    let (d, g) = (kv.dim, blk.g);
+    for r in 0..blk.rows {
+        let p = blk.pos + r;
+        let start = blk.first_key(p);
+        let len = p + 1 - start;
+        sc.s.resize(g * len, 0.0);
+        let q = &blk.q[r * blk.q_stride..][..g * d];
+        let o = &mut out[r * blk.q_stride..][..g * d];
+        attend_group(q, kv, start, how, &mut sc.s[..g * len], o);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{attend_group, head, HeadKv, Isa, Scoring};
+    use super::*;
 
-    /// Grouped AVX-512 attention equals the per-head AVX2 path bit for bit, for every group
-    /// size and head widths that are even and odd multiples of 16, with and without a cap.
+    fn rnd_vec(seed: &mut u32, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                ((*seed >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0) * scale
+            })
+            .collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Double-precision softmax attention of one query (the reference every path is held to).
+    fn reference(
+        q: &[f32],
+        kv: HeadKv<'_>,
+        keys: std::ops::Range<usize>,
+        how: (f32, Option<f32>, Option<f32>),
+    ) -> Vec<f64> {
+        let (scale, cap, sink) = how;
+        let d = kv.dim;
+        let mut logits: Vec<f64> = keys
+            .clone()
+            .map(|j| {
+                let k = &kv.keys[j * kv.stride + kv.col..][..d];
+                let s = q
+                    .iter()
+                    .zip(k)
+                    .map(|(&a, &b)| a as f64 * b as f64)
+                    .sum::<f64>()
+                    * scale as f64;
+                match cap {
+                    Some(c) => c as f64 * (s / c as f64).tanh(),
+                    None => s,
+                }
+            })
+            .collect();
+        let max = logits
+            .iter()
+            .cloned()
+            .chain(sink.map(|s| s as f64))
+            .fold(f64::NEG_INFINITY, f64::max);
+        logits.iter_mut().for_each(|l| *l = (*l - max).exp());
+        let z: f64 = logits.iter().sum::<f64>() + sink.map_or(0.0, |s| (s as f64 - max).exp());
+        (0..d)
+            .map(|c| {
+                keys.clone()
+                    .zip(&logits)
+                    .map(|(j, p)| p / z * kv.values[j * kv.stride + kv.col + c] as f64)
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Every path (tiled or two-pass, whatever this CPU runs) matches the f64 reference, with
+    /// soft caps, sinks and windows, for head widths that are and are not multiples of 16.
     #[test]
-    fn group_matches_per_head_bit_for_bit() {
-        if Isa::detect() != Isa::Avx512 {
-            eprintln!("no AVX-512: skipped");
-            return;
-        }
-        let mut seed = 1u32;
-        let mut rnd = move || {
-            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (seed >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
-        };
-        for (d, nkv) in [(128, 2), (80, 1), (16, 3)] {
+    fn rows_match_reference() {
+        let mut seed = 7u32;
+        for (d, nkv, g) in [
+            (64, 2, 7),
+            (128, 1, 6),
+            (80, 3, 2),
+            (16, 1, 1),
+            (256, 1, 4),
+            (24, 2, 3),
+        ] {
             let stride = nkv * d;
-            let positions = 37;
-            let keys: Vec<f32> = (0..positions * stride).map(|_| rnd()).collect();
-            let values: Vec<f32> = (0..positions * stride).map(|_| rnd() * 10.0).collect();
-            for g in 1..=8 {
-                let sinks: Vec<f32> = (0..g).map(|_| rnd() * 3.0).collect();
-                for (softcap, sink) in [(None, false), (Some(5.0), false), (None, true)] {
-                    let q: Vec<f32> = (0..g * d).map(|_| rnd()).collect();
-                    let how = Scoring {
-                        scale: 0.125,
-                        softcap,
-                        sinks: sink.then_some(&sinks[..]),
-                    };
-                    let kv = HeadKv {
-                        keys: &keys,
-                        values: &values,
-                        stride,
-                        col: (nkv - 1) * d,
-                        dim: d,
-                    };
-                    let (start, len) = (3, 30);
-                    let mut sc = vec![0f32; g * len];
-                    let mut out = vec![0f32; g * d];
-                    attend_group(&q, kv, start, how, &mut sc, &mut out);
+            let positions = 75;
+            let keys = rnd_vec(&mut seed, positions * stride, 1.0);
+            let values = rnd_vec(&mut seed, positions * stride, 3.0);
+            let kv = HeadKv {
+                keys: &keys,
+                values: &values,
+                stride,
+                col: (nkv - 1) * d,
+                dim: d,
+            };
+            let sinks = rnd_vec(&mut seed, g, 2.0);
+            for (cap, sink, window) in [
+                (None, false, None),
+                (Some(5.0), false, None),
+                (None, true, None),
+                (None, false, Some(20)),
+            ] {
+                let (pos, rows) = (positions - 30, 30);
+                let q_stride = g * d + 5;
+                let q = rnd_vec(&mut seed, rows * q_stride, 1.0);
+                let blk = RowBlock {
+                    q: &q,
+                    q_stride,
+                    rows,
+                    pos,
+                    g,
+                    window,
+                };
+                let how = Scoring {
+                    scale: 0.125,
+                    softcap: cap,
+                    sinks: sink.then_some(&sinks[..]),
+                };
+                let mut out = vec![0f32; rows * q_stride];
+                attend_rows(&blk, kv.into(), how, &mut FlashScratch::default(), &mut out);
+                for r in 0..rows {
+                    let p = pos + r;
                     for h in 0..g {
-                        let mut sc1 = vec![0f32; len];
-                        let mut o1 = vec![0f32; d];
-                        let qh = &q[h * d..(h + 1) * d];
-                        let sk = sink.then(|| sinks[h]);
-                        head(qh, kv, start, 0.125, softcap, sk, &mut sc1, &mut o1);
-                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                        assert_eq!(
-                            bits(&out[h * d..(h + 1) * d]),
-                            bits(&o1),
-                            "d {d} g {g} head {h} sink {sink}"
+                        let qh = &q[r * q_stride + h * d..][..d];
+                        let want = reference(
+                            qh,
+                            kv,
+                            blk.first_key(p)..p + 1,
+                            (0.125, cap, sink.then(|| sinks[h])),
                         );
+                        for (c, w) in want.iter().enumerate() {
+                            let got = out[r * q_stride + h * d + c] as f64;
+                            assert!(
+                                (got - w).abs() < 2e-5 * (1.0 + w.abs()),
+                                "d {d} g {g} row {r} head {h} col {c}: {got} vs {w}"
+                            );
+                        }
                     }
                 }
             }
         }
     }
 
-    /// A sink logit joins the softmax's denominator and takes no value (transformers'
-    /// `eager_attention_forward` of gpt-oss: softmax over `[scores, sink]`, sink column dropped).
+    /// A block of rows equals each row computed alone, and any other split of the block, bit for
+    /// bit (the batch invariance speculation and continuous batching rely on).
     #[test]
-    fn sink_matches_reference() {
-        let (d, len, g) = (16, 9, 2);
-        let f = |i: usize| ((i * 37 % 23) as f32 - 11.0) / 7.0;
-        let keys: Vec<f32> = (0..len * d).map(f).collect();
-        let values: Vec<f32> = (0..len * d).map(|i| f(i + 5) * 3.0).collect();
-        let q: Vec<f32> = (0..g * d).map(|i| f(i + 11)).collect();
-        let sinks = [2.5f32, -1.0];
-        let kv = HeadKv {
-            keys: &keys,
-            values: &values,
-            stride: d,
-            col: 0,
-            dim: d,
-        };
-        let how = Scoring {
-            scale: 0.25,
-            softcap: None,
-            sinks: Some(&sinks),
-        };
-        let mut sc = vec![0f32; g * len];
-        let mut out = vec![0f32; g * d];
-        attend_group(&q, kv, 0, how, &mut sc, &mut out);
-        for h in 0..g {
-            let mut logits: Vec<f64> = (0..len)
-                .map(|j| {
-                    (0..d)
-                        .map(|c| q[h * d + c] as f64 * keys[j * d + c] as f64)
-                        .sum::<f64>()
-                        * 0.25
-                })
-                .collect();
-            logits.push(sinks[h] as f64);
-            let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = logits.iter().map(|l| (l - max).exp()).sum();
-            for c in 0..d {
-                let want: f64 = (0..len)
-                    .map(|j| (logits[j] - max).exp() / z * values[j * d + c] as f64)
-                    .sum();
-                let got = out[h * d + c] as f64;
-                assert!(
-                    (got - want).abs() < 1e-5,
-                    "head {h} col {c}: {got} vs {want}"
+    fn block_equals_rows_alone() {
+        let mut seed = 11u32;
+        for (d, g, window) in [
+            (64, 7, None),
+            (128, 6, None),
+            (64, 2, Some(33)),
+            (80, 3, None),
+        ] {
+            let positions = 150;
+            let keys = rnd_vec(&mut seed, positions * d, 1.0);
+            let values = rnd_vec(&mut seed, positions * d, 1.0);
+            let kv = HeadKv {
+                keys: &keys,
+                values: &values,
+                stride: d,
+                col: 0,
+                dim: d,
+            };
+            let q = rnd_vec(&mut seed, positions * g * d, 1.0);
+            let how = Scoring::scaled(0.1);
+            let run = |from: usize, rows: usize, out: &mut [f32]| {
+                let blk = RowBlock {
+                    q: &q[from * g * d..],
+                    q_stride: g * d,
+                    rows,
+                    pos: from,
+                    g,
+                    window,
+                };
+                attend_rows(
+                    &blk,
+                    kv.into(),
+                    how,
+                    &mut FlashScratch::default(),
+                    &mut out[from * g * d..],
                 );
+            };
+            let mut whole = vec![0f32; positions * g * d];
+            run(0, positions, &mut whole);
+            let mut single = vec![0f32; positions * g * d];
+            for p in 0..positions {
+                run(p, 1, &mut single);
+            }
+            assert_eq!(
+                bits(&whole),
+                bits(&single),
+                "d {d} g {g}: block vs single rows"
+            );
+            let mut split = vec![0f32; positions * g * d];
+            let mut from = 0;
+            for len in [1, 17, 5, 40, 3].iter().cycle() {
+                let len = (*len).min(positions - from);
+                run(from, len, &mut split);
+                from += len;
+                if from == positions {
+                    break;
+                }
+            }
+            assert_eq!(
+                bits(&whole),
+                bits(&split),
+                "d {d} g {g}: block vs other splits"
+            );
+        }
+    }
+
+    /// f16 and q8_0 caches give exactly what f32 attention gives over the same rows widened
+    /// (the tile loaders widen as `KvSlice::read` does), on any path.
+    #[test]
+    fn typed_cache_equals_widened_rows() {
+        use crate::cache::{KvCache, KvType};
+        let mut seed = 5u32;
+        let (nkv, d, g, positions) = (2, 64, 3, 70);
+        for ty in [KvType::F16, KvType::Q8_0] {
+            let mut c = KvCache::new(nkv, d);
+            c.set_types(ty, ty).expect("empty cache");
+            for _ in 0..positions {
+                let k = rnd_vec(&mut seed, nkv * d, 1.0);
+                let v = rnd_vec(&mut seed, nkv * d, 2.0);
+                c.append(&k, &v);
+            }
+            let (kv_k, kv_v) = (c.keys_view(), c.values_view());
+            let mut wk = vec![0f32; positions * nkv * d];
+            let mut wv = vec![0f32; positions * nkv * d];
+            kv_k.read(0, &mut wk);
+            kv_v.read(0, &mut wv);
+            let q = rnd_vec(&mut seed, positions * g * d, 1.0);
+            for window in [None, Some(21)] {
+                let blk = RowBlock {
+                    q: &q,
+                    q_stride: g * d,
+                    rows: positions,
+                    pos: 0,
+                    g,
+                    window,
+                };
+                let typed = TypedKv {
+                    keys: kv_k,
+                    values: kv_v,
+                    stride: nkv * d,
+                    col: d,
+                    dim: d,
+                };
+                let wide = HeadKv {
+                    keys: &wk,
+                    values: &wv,
+                    stride: nkv * d,
+                    col: d,
+                    dim: d,
+                };
+                let how = Scoring::scaled(0.125);
+                let mut a = vec![0f32; q.len()];
+                let mut b = vec![0f32; q.len()];
+                attend_rows(&blk, typed, how, &mut FlashScratch::default(), &mut a);
+                attend_rows(&blk, wide.into(), how, &mut FlashScratch::default(), &mut b);
+                assert_eq!(bits(&a), bits(&b), "{ty:?} window {window:?}");
+                // Rows one at a time (the decode path) give the same bits.
+                let mut one = vec![0f32; q.len()];
+                for p in 0..positions {
+                    let blk1 = RowBlock {
+                        q: &q[p * g * d..],
+                        rows: 1,
+                        pos: p,
+                        ..blk
+                    };
+                    attend_rows(
+                        &blk1,
+                        typed,
+                        how,
+                        &mut FlashScratch::default(),
+                        &mut one[p * g * d..],
+                    );
+                }
+                assert_eq!(bits(&a), bits(&one), "{ty:?} window {window:?}: rows alone");
             }
         }
     }

@@ -13,7 +13,6 @@ use crate::quant::blocks::{BlockQ8K, BlockQ8_0};
 use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
 use std::sync::OnceLock;
 
-#[cfg(target_arch = "x86_64")]
 mod attn;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -26,11 +25,15 @@ mod avx512_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512_q8k;
 #[cfg(target_arch = "x86_64")]
+mod flash;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x16;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x16_k;
 
 pub mod glu;
+
+pub use attn::{attend_rows, FlashScratch, RowBlock, TypedKv};
 
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -478,8 +481,8 @@ pub struct HeadKv<'a> {
 /// positions `start..start + len` (`q`, `out`: `g × dim`; `scores`: `g × len`, one row per
 /// head): scores `q·k·scale` (then `cap·tanh(s/cap)` with a soft cap), a two-pass softmax in
 /// key order, and `out = Σ p_j v_j` accumulated in key order. Each head's arithmetic depends
-/// only on its query and these keys — not on `g` or the batch (batch invariance) — and the
-/// group reads each key and value row once.
+/// only on its query and these keys — not on `g` or the batch (batch invariance). The path of
+/// [`attend_rows`] where the tiled AVX-512 kernel does not apply.
 pub fn attend_group(
     q: &[f32],
     kv: HeadKv<'_>,
@@ -507,30 +510,6 @@ pub fn attend_group(
         len == 0 || (kv.keys.len() >= end && kv.values.len() >= end),
         "attend_group: cache rows"
     );
-    #[cfg(target_arch = "x86_64")]
-    if isa() == Isa::Avx512 && d.is_multiple_of(16) && g <= 8 {
-        // SAFETY: AVX-512 F/DQ with AVX2/FMA (`Isa::Avx512` implies them; DQ is part of every
-        // AVX-512 CPU with VNNI); widths and rows checked above.
-        unsafe { attn::scores(q, g, kv, start, how.scale, scores) };
-        for (h, p) in scores.chunks_exact_mut(len).enumerate() {
-            let inv = softmax(p, how.softcap, how.sink(h));
-            p.iter_mut().for_each(|v| *v *= inv);
-        }
-        // SAFETY: as above.
-        unsafe {
-            match g {
-                1 => attn::weighted_sum::<1>(scores, kv, start, out),
-                2 => attn::weighted_sum::<2>(scores, kv, start, out),
-                3 => attn::weighted_sum::<3>(scores, kv, start, out),
-                4 => attn::weighted_sum::<4>(scores, kv, start, out),
-                5 => attn::weighted_sum::<5>(scores, kv, start, out),
-                6 => attn::weighted_sum::<6>(scores, kv, start, out),
-                7 => attn::weighted_sum::<7>(scores, kv, start, out),
-                _ => attn::weighted_sum::<8>(scores, kv, start, out),
-            }
-        }
-        return;
-    }
     for (h, ((qh, sc), o)) in q
         .chunks_exact(d)
         .zip(scores.chunks_exact_mut(len))

@@ -437,6 +437,43 @@ impl ActBuf {
         }
     }
 
+    /// Rows `rows` of `src`, in that order (a batch's rows routed to one expert): the same
+    /// buffers `quantize` gives on those rows of its input, since every format is per row.
+    pub fn gather(&mut self, src: &ActBuf, rows: &[usize]) {
+        fn take<T: Copy>(dst: &mut Vec<T>, src: &[T], per_row: usize, rows: &[usize]) {
+            dst.clear();
+            for &r in rows {
+                dst.extend_from_slice(&src[r * per_row..(r + 1) * per_row]);
+            }
+        }
+        let ty = src.ty.expect("ActBuf::gather from an unquantized buffer");
+        assert!(
+            rows.iter().all(|&r| r < src.rows),
+            "ActBuf::gather: row out of range"
+        );
+        (self.ty, self.cols, self.rows) = (Some(ty), src.cols, rows.len());
+        let c = src.cols;
+        match ty {
+            ActType::F32 => take(&mut self.f32, &src.f32, c, rows),
+            ActType::Q8_0 => {
+                take(&mut self.q8_0, &src.q8_0, c / 32, rows);
+                take(&mut self.d8, &src.d8, c / 32, rows);
+                take(&mut self.sum8, &src.sum8, c / 32, rows);
+                // `quantize` fills the pair layout exactly when the CPU has AVX-512.
+                let pairs = if src.pair_q.is_empty() {
+                    0
+                } else {
+                    (c / 32).div_ceil(2)
+                };
+                take(&mut self.pair_q, &src.pair_q, pairs * 64, rows);
+                take(&mut self.pair_d, &src.pair_d, pairs * 16, rows);
+                take(&mut self.pair_s, &src.pair_s, pairs * 16, rows);
+            }
+            ActType::Q8_1 => take(&mut self.q8_1, &src.q8_1, c / 32, rows),
+            ActType::Q8K => take(&mut self.q8k, &src.q8k, c / QK_K, rows),
+        }
+    }
+
     pub fn act_type(&self) -> Option<ActType> {
         self.ty
     }

@@ -34,10 +34,14 @@ pub mod tables;
 pub use gguf::GgufMeta;
 pub use hf::HfConfig;
 
+use crate::blocks::moe::MoeBlock;
 use crate::config::ModelConfig;
 use crate::decoder::{Decoder, ModelSource};
+use crate::distributed::{ExpertSplit, Share};
 use crate::validate::{validate, Keys};
-use crate::weights::{read_to_string, GgufSource, LoadError, SafetensorsDir, TensorSpec};
+use crate::weights::{
+    read_to_string, GgufSource, LoadError, SafetensorsDir, TensorSpec, WeightSource,
+};
 use ferrox_format::gguf::GgufFile;
 use std::path::Path;
 use std::sync::Arc;
@@ -171,20 +175,80 @@ fn unsupported(name: &str) -> LoadError {
 
 /// Loads a Hugging Face directory or a GGUF file.
 pub fn load(path: &Path) -> Result<Decoder, LoadError> {
-    if path.is_dir() {
-        load_hf_dir(path)
-    } else {
-        load_gguf(path, false)
-    }
+    load_share(path, &Share::whole())
+}
+
+/// [`load`] keeping only `share` resident (one place of a model spread over processes).
+pub fn load_share(path: &Path, share: &Share) -> Result<Decoder, LoadError> {
+    let opened = open(path, false)?;
+    let mut dec = crate::build::build_share(opened.arch, opened.cfg.clone(), &*opened.src, share)?;
+    opened.finish(&mut dec);
+    Ok(dec)
 }
 
 /// A GGUF model with every weight dequantized to F32 at load: the exact-arithmetic reference
 /// (as transformers runs the GGUF) for judging near-ties; several times the memory.
 pub fn load_dequantized(path: &Path) -> Result<Decoder, LoadError> {
-    load_gguf(path, true)
+    let opened = open(path, true)?;
+    let mut dec = crate::build::build(opened.arch, opened.cfg.clone(), &*opened.src)?;
+    opened.finish(&mut dec);
+    Ok(dec)
 }
 
-fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
+/// The config of a Hugging Face directory or a GGUF file, no weights bound.
+pub fn load_config(path: &Path) -> Result<ModelConfig, LoadError> {
+    Ok(open(path, false)?.cfg)
+}
+
+/// Only this place's routed experts of every MoE layer (`build::build_experts`), with the
+/// model's config.
+pub fn load_experts(
+    path: &Path,
+    split: &ExpertSplit,
+) -> Result<(ModelConfig, Vec<Option<MoeBlock>>), LoadError> {
+    let opened = open(path, false)?;
+    let blocks = crate::build::build_experts(opened.arch, &opened.cfg, &*opened.src, split)?;
+    if let Some(g) = &opened.gguf {
+        g.release_pages();
+    }
+    Ok((opened.cfg, blocks))
+}
+
+/// A model's weights, bound to nothing yet.
+struct Opened {
+    arch: &'static Architecture,
+    cfg: ModelConfig,
+    src: Box<dyn WeightSource>,
+    gguf: Option<Arc<GgufFile>>,
+    path: std::path::PathBuf,
+}
+
+impl Opened {
+    /// Records where `dec` came from and drops the file's pages that loading read.
+    fn finish(self, dec: &mut Decoder) {
+        dec.source = ModelSource {
+            path: self.path,
+            is_gguf: self.gguf.is_some(),
+        };
+        if let Some(g) = &self.gguf {
+            g.release_pages();
+        }
+        dec.gguf = self.gguf;
+    }
+}
+
+/// Opens a Hugging Face directory or a GGUF file (`dequantize`: every GGUF weight as F32).
+fn open(path: &Path, dequantize: bool) -> Result<Opened, LoadError> {
+    if path.is_dir() {
+        let (arch, cfg) = parse_hf_config(&read_to_string(&path.join("config.json"))?)?;
+        return Ok(Opened {
+            arch,
+            cfg,
+            src: Box::new(SafetensorsDir::open(path)?),
+            gguf: None,
+            path: path.to_path_buf(),
+        });
+    }
     let file = GgufFile::open(path).map_err(|e| LoadError::Format {
         path: path.to_path_buf(),
         msg: e.to_string(),
@@ -193,18 +257,16 @@ fn load_gguf(path: &Path, dequantize: bool) -> Result<Decoder, LoadError> {
         file: Arc::new(file),
     };
     let (arch, cfg) = gguf_config(&g)?;
-    let src = GgufSource {
-        file: g.file.clone(),
-        dequantize,
-    };
-    let mut dec = crate::build::build(arch, cfg, &src)?;
-    dec.source = ModelSource {
+    Ok(Opened {
+        arch,
+        cfg,
+        src: Box::new(GgufSource {
+            file: g.file.clone(),
+            dequantize,
+        }),
+        gguf: Some(g.file),
         path: path.to_path_buf(),
-        is_gguf: true,
-    };
-    g.file.release_pages();
-    dec.gguf = Some(g.file);
-    Ok(dec)
+    })
 }
 
 /// A GGUF file's architecture and config, read from its metadata alone (no weights bound):
@@ -244,17 +306,6 @@ pub fn parse_hf_config(text: &str) -> Result<(&'static Architecture, ModelConfig
 /// Reads `dir/config.json`.
 pub fn load_hf_config(dir: &Path) -> Result<ModelConfig, LoadError> {
     Ok(parse_hf_config(&read_to_string(&dir.join("config.json"))?)?.1)
-}
-
-fn load_hf_dir(dir: &Path) -> Result<Decoder, LoadError> {
-    let (arch, cfg) = parse_hf_config(&read_to_string(&dir.join("config.json"))?)?;
-    let src = SafetensorsDir::open(dir)?;
-    let mut dec = crate::build::build(arch, cfg, &src)?;
-    dec.source = ModelSource {
-        path: dir.to_path_buf(),
-        is_gguf: false,
-    };
-    Ok(dec)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 
 use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
-use ferrox_core::kernels::{attend_group, HeadKv, Scoring};
+use ferrox_core::kernels::{attend_rows, FlashScratch, RowBlock, Scoring, TypedKv};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::pool;
 use std::cell::RefCell;
@@ -175,60 +175,80 @@ impl StandardAttention {
     }
 
     /// Attention of `n` query rows at positions `pos..pos + n` over `cache` (which already
-    /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out. Every (row, KV
-    /// head) — the query heads sharing that KV head, adjacent in `q` — is one independent
-    /// task with its worker's softmax scratch.
+    /// holds them): `q` `[n, heads * head_dim]` in, `att` the same shape out. Long blocks are
+    /// split into blocks of [`ROW_BLOCK`] rows (each reads a tile of keys once for all its rows
+    /// and heads), the latest — costliest — taken first; short ones into (row, KV head) tasks so
+    /// decoding still spreads over the threads. Both give every row the same arithmetic.
     fn attend(&self, q: &[f32], n: usize, pos: usize, cache: &KvCache, att: &mut [f32]) {
         let (nh, nkv, hd) = (self.n_heads, self.n_kv_heads, self.head_dim);
         let qd = nh * hd;
-        let group = nh / nkv;
-        let task = |t: usize, o: &mut [f32], sc: &mut Vec<f32>| {
-            let (i, kvh) = (t / nkv, t % nkv);
-            let p = pos + i;
-            let start = match self.window {
-                Some(w) => (p + 1).saturating_sub(w),
-                None => 0,
-            };
-            let len = p + 1 - start;
-            if sc.len() < group * len {
-                sc.resize(group * len, 0.0);
-            }
-            let kv = HeadKv {
-                keys: cache.keys(),
-                values: cache.values(),
-                stride: nkv * hd,
-                col: kvh * hd,
-                dim: hd,
-            };
-            let heads = i * qd + kvh * group * hd..i * qd + (kvh + 1) * group * hd;
-            let (qh, sc) = (&q[heads], &mut sc[..group * len]);
-            let how = Scoring {
-                scale: self.scale,
-                softcap: self.softcap,
-                sinks: self
-                    .sinks
-                    .as_deref()
-                    .map(|s| &s[kvh * group..(kvh + 1) * group]),
-            };
-            attend_group(qh, kv, start, how, sc, o);
+        let g = nh / nkv;
+        let kv = |kvh: usize| TypedKv {
+            keys: cache.keys_view(),
+            values: cache.values_view(),
+            stride: nkv * hd,
+            col: kvh * hd,
+            dim: hd,
+        };
+        let how = |kvh: usize| Scoring {
+            scale: self.scale,
+            softcap: self.softcap,
+            sinks: self.sinks.as_deref().map(|s| &s[kvh * g..(kvh + 1) * g]),
         };
         let att = &mut att[..n * qd];
-        let work = n * nh * (pos + n);
-        if work >= PAR_MIN_WORK && pool::threads() > 1 {
-            pool::for_each_chunk_mut(att, group * hd, |t, o| {
-                SCORES.with(|sc| task(t, o, &mut sc.borrow_mut()))
+        let parallel = n * nh * (pos + n) >= PAR_MIN_WORK && pool::threads() > 1;
+        let run = |att: &mut [f32],
+                   chunk: usize,
+                   f: &(dyn Fn(usize, &mut [f32], &mut FlashScratch) + Sync)| {
+            let task = |t: usize, o: &mut [f32]| FLASH.with(|sc| f(t, o, &mut sc.borrow_mut()));
+            if parallel {
+                pool::for_each_chunk_mut_rev(att, chunk, task);
+            } else {
+                att.chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(t, o)| task(t, o));
+            }
+        };
+        if n >= ROW_BLOCK * pool::threads() {
+            run(att, ROW_BLOCK * qd, &|b, o, sc| {
+                let r0 = b * ROW_BLOCK;
+                for kvh in 0..nkv {
+                    let cols = kvh * g * hd;
+                    let blk = RowBlock {
+                        q: &q[r0 * qd + cols..],
+                        q_stride: qd,
+                        rows: o.len() / qd,
+                        pos: pos + r0,
+                        g,
+                        window: self.window,
+                    };
+                    attend_rows(&blk, kv(kvh), how(kvh), sc, &mut o[cols..]);
+                }
             });
         } else {
-            for (t, o) in att.chunks_mut(group * hd).enumerate() {
-                SCORES.with(|sc| task(t, o, &mut sc.borrow_mut()));
-            }
+            run(att, g * hd, &|t, o, sc| {
+                let (i, kvh) = (t / nkv, t % nkv);
+                let at = i * qd + kvh * g * hd;
+                let blk = RowBlock {
+                    q: &q[at..at + g * hd],
+                    q_stride: g * hd,
+                    rows: 1,
+                    pos: pos + i,
+                    g,
+                    window: self.window,
+                };
+                attend_rows(&blk, kv(kvh), how(kvh), sc, o);
+            });
         }
     }
 }
 
+/// Query rows per task of long blocks: 16 rows of 7 heads share each tile of keys.
+const ROW_BLOCK: usize = 16;
+
 thread_local! {
-    /// Per-thread softmax scratch (one row of keys per head of a KV group).
-    static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Per-thread attention scratch (key tile, scores, running softmax state).
+    static FLASH: RefCell<FlashScratch> = RefCell::new(FlashScratch::default());
 }
 
 impl AttentionBlock for StandardAttention {

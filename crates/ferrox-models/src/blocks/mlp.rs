@@ -41,6 +41,15 @@ impl GatedMlp {
     pub fn ffn_dim(&self) -> usize {
         self.gate.rows()
     }
+
+    /// The gated activation kernel of `act`.
+    pub fn glu_kind(&self) -> Glu {
+        match self.act {
+            Activation::Silu => Glu::Silu,
+            Activation::GeluTanh => Glu::GeluTanh,
+            Activation::SwigluOai { alpha, limit } => Glu::SwigluOai { alpha, limit },
+        }
+    }
 }
 
 impl FfnBlock for GatedMlp {
@@ -57,12 +66,7 @@ impl FfnBlock for GatedMlp {
             let b = self.biases.as_ref();
             add_bias(g, b.map(|b| &b.gate[..]));
             add_bias(u, b.map(|b| &b.up[..]));
-            let kind = match self.act {
-                Activation::Silu => Glu::Silu,
-                Activation::GeluTanh => Glu::GeluTanh,
-                Activation::SwigluOai { alpha, limit } => Glu::SwigluOai { alpha, limit },
-            };
-            glu(kind, g, u, n);
+            glu(self.glu_kind(), g, u, n);
             self.down.gemm(g, n, out);
             add_bias(out, b.map(|b| &b.down[..]));
         })

@@ -9,6 +9,8 @@ pub mod mla;
 pub mod mlp;
 pub mod moe;
 pub mod moe_bench;
+pub mod moe_grouped;
+mod moe_remote;
 pub mod norm;
 pub mod rope;
 
@@ -165,4 +167,13 @@ pub trait AttentionBlock: Send + Sync {
 pub trait FfnBlock: Send + Sync {
     /// `x`: normed input `[n, hidden]`; writes `out` `[n, hidden]`.
     fn forward(&self, x: &[f32], n: usize, out: &mut [f32]);
+
+    /// The block as a mixture of experts (expert parallelism places its experts), if it is one.
+    fn as_moe(&self) -> Option<&moe::MoeBlock> {
+        None
+    }
+
+    fn as_moe_mut(&mut self) -> Option<&mut moe::MoeBlock> {
+        None
+    }
 }

@@ -6,12 +6,14 @@
 //! transformers' `*TopkRouter` / `*SparseMoeBlock` (see fixtures/hf-tiny/FORWARD.md, "MoE"). A
 //! dense FFN is the one-expert case.
 //!
-//! Batches are grouped by expert: every active expert runs once over all its tokens (one
-//! `gemm` per projection), and each token sums its experts in ascending expert order, so a
-//! token's output does not depend on what else is in the batch.
+//! Batches are grouped by expert (`moe_grouped`): every active expert runs once over all its
+//! tokens, and each token sums its experts in ascending expert order, so a token's output does
+//! not depend on what else is in the batch.
 
+use super::moe_grouped::{self, GroupedScratch};
 use super::{zeroed, FfnBlock, GatedMlp};
 use crate::config::{MoeConfig, RouterScoring};
+use crate::distributed::RemoteExperts;
 use ferrox_core::matmul::WeightMatrix;
 use std::sync::Mutex;
 
@@ -54,6 +56,8 @@ pub struct MoeBlock {
     /// `[1, hidden]`: shared output scaled by `sigmoid(gate · x)` (Qwen2-MoE).
     pub shared_gate: Option<WeightMatrix>,
     pub routing: Routing,
+    /// Routed experts spread over several places (expert parallelism); `None`: all here.
+    pub remote: Option<RemoteExperts>,
     /// Temporaries reused across calls (as `StandardAttention` does); `Default::default()`.
     pub scratch: Mutex<MoeScratch>,
 }
@@ -69,6 +73,10 @@ pub struct MoeScratch {
     gate: Vec<f32>,
     chosen: Vec<(usize, f32)>,
     route: RouteScratch,
+    grouped: GroupedScratch,
+    remote: super::moe_remote::RemoteScratch,
+    /// Per routed expert: tokens routed to it so far (what `--save-expert-load` writes).
+    counts: Vec<u64>,
 }
 
 /// Buffers of [`route_into`].
@@ -99,6 +107,7 @@ impl MoeBlock {
                 norm_topk_prob: false,
                 routed_scaling_factor: 1.0,
             },
+            remote: None,
             scratch: Default::default(),
         }
     }
@@ -110,6 +119,14 @@ impl MoeBlock {
     /// Chosen experts and their weights for one token's router logits, in selection order.
     pub fn route(&self, logits: &[f32]) -> Vec<(usize, f32)> {
         route(&self.routing, self.correction_bias.as_deref(), logits)
+    }
+
+    /// Per routed expert, the tokens routed to it by this block's forwards so far (empty for
+    /// a dense block or before the first forward): the measured load that
+    /// `ExpertPlacement::weighted` can place experts by.
+    pub fn routed_counts(&self) -> Vec<u64> {
+        let s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        s.counts.clone()
     }
 
     /// How many distinct routed experts `n` rows of `x` select.
@@ -145,6 +162,9 @@ impl MoeBlock {
             gate,
             chosen,
             route,
+            grouped,
+            remote: rs,
+            counts,
         } = &mut *guard;
 
         // Token lists per expert: (token, weight).
@@ -170,9 +190,51 @@ impl MoeBlock {
                         per_expert[e].push((t, w));
                     }
                 }
+                counts.resize(n_exp, 0);
+                for (c, toks) in counts.iter_mut().zip(per_expert.iter()) {
+                    *c += toks.len() as u64;
+                }
             }
         }
 
+        if let Some(remote) = &self.remote {
+            let bufs = super::moe_remote::Buffers {
+                xs,
+                ys,
+                gate,
+                scratch: rs,
+            };
+            return self.forward_remote(remote, x, n, per_expert, bufs, out);
+        }
+
+        let k = if self.router.is_some() {
+            self.routing.n_active.min(n_exp)
+        } else {
+            1
+        };
+        let uniform = moe_grouped::uniform(&self.experts);
+        let folded = uniform && moe_grouped::folds_shared(self);
+        if uniform {
+            moe_grouped::forward(self, x, n, k, per_expert, folded, grouped, out);
+        } else {
+            self.forward_each(x, per_expert, xs, ys, out);
+        }
+        if !folded && self.shared_output(x, n, ys, gate) {
+            self.add_shared(out, n, ys, gate);
+        }
+    }
+
+    /// Experts that differ in shape or type (never from one stacked tensor): each runs on its
+    /// gathered rows alone, tokens summing experts in ascending order as the grouped path does.
+    fn forward_each(
+        &self,
+        x: &[f32],
+        per_expert: &[Vec<(usize, f32)>],
+        xs: &mut Vec<f32>,
+        ys: &mut Vec<f32>,
+        out: &mut [f32],
+    ) {
+        let d = self.hidden_dim();
         out.fill(0.0);
         for (e, toks) in per_expert.iter().enumerate() {
             if toks.is_empty() {
@@ -186,37 +248,66 @@ impl MoeBlock {
             let ys = zeroed(ys, m * d);
             self.experts[e].forward(xs, m, ys);
             for (i, &(t, w)) in toks.iter().enumerate() {
-                let dst = &mut out[t * d..(t + 1) * d];
-                for (o, y) in dst.iter_mut().zip(&ys[i * d..(i + 1) * d]) {
-                    *o += w * y;
-                }
+                add_weighted(&mut out[t * d..(t + 1) * d], w, &ys[i * d..(i + 1) * d]);
             }
         }
+    }
 
-        if let Some(shared) = &self.shared {
-            let ys = zeroed(ys, n * d);
-            shared.forward(x, n, ys);
-            gate.clear();
-            gate.resize(n, 1.0);
-            if let Some(g) = &self.shared_gate {
-                g.gemm(x, n, gate);
-                for v in gate.iter_mut() {
-                    *v = 1.0 / (1.0 + (-*v).exp());
-                }
-            }
-            for t in 0..n {
-                let dst = &mut out[t * d..(t + 1) * d];
-                for (o, y) in dst.iter_mut().zip(&ys[t * d..(t + 1) * d]) {
-                    *o += gate[t] * y;
-                }
+    /// The shared expert's output of the `n` rows of `x` into `ys` and its per-row gate into
+    /// `gate`; false when the block has none.
+    pub(super) fn shared_output(
+        &self,
+        x: &[f32],
+        n: usize,
+        ys: &mut Vec<f32>,
+        gate: &mut Vec<f32>,
+    ) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        let ys = zeroed(ys, n * self.hidden_dim());
+        shared.forward(x, n, ys);
+        gate.clear();
+        gate.resize(n, 1.0);
+        if let Some(g) = &self.shared_gate {
+            g.gemm(x, n, gate);
+            for v in gate.iter_mut() {
+                *v = 1.0 / (1.0 + (-*v).exp());
             }
         }
+        true
+    }
+
+    /// `out[t] += gate[t] · ys[t]` for each of the `n` rows (after the routed sum).
+    pub(super) fn add_shared(&self, out: &mut [f32], n: usize, ys: &[f32], gate: &[f32]) {
+        let d = self.hidden_dim();
+        for t in 0..n {
+            add_weighted(
+                &mut out[t * d..(t + 1) * d],
+                gate[t],
+                &ys[t * d..(t + 1) * d],
+            );
+        }
+    }
+}
+
+/// `dst += w · y`, element by element (the one accumulation every routed and shared output
+/// goes through, here or on another place).
+pub(super) fn add_weighted(dst: &mut [f32], w: f32, y: &[f32]) {
+    for (o, v) in dst.iter_mut().zip(y) {
+        *o += w * v;
     }
 }
 
 impl FfnBlock for MoeBlock {
     fn forward(&self, x: &[f32], n: usize, out: &mut [f32]) {
         self.forward_rows(x, n, out)
+    }
+    fn as_moe(&self) -> Option<&MoeBlock> {
+        Some(self)
+    }
+    fn as_moe_mut(&mut self) -> Option<&mut MoeBlock> {
+        Some(self)
     }
 }
 
@@ -302,151 +393,5 @@ pub fn route_into(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Activation;
-
-    fn mat(rows: usize, cols: usize, seed: u32) -> WeightMatrix {
-        let v: Vec<f32> = (0..rows * cols)
-            .map(|i| {
-                let h = (i as u32 ^ seed.wrapping_mul(0x9e37_79b9)).wrapping_mul(2_654_435_761);
-                ((h >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.6
-            })
-            .collect();
-        WeightMatrix::from_f32(rows, cols, &v)
-    }
-
-    fn expert(d: usize, f: usize, seed: u32) -> Expert {
-        GatedMlp::new(
-            mat(f, d, seed),
-            mat(f, d, seed + 1),
-            mat(d, f, seed + 2),
-            Activation::Silu,
-        )
-    }
-
-    fn block(scoring: RouterScoring, n_group: usize, shared: bool) -> MoeBlock {
-        let (d, f, e) = (12, 8, 8);
-        MoeBlock {
-            router: Some(mat(e, d, 99)),
-            router_bias: None,
-            correction_bias: (scoring == RouterScoring::Sigmoid)
-                .then(|| (0..e).map(|i| (i as f32 - 3.5) * 0.05).collect()),
-            experts: (0..e).map(|i| expert(d, f, 10 * i as u32)).collect(),
-            shared: shared.then(|| expert(d, 2 * f, 1000)),
-            shared_gate: None,
-            routing: Routing {
-                scoring,
-                n_active: 3,
-                n_group,
-                topk_group: 2.min(n_group),
-                norm_topk_prob: true,
-                routed_scaling_factor: 2.5,
-            },
-            scratch: Default::default(),
-        }
-    }
-
-    /// Per-token reference: route, then run the chosen experts one token at a time.
-    fn reference(b: &MoeBlock, x: &[f32], n: usize) -> Vec<f32> {
-        let d = b.hidden_dim();
-        let e = b.experts.len();
-        let mut out = vec![0f32; n * d];
-        for t in 0..n {
-            let xt = &x[t * d..(t + 1) * d];
-            let mut logits = vec![0f32; e];
-            b.router.as_ref().unwrap().gemv(xt, &mut logits);
-            for (ei, w) in b.route(&logits) {
-                let mut y = vec![0f32; d];
-                b.experts[ei].forward(xt, 1, &mut y);
-                for i in 0..d {
-                    out[t * d + i] += w * y[i];
-                }
-            }
-            if let Some(s) = &b.shared {
-                let mut y = vec![0f32; d];
-                s.forward(xt, 1, &mut y);
-                for i in 0..d {
-                    out[t * d + i] += y[i];
-                }
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn grouped_batch_matches_per_token_reference() {
-        for (scoring, groups, shared) in [
-            (RouterScoring::Softmax, 1, false),
-            (RouterScoring::Sigmoid, 4, true),
-        ] {
-            let b = block(scoring, groups, shared);
-            let n = 7;
-            let x: Vec<f32> = (0..n * 12)
-                .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
-                .collect();
-            let mut out = vec![0f32; n * 12];
-            b.forward_rows(&x, n, &mut out);
-            let want = reference(&b, &x, n);
-            let max = out
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            assert!(max < 1e-5, "{scoring:?}: {max}");
-            // Batch invariance: token 3 alone gives the same bits.
-            let mut one = vec![0f32; 12];
-            b.forward_rows(&x[36..48], 1, &mut one);
-            assert_eq!(&out[36..48], &one[..]);
-        }
-    }
-
-    #[test]
-    fn bias_selects_but_does_not_weight() {
-        let r = Routing {
-            scoring: RouterScoring::Sigmoid,
-            n_active: 2,
-            n_group: 1,
-            topk_group: 1,
-            norm_topk_prob: false,
-            routed_scaling_factor: 1.0,
-        };
-        let logits = [2.0, 1.0, 0.0, -1.0];
-        let bias = [0.0, 0.0, 0.0, 10.0];
-        let got = route(&r, Some(&bias), &logits);
-        assert_eq!(got[0].0, 3);
-        assert!((got[0].1 - 1.0 / (1.0 + 1f32.exp())).abs() < 1e-7);
-        assert_eq!(got[1].0, 0);
-    }
-
-    #[test]
-    fn groups_limit_selection() {
-        // Two groups of two; the best single expert is in group 1 but group 0's pair is better.
-        let r = Routing {
-            scoring: RouterScoring::Sigmoid,
-            n_active: 2,
-            n_group: 2,
-            topk_group: 1,
-            norm_topk_prob: true,
-            routed_scaling_factor: 2.0,
-        };
-        let got = route(&r, None, &[1.0, 1.0, 3.0, -5.0]);
-        let mut ids: Vec<usize> = got.iter().map(|c| c.0).collect();
-        ids.sort();
-        assert_eq!(ids, vec![0, 1]);
-        let s: f32 = got.iter().map(|c| c.1).sum();
-        assert!((s - 2.0).abs() < 1e-6);
-    }
-
-    #[test]
-    fn dense_is_one_expert() {
-        let e = expert(12, 8, 5);
-        let b = MoeBlock::dense(expert(12, 8, 5));
-        let x: Vec<f32> = (0..24).map(|i| i as f32 / 10.0 - 1.0).collect();
-        let mut a = vec![0f32; 24];
-        let mut want = vec![0f32; 24];
-        b.forward_rows(&x, 2, &mut a);
-        e.forward(&x, 2, &mut want);
-        assert_eq!(a, want);
-    }
-}
+#[path = "moe_tests.rs"]
+mod tests;

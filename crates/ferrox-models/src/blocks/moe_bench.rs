@@ -77,7 +77,10 @@ fn random_q4k(rows: usize, cols: usize, rng: &mut Rng) -> WeightMatrix {
             b[2..4].copy_from_slice(&f32_to_f16(0.002 * rng.unit()));
         }
     }
-    WeightMatrix::new(ty, rows, cols, Bytes::from_vec(bytes)).expect("block-aligned shape")
+    // Interleaved as a loaded model's experts are (where the CPU has the kernels).
+    WeightMatrix::new(ty, rows, cols, Bytes::from_vec(bytes))
+        .expect("block-aligned shape")
+        .interleave()
 }
 
 fn random_f32(rows: usize, cols: usize, rng: &mut Rng) -> WeightMatrix {
@@ -114,6 +117,7 @@ pub fn random_layer(shape: MoeShape, seed: u64) -> MoeBlock {
             norm_topk_prob: true,
             routed_scaling_factor: 1.0,
         },
+        remote: None,
         scratch: Default::default(),
     }
 }

@@ -3,9 +3,53 @@
 //! biases (gpt-oss), shared experts and the router.
 
 use super::*;
+use crate::distributed::ExpertSplit;
+
+/// The MoE layers' routed experts alone, for a place that only serves its share of them
+/// (expert parallelism, off the driver): per layer its block without the shared expert (the
+/// router is left an unread view), `None` for other layers. Only the owned experts are
+/// repacked; the rest stay unread views of the file.
+pub fn build_experts(
+    arch: &Architecture,
+    cfg: &ModelConfig,
+    src: &dyn WeightSource,
+    split: &ExpertSplit,
+) -> Result<Vec<Option<MoeBlock>>, LoadError> {
+    let table = (arch.tensors)(cfg);
+    let b = Bound::bind(src, &resolver(cfg), cfg.n_layers, GLOBAL, &table)?;
+    let share = Share {
+        experts: Some(split.clone()),
+        layers: None,
+        driver: false,
+    };
+    let parts = Parts {
+        cfg,
+        b: &b,
+        src,
+        experts: &arch.hf_experts,
+        rope_factors: None,
+        rope_long: None,
+        share: &share,
+    };
+    (0..cfg.n_layers)
+        .map(|l| {
+            b.release_pages();
+            match LayerPlan::of(cfg, l).ffn {
+                FfnPlan::Moe => parts.moe_block(l, true).map(Some),
+                FfnPlan::Dense => Ok(None),
+            }
+        })
+        .collect()
+}
 
 impl Parts<'_> {
     pub(super) fn moe(&self, l: usize) -> Result<MoeBlock, LoadError> {
+        self.moe_block(l, false)
+    }
+
+    /// The layer's MoE block; `routed_only`: without the shared expert, the router an unread
+    /// view (a place that runs routed experts for the driver).
+    fn moe_block(&self, l: usize, routed_only: bool) -> Result<MoeBlock, LoadError> {
         let (cfg, b) = (self.cfg, self.b);
         let n = |s: &str| format!("blk.{l}.{s}");
         let m = &cfg.moe;
@@ -19,7 +63,7 @@ impl Parts<'_> {
         } else {
             self.hf_experts(l)?
         };
-        let shared = if m.n_shared_experts > 0 {
+        let shared = if m.n_shared_experts > 0 && !routed_only {
             Some(GatedMlp::new(
                 b.matrix(&n("ffn_gate_shexp.weight"))?,
                 b.matrix(&n("ffn_up_shexp.weight"))?,
@@ -29,8 +73,12 @@ impl Parts<'_> {
         } else {
             None
         };
+        let router = match routed_only {
+            true => b.plain_matrix(&n("ffn_gate_inp.weight"))?,
+            false => b.matrix(&n("ffn_gate_inp.weight"))?,
+        };
         Ok(MoeBlock {
-            router: Some(b.matrix(&n("ffn_gate_inp.weight"))?),
+            router: Some(router),
             router_bias: if m.biases {
                 Some(b.vector(&n("ffn_gate_inp.bias"))?)
             } else {
@@ -43,12 +91,13 @@ impl Parts<'_> {
             },
             experts,
             shared,
-            shared_gate: if m.shared_expert_gate {
+            shared_gate: if m.shared_expert_gate && !routed_only {
                 Some(b.flat_matrix(&n("ffn_gate_inp_shexp.weight"))?)
             } else {
                 None
             },
             routing: Routing::from_config(m),
+            remote: None,
             scratch: Default::default(),
         })
     }
@@ -80,7 +129,15 @@ impl Parts<'_> {
         Ok(g.into_iter()
             .zip(u)
             .zip(dn)
-            .map(|((g, u), dn)| {
+            .enumerate()
+            .map(|(i, ((g, u), dn))| {
+                // Each expert is repacked on its own (where the kernels have an interleaved
+                // layout), so a token still reads only its experts' bytes; an expert another
+                // place runs stays an unread view of the file, so it never becomes resident.
+                let (g, u, dn) = match self.share.keeps_expert(l, e, i) {
+                    true => (g.interleave(), u.interleave(), dn.interleave()),
+                    false => (g, u, dn),
+                };
                 let mut mlp = GatedMlp::new(g, u, dn, self.cfg.activation);
                 mlp.biases = biases.next();
                 mlp
@@ -128,12 +185,14 @@ impl Parts<'_> {
         let (d, f) = (cfg.hidden_dim, cfg.moe.expert_ffn_dim);
         let hf = self.experts;
         let mut biases = self.expert_biases(l)?.into_iter();
-        (0..cfg.moe.n_experts)
+        let e = cfg.moe.n_experts;
+        (0..e)
             .map(|i| {
+                let keep = self.share.keeps_expert(l, e, i);
                 let mut mlp = GatedMlp::new(
-                    hf_expert(self.src, hf.gate, l, i, [f, d])?,
-                    hf_expert(self.src, hf.up, l, i, [f, d])?,
-                    hf_expert(self.src, hf.down, l, i, [d, f])?,
+                    hf_expert(self.src, hf.gate, l, i, [f, d], keep)?,
+                    hf_expert(self.src, hf.up, l, i, [f, d], keep)?,
+                    hf_expert(self.src, hf.down, l, i, [d, f], keep)?,
                     cfg.activation,
                 );
                 mlp.biases = biases.next();
@@ -149,6 +208,7 @@ fn hf_expert(
     l: usize,
     e: usize,
     shape: [usize; 2],
+    keep: bool,
 ) -> Result<WeightMatrix, LoadError> {
     let name = pattern
         .replace("{}", &l.to_string())
@@ -164,5 +224,8 @@ fn hf_expert(
             expected: shape.to_vec(),
         });
     }
-    t.matrix()
+    match keep {
+        true => t.matrix(),
+        false => t.plain_matrix(),
+    }
 }

@@ -14,8 +14,10 @@ use crate::blocks::moe::{MoeBlock, Routing};
 use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardAttention};
 use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig, RopeScaling};
 use crate::decoder::{Decoder, Layer};
+use crate::distributed::Share;
 pub use crate::weights::{resolver, split_rows, split_rows_at};
 mod experts;
+pub use experts::build_experts;
 
 use crate::weights::{Bound, LoadError, Naming, WeightSource};
 use ferrox_core::matmul::WeightMatrix;
@@ -159,6 +161,18 @@ pub fn build(
     cfg: ModelConfig,
     src: &dyn WeightSource,
 ) -> Result<Decoder, LoadError> {
+    build_share(arch, cfg, src, &Share::whole())
+}
+
+/// [`build`] keeping only `share` resident: only the layers it names are built (the decoder's
+/// `layers` are then that range); routed experts this place does not own, and the embedding
+/// and LM head off the driver, stay unread views of the file instead of repacked copies.
+pub fn build_share(
+    arch: &Architecture,
+    cfg: ModelConfig,
+    src: &dyn WeightSource,
+    share: &Share,
+) -> Result<Decoder, LoadError> {
     let table = (arch.tensors)(&cfg);
     let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, GLOBAL, &table)?;
     // The config's factors (Hub LongRoPE), else the file's: llama.cpp's `rope_freqs` (Llama
@@ -184,20 +198,32 @@ pub fn build(
             &["rope_freqs.weight", "rope_factors_short.weight"],
         )?,
         rope_long: factors(&cfg.rope_long_factors, &["rope_factors_long.weight"])?,
+        share,
     };
     // A tied table serves both lookups and the lm_head product, so it takes the product's
     // layout; a separate one stays zero-copy (only the looked-up rows are ever read).
-    let (embed, lm_head) = match b.opt_matrix("output.weight")? {
-        Some(m) => (b.plain_matrix("token_embd.weight")?, m),
+    let head = |name: &str| match share.driver {
+        true => b.matrix(name),
+        false => b.plain_matrix(name),
+    };
+    let (embed, lm_head) = match b.get("output.weight") {
+        Some(_) => (b.plain_matrix("token_embd.weight")?, head("output.weight")?),
         None if cfg.tie_embeddings => {
-            let m = b.matrix("token_embd.weight")?;
+            let m = head("token_embd.weight")?;
             (m.clone(), m)
         }
         None => return Err(LoadError::MissingTensor("output.weight".into())),
     };
     b.release_pages();
-    let mut layers = Vec::with_capacity(cfg.n_layers);
-    for l in 0..cfg.n_layers {
+    let range = share.layers.clone().unwrap_or(0..cfg.n_layers);
+    if range.end > cfg.n_layers {
+        return Err(LoadError::Config(format!(
+            "layers {range:?} of a {}-layer model",
+            cfg.n_layers
+        )));
+    }
+    let mut layers = Vec::with_capacity(range.len());
+    for l in range {
         b.release_pages();
         layers.push(parts.layer(l, &LayerPlan::of(&cfg, l))?);
     }
@@ -221,6 +247,8 @@ struct Parts<'a> {
     rope_factors: Option<Vec<f32>>,
     /// LongRoPE's long factors, from `RopeScaling::Factors::original_max_position` on.
     rope_long: Option<Vec<f32>>,
+    /// What this place keeps resident.
+    share: &'a Share,
 }
 
 impl Parts<'_> {
@@ -406,6 +434,25 @@ impl Parts<'_> {
         } else {
             return Err(b.missing(&n("ffn_gate.weight")));
         };
+        // The projections must chain (a lone `ffn_up` read as fused gate/up has half the
+        // height `ffn_down` takes): otherwise the first token would fail, not the load.
+        let (h, f) = (self.cfg.hidden_dim, gate.rows());
+        let fits = (gate.cols(), up.cols(), up.rows()) == (h, h, f)
+            && (down.rows(), down.cols()) == (h, f);
+        if !fits {
+            return Err(LoadError::Tensor {
+                name: n("ffn_up.weight"),
+                msg: format!(
+                    "gate {}x{}, up {}x{} and down {}x{} do not make a feed-forward of width {h}",
+                    gate.rows(),
+                    gate.cols(),
+                    up.rows(),
+                    up.cols(),
+                    down.rows(),
+                    down.cols()
+                ),
+            });
+        }
         Ok(GatedMlp::new(gate, up, down, self.cfg.activation))
     }
 

@@ -182,8 +182,11 @@ impl<'m> BatchEngine<'m> {
         decoder: &'m Decoder,
         tokenizer: Option<&'m Tokenizer>,
         ctx_size: usize,
-        slots: Vec<Slot<'m>>,
+        mut slots: Vec<Slot<'m>>,
     ) -> Self {
+        for (i, s) in slots.iter_mut().enumerate() {
+            s.key = i as u64;
+        }
         BatchEngine {
             decoder,
             tokenizer,
@@ -214,7 +217,14 @@ impl<'m> BatchEngine<'m> {
 
     /// Keeps up to `bytes` of finished requests' keys and values for later prompts that share
     /// their prefix (0: off, the default).
+    /// Stays off when other processes hold some layers' caches (pipeline parallelism): they
+    /// could not follow a restore.
     pub fn set_prefix_cache(&mut self, bytes: usize) {
+        let bytes = if self.decoder.caches_local() {
+            bytes
+        } else {
+            0
+        };
         self.prefix = PrefixCache::new(bytes);
     }
 
@@ -335,6 +345,10 @@ impl<'m> BatchEngine<'m> {
     /// does (by at least [`FORK_MIN`] tokens): `n` choices of one request, or concurrent
     /// requests with one long system prompt, evaluate that prefix once.
     fn fork_source(&self, slot: usize, prompt: &[TokenId]) -> Option<Fork> {
+        // Another process's caches of the layers it runs could not follow the copy.
+        if !self.decoder.caches_local() {
+            return None;
+        }
         let own = self.slots[slot].history.len();
         let common = |a: &[TokenId]| a.iter().zip(prompt).take_while(|(x, y)| x == y).count();
         (0..self.slots.len())

@@ -53,6 +53,8 @@ pub(super) struct Slot<'t> {
     pub spec: Option<Speculation>,
     /// `history` is already in the engine's prefix cache.
     pub stashed: bool,
+    /// The slot's index: the name of its caches where other processes hold some of them.
+    pub key: u64,
 }
 
 /// What one slot's rows of a step decided, for the engine's counters.
@@ -75,6 +77,7 @@ impl<'t> Slot<'t> {
             job: None,
             spec,
             stashed: false,
+            key: 0,
         }
     }
 
@@ -180,6 +183,7 @@ impl<'t> Slot<'t> {
             pos: self.history.len(),
             caches: &mut self.caches,
             first_logit_row: job.first_logit_row,
+            key: self.key,
         })
     }
 

@@ -51,6 +51,11 @@ impl Model {
         self
     }
 
+    fn drop(mut self, name: &str) -> Self {
+        self.tensors.retain(|t| t.name != name);
+        self
+    }
+
     fn crafted(self, name: &'static str, key: &str) -> Crafted {
         Crafted {
             name,
@@ -163,6 +168,11 @@ pub fn cases(manifest: &Path) -> Vec<Crafted> {
                 t.data = vec![0; 64 * 128];
             })
             .crafted("I8 weights (no kernel)", "blk.1.ffn_up.weight"),
+        // Found by fuzz/gguf_model: the lone up projection was read as fused gate/up.
+        llama().drop("blk.0.ffn_gate.weight").crafted(
+            "no ffn_gate beside an unfused ffn_up",
+            "blk.0.ffn_up.weight",
+        ),
         mixtral()
             .set(&k("expert_used_count"), u32v(0))
             .crafted("0 experts used", &k("expert_used_count")),

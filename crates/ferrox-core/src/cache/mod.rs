@@ -16,6 +16,11 @@
 //! only restorable as a cut to 0 (`restorable`), and the rows stay a window instead of growing
 //! with the context. Unbounded caches (the default) keep every row: any cut stays exact.
 
+mod store;
+
+use store::RowStore;
+pub use store::{KvSlice, KvType};
+
 #[derive(Debug, Clone)]
 pub struct KvCache {
     n_kv_heads: usize,
@@ -29,8 +34,8 @@ pub struct KvCache {
     /// Cuts to positions in `1..floor` cannot be restored.
     floor: usize,
     bounded: bool,
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    keys: RowStore,
+    values: RowStore,
     /// Optional extra row per position kept in step with keys/values.
     aux_width: usize,
     aux: Vec<f32>,
@@ -75,8 +80,8 @@ impl RecurrentParts<'_> {
 pub struct CacheRows {
     shape: (usize, usize, usize, usize),
     len: usize,
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    keys: RowStore,
+    values: RowStore,
     aux: Vec<f32>,
 }
 
@@ -92,7 +97,7 @@ impl CacheRows {
 
     /// Memory the rows take.
     pub fn bytes(&self) -> usize {
-        (self.keys.len() + self.values.len() + self.aux.len()) * std::mem::size_of::<f32>()
+        self.keys.bytes() + self.values.bytes() + self.aux.len() * std::mem::size_of::<f32>()
     }
 }
 
@@ -102,6 +107,29 @@ pub struct CacheShapeError {
     pub len: usize,
     pub have: (usize, usize, usize),
     pub want: (usize, usize, usize),
+}
+
+/// Why a cache's element types could not change.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CacheTypeError {
+    #[error("the KV cache already holds positions; its element type cannot change")]
+    InUse,
+    #[error(
+        "KV cache type {ty} needs head widths that are multiples of 32 (this model's: {width})"
+    )]
+    Width { ty: &'static str, width: usize },
+}
+
+/// Whether keys and values of `k` and `v` can be stored for heads `head_dim` wide (each head's
+/// row must be whole blocks, so whole-position rows are too).
+pub fn check_types(k: KvType, v: KvType, head_dim: usize) -> Result<(), CacheTypeError> {
+    match [k, v].into_iter().find(|t| !t.fits(head_dim)) {
+        Some(ty) => Err(CacheTypeError::Width {
+            ty: ty.name(),
+            width: head_dim,
+        }),
+        None => Ok(()),
+    }
 }
 
 impl KvCache {
@@ -114,8 +142,8 @@ impl KvCache {
             first: 0,
             floor: 0,
             bounded: false,
-            keys: Vec::new(),
-            values: Vec::new(),
+            keys: RowStore::default(),
+            values: RowStore::default(),
             aux_width: 0,
             aux: Vec::new(),
             state: Vec::new(),
@@ -164,8 +192,8 @@ impl KvCache {
         if len < self.len {
             self.len = len;
             let rows = len.saturating_sub(self.first);
-            self.keys.truncate(rows * self.k_width());
-            self.values.truncate(rows * self.v_width);
+            self.keys.truncate_rows(rows, self.k_width());
+            self.values.truncate_rows(rows, self.v_width);
             self.aux.truncate(rows * self.aux_width);
             if len == 0 {
                 (self.first, self.floor) = (0, 0);
@@ -203,8 +231,8 @@ impl KvCache {
         self.floor = from;
         let drop = from.saturating_sub(keep).saturating_sub(self.first);
         if drop > 0 {
-            self.keys.drain(..drop * self.k_width());
-            self.values.drain(..drop * self.v_width);
+            self.keys.drain_rows(drop, self.k_width());
+            self.values.drain_rows(drop, self.v_width);
             self.aux.drain(..drop * self.aux_width);
             self.first += drop;
         }
@@ -234,8 +262,8 @@ impl KvCache {
             }
         }
         RecurrentParts {
-            keys: &self.keys,
-            values: &self.values,
+            keys: self.keys.f32s(),
+            values: self.values.f32s(),
             first: self.first,
             state: &mut self.state,
             state_at: &mut self.state_at,
@@ -264,8 +292,8 @@ impl KvCache {
         Some(CacheRows {
             shape: (self.n_kv_heads, self.head_dim, vw, aw),
             len: to - from,
-            keys: self.keys[from * kw..to * kw].to_vec(),
-            values: self.values[from * vw..to * vw].to_vec(),
+            keys: self.keys.copy_rows(from, to, kw),
+            values: self.values.copy_rows(from, to, vw),
             aux: self.aux[from * aw..to * aw].to_vec(),
         })
     }
@@ -276,8 +304,8 @@ impl KvCache {
         let (heads, dim, vw, aw) = rows.shape;
         if self.len == 0 {
             (self.n_kv_heads, self.head_dim, self.v_width, self.aux_width) = (heads, dim, vw, aw);
-            self.keys.clear();
-            self.values.clear();
+            self.keys = RowStore::new(rows.keys.ty());
+            self.values = RowStore::new(rows.values.ty());
             self.aux.clear();
         }
         if !self.rows_portable()
@@ -285,8 +313,11 @@ impl KvCache {
         {
             return false;
         }
-        self.keys.extend_from_slice(&rows.keys);
-        self.values.extend_from_slice(&rows.values);
+        if self.keys.ty() != rows.keys.ty() || self.values.ty() != rows.values.ty() {
+            return false;
+        }
+        self.keys.extend(&rows.keys);
+        self.values.extend(&rows.values);
         self.aux.extend_from_slice(&rows.aux);
         self.len += rows.len;
         true
@@ -295,8 +326,8 @@ impl KvCache {
     /// Reserves room for `n` positions in total.
     pub fn reserve(&mut self, n: usize) {
         let extra = n.saturating_sub(self.len - self.first);
-        self.keys.reserve(extra * self.k_width());
-        self.values.reserve(extra * self.v_width);
+        self.keys.reserve_exact(extra, self.k_width());
+        self.values.reserve_exact(extra, self.v_width);
     }
 
     /// The geometry the model needs takes precedence over the declared one while the cache is
@@ -323,8 +354,8 @@ impl KvCache {
         self.n_kv_heads = n_kv_heads;
         self.head_dim = head_dim;
         self.v_width = v_width;
-        self.keys.clear();
-        self.values.clear();
+        self.keys = RowStore::new(self.keys.ty());
+        self.values = RowStore::new(self.values.ty());
         Ok(())
     }
 
@@ -373,137 +404,78 @@ impl KvCache {
     fn push(&mut self, k: &[f32], v: &[f32]) {
         assert_eq!(k.len(), self.k_width(), "KvCache::append: key width");
         assert_eq!(v.len(), self.v_width, "KvCache::append: value width");
-        if self.keys.len() == self.keys.capacity() {
+        if self.keys.full() {
             // Grow by an eighth (at least 256 positions) rather than double: the cache is
             // most of a long session's memory, and doubling leaves up to half of it unused.
             let more = (self.len / 8).max(256);
-            self.keys.reserve_exact(more * self.k_width());
-            self.values.reserve_exact(more * self.v_width);
+            self.keys.reserve_exact(more, self.k_width());
+            self.values.reserve_exact(more, self.v_width);
             self.aux.reserve_exact(more * self.aux_width);
         }
-        self.keys.extend_from_slice(k);
-        self.values.extend_from_slice(v);
+        self.keys.push_row(k);
+        self.values.push_row(v);
         self.len += 1;
     }
 
     /// All stored keys, `[len - first_row][k_width]` (every position unless a bounded
-    /// recurrent layer forgot some).
+    /// recurrent layer forgot some). Empty unless the keys are stored as f32 (the default; see
+    /// [`set_types`](Self::set_types)).
     pub fn keys(&self) -> &[f32] {
-        &self.keys
+        self.keys.f32s()
     }
 
-    /// All stored values, `[len - first_row][v_width]`.
+    /// All stored values, `[len - first_row][v_width]` (f32 storage only, as `keys`).
     pub fn values(&self) -> &[f32] {
-        &self.values
+        self.values.f32s()
     }
 
-    /// Key row of position `pos`.
+    /// The stored keys in their element type.
+    pub fn keys_view(&self) -> KvSlice<'_> {
+        self.keys.view()
+    }
+
+    /// The stored values in their element type.
+    pub fn values_view(&self) -> KvSlice<'_> {
+        self.values.view()
+    }
+
+    /// Element types of the stored keys and values.
+    pub fn types(&self) -> (KvType, KvType) {
+        (self.keys.ty(), self.values.ty())
+    }
+
+    /// Stores keys and values as `k` and `v` from now on (llama.cpp's `--cache-type-k/-v`).
+    /// Only an empty cache without auxiliary rows may change, to widths the types divide.
+    pub fn set_types(&mut self, k: KvType, v: KvType) -> Result<(), CacheTypeError> {
+        if self.types() == (k, v) {
+            return Ok(());
+        }
+        if self.len != 0 || self.aux_width != 0 {
+            return Err(CacheTypeError::InUse);
+        }
+        check_types(k, v, self.head_dim)?;
+        self.keys = RowStore::new(k);
+        self.values = RowStore::new(v);
+        Ok(())
+    }
+
+    /// Memory the stored rows take.
+    pub fn stored_bytes(&self) -> usize {
+        self.keys.bytes() + self.values.bytes() + self.aux.len() * std::mem::size_of::<f32>()
+    }
+
+    /// Key row of position `pos` (f32 storage).
     pub fn key(&self, pos: usize) -> &[f32] {
         let (w, r) = (self.k_width(), pos - self.first);
-        &self.keys[r * w..(r + 1) * w]
+        &self.keys()[r * w..(r + 1) * w]
     }
 
-    /// Value row of position `pos`.
+    /// Value row of position `pos` (f32 storage).
     pub fn value(&self, pos: usize) -> &[f32] {
         let r = pos - self.first;
-        &self.values[r * self.v_width..(r + 1) * self.v_width]
+        &self.values()[r * self.v_width..(r + 1) * self.v_width]
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn append_truncate_keeps_prefix() {
-        let mut c = KvCache::new(2, 3);
-        for p in 0..5 {
-            let k: Vec<f32> = (0..6).map(|i| (p * 10 + i) as f32).collect();
-            c.append(&k, &k);
-        }
-        assert_eq!(c.len(), 5);
-        c.truncate(2);
-        assert_eq!(c.len(), 2);
-        assert_eq!(c.key(1)[0], 10.0);
-        c.truncate(7);
-        assert_eq!(c.len(), 2);
-        let k = vec![99.0; 6];
-        c.append(&k, &k);
-        assert_eq!(c.key(2)[5], 99.0);
-    }
-
-    #[test]
-    fn empty_cache_takes_model_geometry() {
-        let mut c = KvCache::new(2, 4);
-        c.ensure_shape(1, 12, 0).unwrap();
-        c.append(&[0.0; 12], &[]);
-        assert!(c.ensure_shape(2, 4, 8).is_err());
-    }
-
-    #[test]
-    fn aux_rows_follow_truncate() {
-        let mut c = KvCache::new(1, 2);
-        c.ensure_aux_width(3).unwrap();
-        for p in 0..4 {
-            let x = p as f32;
-            c.append_with_aux(&[x, x], &[x, x], &[x, x, x]);
-        }
-        c.truncate(2);
-        assert_eq!(c.aux().len(), 6);
-        c.append_with_aux(&[9.0; 2], &[9.0; 2], &[9.0; 3]);
-        assert_eq!(&c.aux()[6..], &[9.0; 3]);
-        assert!(c.ensure_aux_width(4).is_err());
-        c.clear();
-        c.ensure_aux_width(0).unwrap();
-        c.append(&[1.0; 2], &[1.0; 2]);
-    }
-
-    #[test]
-    fn recurrent_blobs_are_forgotten_past_the_cut() {
-        let mut c = KvCache::new(1, 1);
-        for p in 0..6 {
-            c.append(&[p as f32], &[p as f32]);
-        }
-        {
-            let mut r = c.recurrent(3);
-            r.state.copy_from_slice(&[1.0, 2.0, 3.0]);
-            *r.state_at = Some(6);
-            *r.checkpoint_at = Some(2);
-            r.swap();
-            assert_eq!(*r.state_at, Some(2));
-            assert_eq!(r.checkpoint, &vec![1.0, 2.0, 3.0]);
-            r.swap();
-        }
-        c.truncate(4);
-        assert_eq!((c.state_at(), c.checkpoint_at()), (None, Some(2)));
-        c.truncate(2);
-        assert_eq!(c.checkpoint_at(), Some(2));
-        c.clear();
-        assert_eq!(c.checkpoint_at(), None);
-        // Another width resets the blobs.
-        let r = c.recurrent(4);
-        assert_eq!(r.state.len(), 4);
-    }
-
-    #[test]
-    fn bounded_cache_forgets_rows_before_the_window() {
-        let mut c = KvCache::new(1, 1);
-        for p in 0..10 {
-            c.append(&[p as f32], &[p as f32]);
-        }
-        c.forget_before(8, 3);
-        assert_eq!((c.first_row(), c.keys().len()), (0, 10), "unbounded: no-op");
-        c.set_bounded(true);
-        c.forget_before(8, 3);
-        assert_eq!((c.first_row(), c.len(), c.keys().len()), (5, 10, 5));
-        assert_eq!(c.key(5), &[5.0]);
-        assert_eq!(c.recurrent(1).first, 5);
-        assert!(c.restorable(8) && c.restorable(0) && !c.restorable(7));
-        c.truncate(9);
-        assert_eq!((c.len(), c.keys().len(), c.value(8)), (9, 4, &[8.0][..]));
-        // A cut the rows cannot serve empties the cache.
-        c.truncate(6);
-        assert_eq!((c.len(), c.first_row(), c.keys().len()), (0, 0, 0));
-        assert!(c.restorable(3));
-    }
-}
+mod tests;

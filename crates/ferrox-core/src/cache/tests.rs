@@ -1,0 +1,137 @@
+use super::*;
+
+#[test]
+fn append_truncate_keeps_prefix() {
+    let mut c = KvCache::new(2, 3);
+    for p in 0..5 {
+        let k: Vec<f32> = (0..6).map(|i| (p * 10 + i) as f32).collect();
+        c.append(&k, &k);
+    }
+    assert_eq!(c.len(), 5);
+    c.truncate(2);
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.key(1)[0], 10.0);
+    c.truncate(7);
+    assert_eq!(c.len(), 2);
+    let k = vec![99.0; 6];
+    c.append(&k, &k);
+    assert_eq!(c.key(2)[5], 99.0);
+}
+
+#[test]
+fn empty_cache_takes_model_geometry() {
+    let mut c = KvCache::new(2, 4);
+    c.ensure_shape(1, 12, 0).unwrap();
+    c.append(&[0.0; 12], &[]);
+    assert!(c.ensure_shape(2, 4, 8).is_err());
+}
+
+#[test]
+fn aux_rows_follow_truncate() {
+    let mut c = KvCache::new(1, 2);
+    c.ensure_aux_width(3).unwrap();
+    for p in 0..4 {
+        let x = p as f32;
+        c.append_with_aux(&[x, x], &[x, x], &[x, x, x]);
+    }
+    c.truncate(2);
+    assert_eq!(c.aux().len(), 6);
+    c.append_with_aux(&[9.0; 2], &[9.0; 2], &[9.0; 3]);
+    assert_eq!(&c.aux()[6..], &[9.0; 3]);
+    assert!(c.ensure_aux_width(4).is_err());
+    c.clear();
+    c.ensure_aux_width(0).unwrap();
+    c.append(&[1.0; 2], &[1.0; 2]);
+}
+
+#[test]
+fn recurrent_blobs_are_forgotten_past_the_cut() {
+    let mut c = KvCache::new(1, 1);
+    for p in 0..6 {
+        c.append(&[p as f32], &[p as f32]);
+    }
+    {
+        let mut r = c.recurrent(3);
+        r.state.copy_from_slice(&[1.0, 2.0, 3.0]);
+        *r.state_at = Some(6);
+        *r.checkpoint_at = Some(2);
+        r.swap();
+        assert_eq!(*r.state_at, Some(2));
+        assert_eq!(r.checkpoint, &vec![1.0, 2.0, 3.0]);
+        r.swap();
+    }
+    c.truncate(4);
+    assert_eq!((c.state_at(), c.checkpoint_at()), (None, Some(2)));
+    c.truncate(2);
+    assert_eq!(c.checkpoint_at(), Some(2));
+    c.clear();
+    assert_eq!(c.checkpoint_at(), None);
+    // Another width resets the blobs.
+    let r = c.recurrent(4);
+    assert_eq!(r.state.len(), 4);
+}
+
+#[test]
+fn bounded_cache_forgets_rows_before_the_window() {
+    let mut c = KvCache::new(1, 1);
+    for p in 0..10 {
+        c.append(&[p as f32], &[p as f32]);
+    }
+    c.forget_before(8, 3);
+    assert_eq!((c.first_row(), c.keys().len()), (0, 10), "unbounded: no-op");
+    c.set_bounded(true);
+    c.forget_before(8, 3);
+    assert_eq!((c.first_row(), c.len(), c.keys().len()), (5, 10, 5));
+    assert_eq!(c.key(5), &[5.0]);
+    assert_eq!(c.recurrent(1).first, 5);
+    assert!(c.restorable(8) && c.restorable(0) && !c.restorable(7));
+    c.truncate(9);
+    assert_eq!((c.len(), c.keys().len(), c.value(8)), (9, 4, &[8.0][..]));
+    // A cut the rows cannot serve empties the cache.
+    c.truncate(6);
+    assert_eq!((c.len(), c.first_row(), c.keys().len()), (0, 0, 0));
+    assert!(c.restorable(3));
+}
+
+/// f16 / q8_0 storage: rows round-trip through copy/append and truncate like f32 ones, and
+/// the type can only change while empty, to widths its blocks divide.
+#[test]
+fn typed_rows_copy_truncate_and_refusals() {
+    for ty in [KvType::F16, KvType::Q8_0] {
+        let mut c = KvCache::new(2, 32);
+        c.set_types(ty, ty).unwrap();
+        for p in 0..5 {
+            let row: Vec<f32> = (0..64).map(|i| (p * 64 + i) as f32 / 50.0 - 3.0).collect();
+            c.append(&row, &row);
+        }
+        assert_eq!(
+            c.set_types(KvType::F32, KvType::F32),
+            Err(CacheTypeError::InUse)
+        );
+        let rows = c.copy_rows(0, 3).unwrap();
+        let mut d = KvCache::new(2, 32);
+        assert!(d.append_rows(&rows));
+        assert_eq!(d.types(), (ty, ty));
+        let (mut a, mut b) = (vec![0f32; 3 * 64], vec![0f32; 3 * 64]);
+        c.keys_view().read(0, &mut a);
+        d.keys_view().read(0, &mut b);
+        assert_eq!(a, b);
+        // Widened values stay close to what was stored.
+        assert!(
+            (a[65] - (65.0 / 50.0 - 3.0)).abs() < 0.02,
+            "{ty:?}: {}",
+            a[65]
+        );
+        c.truncate(2);
+        assert_eq!(
+            (c.len(), c.keys_view().len(), c.stored_bytes()),
+            (2, 128, 2 * 2 * ty.row_bytes(64))
+        );
+    }
+    let mut odd = KvCache::new(1, 40);
+    assert!(matches!(
+        odd.set_types(KvType::Q8_0, KvType::F32),
+        Err(CacheTypeError::Width { .. })
+    ));
+    assert!(odd.set_types(KvType::F16, KvType::F16).is_ok());
+}

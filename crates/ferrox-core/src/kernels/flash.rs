@@ -1,0 +1,467 @@
+//! Tiled attention with an online softmax for AVX-512 (FlashAttention, Dao et al. 2022; the
+//! running max and rescaled sum of Milakov & Gimelshein 2018, "Online normalizer calculation
+//! for softmax"). The keys are visited in tiles of [`TILE`] positions anchored at absolute
+//! position 0, so the tiles a query sees depend on its position alone; each tile of keys (made
+//! a transposed `d × TILE` block once) and values is reused by every query row of the block and
+//! every head of the group. Per query, every score is one FMA chain over the head's columns,
+//! every output element one chain over the keys: the arithmetic never depends on which other
+//! queries share the call — the batch invariance the decoder's callers rely on.
+
+use super::attn::{FlashScratch, RowBlock, TypedKv, TILE};
+use super::Scoring;
+use crate::cache::KvSlice;
+use crate::quant::blocks::f16_to_f32;
+use std::arch::x86_64::*;
+
+/// # Safety
+/// AVX-512 F/DQ available; `kv.dim` a multiple of 16; the cache holds rows up to
+/// `blk.pos + blk.rows - 1`; `q` and `out` hold `blk.rows` rows of `g * dim` at their strides
+/// (all checked by the safe caller in `mod.rs`).
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+pub(super) unsafe fn attend_rows(
+    blk: &RowBlock<'_>,
+    kv: TypedKv<'_>,
+    how: Scoring<'_>,
+    sc: &mut FlashScratch,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let (d, g) = (kv.dim, blk.g);
+    let nq = blk.rows * g;
+    sc.kt.resize(d * TILE, 0.0);
+    sc.s.resize(nq * TILE, 0.0);
+    sc.acc.clear();
+    sc.acc.resize(nq * d, 0.0);
+    sc.corr.resize(nq, 1.0);
+    // The sink, when there is one, is the softmax's first term: max = sink, sum = exp(0).
+    sc.m.clear();
+    sc.l.clear();
+    for _ in 0..blk.rows {
+        for h in 0..g {
+            let sink = how.sinks.map(|s| s[h]);
+            sc.m.push(sink.unwrap_or(f32::NEG_INFINITY));
+            sc.l.push(if sink.is_some() { 1.0 } else { 0.0 });
+        }
+    }
+    let last = blk.pos + blk.rows - 1;
+    for t in blk.first_key(blk.pos) / TILE..=last / TILE {
+        let k0 = t * TILE;
+        // The rows whose keys meet this tile are consecutive: p ≥ k0 and first_key(p) < k0 + TILE.
+        let r_lo = k0.saturating_sub(blk.pos);
+        let r_hi = (0..blk.rows)
+            .rev()
+            .find(|&r| blk.first_key(blk.pos + r) < k0 + TILE)
+            .map_or(0, |r| r + 1);
+        if r_lo >= r_hi {
+            continue;
+        }
+        let live = r_lo * g..r_hi * g;
+        prefetch_tile(kv, k0 + PREFETCH_TILES * TILE, last);
+        // Key and value rows of the tile; lanes past `last` repeat it (their weight is 0).
+        let rows: [usize; TILE] = std::array::from_fn(|j| (k0 + j).min(last) * kv.stride + kv.col);
+        // SAFETY: the caller's contract covers rows `..=last`.
+        unsafe { transpose_keys(kv, &rows, &mut sc.kt) };
+        // SAFETY: `s` holds `nq * TILE`, query rows checked by the caller.
+        unsafe { tile_scores(blk, d, live.clone(), &sc.kt, how.scale, &mut sc.s) };
+        for qi in live.clone() {
+            let p = blk.pos + qi / g;
+            let lo = blk.first_key(p).max(k0) - k0;
+            let hi = (p - k0).min(TILE - 1);
+            let s = &mut sc.s[qi * TILE..(qi + 1) * TILE];
+            // SAFETY: `s` holds one tile.
+            sc.corr[qi] =
+                unsafe { softmax_tile(s, lo, hi, how.softcap, &mut sc.m[qi], &mut sc.l[qi]) };
+        }
+        // Values stored as f32 are read in place; others are widened into a tile first.
+        let (vals, vrows) = match kv.values {
+            KvSlice::F32(v) => (v, rows),
+            other => {
+                sc.vt.resize(TILE * d, 0.0);
+                for (j, &r) in rows.iter().enumerate() {
+                    for c in (0..d).step_by(16) {
+                        // SAFETY: row `r` holds the head's `d` columns; c + 16 <= d.
+                        let x = unsafe { load16(other, r + c) };
+                        // SAFETY: the tile holds `TILE * d` floats.
+                        unsafe { _mm512_storeu_ps(sc.vt.as_mut_ptr().add(j * d + c), x) };
+                    }
+                }
+                (&sc.vt[..], std::array::from_fn(|j| j * d))
+            }
+        };
+        let at = PvAt {
+            vals,
+            rows: &vrows,
+            s: &sc.s,
+            corr: &sc.corr,
+            d,
+            qi: 0,
+            c: 0,
+        };
+        // SAFETY: value rows as above; `acc` holds `d` per query, `s` a tile per query.
+        unsafe { accumulate(at, live, &mut sc.acc) };
+    }
+    for r in 0..blk.rows {
+        for h in 0..g {
+            let qi = r * g + h;
+            let inv = 1.0 / sc.l[qi];
+            let o = &mut out[r * out_stride + h * d..][..d];
+            for (o, &a) in o.iter_mut().zip(&sc.acc[qi * d..(qi + 1) * d]) {
+                *o = a * inv;
+            }
+        }
+    }
+}
+
+/// How many tiles ahead of the one being computed the rows are prefetched.
+const PREFETCH_TILES: usize = 4;
+
+/// Asks for the key and value rows of the tile from `k0` now (those up to `last`): one tile's
+/// arithmetic is too short to hide a DRAM round trip, and the rows of a tile are strided
+/// (other heads sit between them), which the hardware prefetchers follow poorly.
+#[inline(always)]
+fn prefetch_tile(kv: TypedKv<'_>, k0: usize, last: usize) {
+    for j in k0..(k0 + TILE).min(last + 1) {
+        let at = j * kv.stride + kv.col;
+        prefetch_row(kv.keys, at, kv.dim);
+        prefetch_row(kv.values, at, kv.dim);
+    }
+}
+
+/// Prefetches the cache lines of `n` stored values from `at` (a row of one head).
+#[inline(always)]
+fn prefetch_row(s: KvSlice<'_>, at: usize, n: usize) {
+    let (p, bytes): (*const i8, usize) = match s {
+        KvSlice::F32(v) => (v[at..at + n].as_ptr().cast(), 4 * n),
+        KvSlice::F16(v) => (v[at..at + n].as_ptr().cast(), 2 * n),
+        KvSlice::Q8_0(v) => {
+            let b = &v[at / 32..(at + n).div_ceil(32)];
+            (b.as_ptr().cast(), std::mem::size_of_val(b))
+        }
+    };
+    for off in (0..bytes).step_by(64) {
+        // SAFETY: a prefetch never faults; the address lies within the slice anyway.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off)) };
+    }
+}
+
+/// 16 cached values from `at` widened to f32 (q8_0: `at` is 16-aligned within a block, so
+/// the 16 share one scale; the product is the scalar `d * q` of `KvSlice::read`).
+///
+/// # Safety
+/// AVX-512 F available (the callers' target features); `at + 16` values exist.
+// No `target_feature` here, so it can be `inline(always)`: a call (its `__m512` returned through
+// memory) per 16 values cost a quarter of the kernel's time. Only called from AVX-512 code.
+#[inline(always)]
+unsafe fn load16(s: KvSlice<'_>, at: usize) -> __m512 {
+    match s {
+        // SAFETY: 16 values from `at` exist (caller), bounds-checked slices.
+        KvSlice::F32(v) => unsafe { _mm512_loadu_ps(v[at..at + 16].as_ptr()) },
+        KvSlice::F16(v) => {
+            let h = &v[at..at + 16];
+            // SAFETY: AVX-512 F (the caller's); `half::f16` is a transparent u16, so `h` is
+            // 32 bytes.
+            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().cast())) }
+        }
+        KvSlice::Q8_0(v) => {
+            let b = &v[at / 32];
+            let q = &b.qs[at % 32..at % 32 + 16];
+            let scale = f16_to_f32(b.d);
+            // SAFETY: AVX-512 F (the caller's); `q` holds 16 bytes.
+            unsafe {
+                let q = _mm_loadu_si128(q.as_ptr().cast());
+                let x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+                _mm512_mul_ps(x, _mm512_set1_ps(scale))
+            }
+        }
+    }
+}
+
+/// `kt[c * TILE + j] = key_j[c]` for the tile's key rows (offsets into `kv.keys`): 16×16
+/// blocks transposed in registers (unpack, then 128-bit lane shuffles).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn transpose_keys(kv: TypedKv<'_>, rows: &[usize; TILE], kt: &mut [f32]) {
+    let d = kv.dim;
+    for c in (0..d).step_by(16) {
+        // A loop, not `array::from_fn`: a closure there is not inlined into this function.
+        let mut r = [_mm512_setzero_ps(); 16];
+        for (x, &row) in r.iter_mut().zip(rows) {
+            // SAFETY: every row holds the head's `d` columns (caller), c + 16 <= d.
+            *x = unsafe { load16(kv.keys, row + c) };
+        }
+        let t = transpose16(r);
+        for (i, v) in t.iter().enumerate() {
+            let at = &mut kt[(c + i) * TILE..(c + i + 1) * TILE];
+            // SAFETY: `at` holds 16 floats.
+            unsafe { _mm512_storeu_ps(at.as_mut_ptr(), *v) };
+        }
+    }
+}
+
+/// The 16×16 transpose of `r` (row j in, column j out).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+    // Interleave pairs of rows, then pairs of pairs: each 128-bit lane holds a 4×4 block.
+    let t: [__m512; 16] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm512_unpacklo_ps(a, b)
+        } else {
+            _mm512_unpackhi_ps(a, b)
+        }
+    });
+    let u: [__m512; 16] = std::array::from_fn(|i| {
+        let base = i / 4 * 4;
+        let (a, b) = match i % 4 {
+            0 | 1 => (t[base], t[base + 2]),
+            _ => (t[base + 1], t[base + 3]),
+        };
+        let a = _mm512_castps_pd(a);
+        let b = _mm512_castps_pd(b);
+        _mm512_castpd_ps(if i % 2 == 0 {
+            _mm512_unpacklo_pd(a, b)
+        } else {
+            _mm512_unpackhi_pd(a, b)
+        })
+    });
+    // u[4g + k], 128-bit lane L: column 4L + k of rows 4g..4g + 4. Gather lanes across groups.
+    let v: [__m512; 16] = std::array::from_fn(|i| {
+        let (k, half) = (i % 4, i / 4 % 2);
+        let grp = i / 8 * 2;
+        let (a, b) = (u[4 * grp + k], u[4 * (grp + 1) + k]);
+        if half == 0 {
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b)
+        } else {
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b)
+        }
+    });
+    // v[i] for i < 8 (groups 0, 1): lanes (L0 g0, L2 g0, L0 g1, L2 g1) or the odd lanes.
+    std::array::from_fn(|col| {
+        let (k, lane) = (col % 4, col / 4);
+        let (even, odd) = (v[k + 4 * (lane % 2)], v[8 + k + 4 * (lane % 2)]);
+        if lane < 2 {
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(even, odd)
+        } else {
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(even, odd)
+        }
+    })
+}
+
+/// Scores of queries `live` against the tile: `s[qi] = (q_qi · kt) * scale`, up to eight
+/// queries at a time sharing each load of a transposed key column.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn tile_scores(
+    blk: &RowBlock<'_>,
+    d: usize,
+    live: std::ops::Range<usize>,
+    kt: &[f32],
+    scale: f32,
+    s: &mut [f32],
+) {
+    let mut qi = live.start;
+    while qi < live.end {
+        let n = (live.end - qi).min(8);
+        // SAFETY: forwarded contract; queries `qi..qi + n` are live.
+        unsafe {
+            match n {
+                8 => scores_n::<8>(blk, d, qi, kt, scale, s),
+                7 => scores_n::<7>(blk, d, qi, kt, scale, s),
+                6 => scores_n::<6>(blk, d, qi, kt, scale, s),
+                5 => scores_n::<5>(blk, d, qi, kt, scale, s),
+                4 => scores_n::<4>(blk, d, qi, kt, scale, s),
+                3 => scores_n::<3>(blk, d, qi, kt, scale, s),
+                2 => scores_n::<2>(blk, d, qi, kt, scale, s),
+                _ => scores_n::<1>(blk, d, qi, kt, scale, s),
+            }
+        }
+        qi += n;
+    }
+}
+
+/// `N` queries from `q0` (one FMA chain over the columns per query and lane).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn scores_n<const N: usize>(
+    blk: &RowBlock<'_>,
+    d: usize,
+    q0: usize,
+    kt: &[f32],
+    scale: f32,
+    s: &mut [f32],
+) {
+    let g = blk.g;
+    let qs: [&[f32]; N] =
+        std::array::from_fn(|i| &blk.q[((q0 + i) / g) * blk.q_stride + ((q0 + i) % g) * d..][..d]);
+    let mut acc = [_mm512_setzero_ps(); N];
+    for c in 0..d {
+        // SAFETY: `kt` holds `d * TILE` floats.
+        let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add(c * TILE)) };
+        for i in 0..N {
+            // SAFETY: every query row holds `d` floats.
+            let qc = unsafe { *qs[i].get_unchecked(c) };
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(qc), k, acc[i]);
+        }
+    }
+    let scale = _mm512_set1_ps(scale);
+    for (i, a) in acc.iter().enumerate() {
+        let at = &mut s[(q0 + i) * TILE..(q0 + i + 1) * TILE];
+        // SAFETY: `at` holds one tile.
+        unsafe { _mm512_storeu_ps(at.as_mut_ptr(), _mm512_mul_ps(*a, scale)) };
+    }
+}
+
+/// One tile of a query's online softmax: lanes `lo..=hi` of `s` are its keys, soft-capped when
+/// asked; all 16 lanes become `exp(s - m_new)` (0 outside `lo..=hi`) in place, the running max
+/// `m` and sum `l` are updated, and the factor the old output must be scaled by is returned.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+unsafe fn softmax_tile(
+    s: &mut [f32],
+    lo: usize,
+    hi: usize,
+    softcap: Option<f32>,
+    m: &mut f32,
+    l: &mut f32,
+) -> f32 {
+    if let Some(cap) = softcap {
+        for v in &mut s[lo..=hi] {
+            *v = cap * (*v / cap).tanh();
+        }
+    }
+    let valid: __mmask16 = ((1u32 << (hi + 1)) - (1u32 << lo)) as u16;
+    // SAFETY: `s` holds TILE floats.
+    let v = unsafe { _mm512_loadu_ps(s.as_ptr()) };
+    let v = _mm512_mask_blend_ps(valid, _mm512_set1_ps(f32::NEG_INFINITY), v);
+    let m_new = m.max(_mm512_reduce_max_ps(v));
+    // SAFETY: same target features as this function.
+    let p = unsafe { exp512(_mm512_sub_ps(v, _mm512_set1_ps(m_new))) };
+    let p = _mm512_maskz_mov_ps(valid, p);
+    let corr = if m_new == *m {
+        1.0
+    } else {
+        // SAFETY: as above.
+        _mm_cvtss_f32(_mm512_castps512_ps128(unsafe {
+            exp512(_mm512_set1_ps(*m - m_new))
+        }))
+    };
+    *l = *l * corr + _mm512_reduce_add_ps(p);
+    *m = m_new;
+    // SAFETY: as above.
+    unsafe { _mm512_storeu_ps(s.as_mut_ptr(), p) };
+    corr
+}
+
+/// For the live queries: `acc = acc * corr + Σ_j p[j] · value_j` over all 16 lanes of the tile
+/// (the weight of a lane outside a query's keys is 0), one FMA chain per element in key order;
+/// four queries at a time share each load of a value row, 64 columns at a time.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn accumulate(base: PvAt<'_>, live: std::ops::Range<usize>, acc: &mut [f32]) {
+    let d = base.d;
+    let mut c = 0;
+    while c < d {
+        let w = ((d - c) / 16).min(4);
+        let mut qi = live.start;
+        while qi < live.end {
+            let n = (live.end - qi).min(4);
+            let at = PvAt { qi, c, ..base };
+            // SAFETY: forwarded contract; columns `c..c + 16 * w` lie in the head.
+            unsafe {
+                match (n, w) {
+                    (4, 4) => pv::<4, 4>(at, acc),
+                    (4, 3) => pv::<4, 3>(at, acc),
+                    (4, 2) => pv::<4, 2>(at, acc),
+                    (4, _) => pv::<4, 1>(at, acc),
+                    (3, 4) => pv::<3, 4>(at, acc),
+                    (3, 3) => pv::<3, 3>(at, acc),
+                    (3, 2) => pv::<3, 2>(at, acc),
+                    (3, _) => pv::<3, 1>(at, acc),
+                    (2, 4) => pv::<2, 4>(at, acc),
+                    (2, 3) => pv::<2, 3>(at, acc),
+                    (2, 2) => pv::<2, 2>(at, acc),
+                    (2, _) => pv::<2, 1>(at, acc),
+                    (_, 4) => pv::<1, 4>(at, acc),
+                    (_, 3) => pv::<1, 3>(at, acc),
+                    (_, 2) => pv::<1, 2>(at, acc),
+                    (_, _) => pv::<1, 1>(at, acc),
+                }
+            }
+            qi += n;
+        }
+        c += 16 * w;
+    }
+}
+
+/// Where one `pv` call works: value rows at offsets `rows` of `vals` (`d` wide), queries from
+/// `qi`, columns from `c`.
+#[derive(Clone, Copy)]
+struct PvAt<'a> {
+    vals: &'a [f32],
+    rows: &'a [usize; TILE],
+    d: usize,
+    s: &'a [f32],
+    corr: &'a [f32],
+    qi: usize,
+    c: usize,
+}
+
+/// `Q` queries × `W` vectors of columns of [`accumulate`].
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn pv<const Q: usize, const W: usize>(at: PvAt<'_>, acc: &mut [f32]) {
+    let d = at.d;
+    let base = |i: usize| (at.qi + i) * d + at.c;
+    let mut a = [[_mm512_setzero_ps(); W]; Q];
+    for i in 0..Q {
+        let corr = _mm512_set1_ps(at.corr[at.qi + i]);
+        let row = &acc[base(i)..base(i) + 16 * W];
+        for w in 0..W {
+            // SAFETY: `row` holds 16 * W floats.
+            a[i][w] = _mm512_mul_ps(unsafe { _mm512_loadu_ps(row.as_ptr().add(16 * w)) }, corr);
+        }
+    }
+    for (j, &r) in at.rows.iter().enumerate() {
+        let v = &at.vals[r + at.c..r + at.c + 16 * W];
+        let mut vs = [_mm512_setzero_ps(); W];
+        for (w, x) in vs.iter_mut().enumerate() {
+            // SAFETY: `v` holds 16 * W floats.
+            *x = unsafe { _mm512_loadu_ps(v.as_ptr().add(16 * w)) };
+        }
+        for i in 0..Q {
+            // SAFETY: `s` holds a tile per query.
+            let p = _mm512_set1_ps(unsafe { *at.s.get_unchecked((at.qi + i) * TILE + j) });
+            for w in 0..W {
+                a[i][w] = _mm512_fmadd_ps(p, vs[w], a[i][w]);
+            }
+        }
+    }
+    for i in 0..Q {
+        let row = &mut acc[base(i)..base(i) + 16 * W];
+        for w in 0..W {
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(row.as_mut_ptr().add(16 * w), a[i][w]) };
+        }
+    }
+}
+
+/// e^x for 16 lanes: x = n·ln2 + r, |r| ≤ ln2/2, a degree-6 Taylor polynomial for e^r, scaled
+/// by 2^n with `vscalefps` (which also underflows to 0 and saturates cleanly). −∞ gives 0.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+pub(super) unsafe fn exp512(x: __m512) -> __m512 {
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-104.0));
+    let x = _mm512_min_ps(x, _mm512_set1_ps(88.7));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+        _mm512_mul_ps(x, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    );
+    // ln 2 in two parts (Cephes' C1 + C2) so n·C1 is exact.
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693_359_4), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm512_set1_ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(p, n)
+}
