@@ -155,6 +155,7 @@ fn interleaved_matrices_match_the_ggml_layout() {
         GgmlType::Q4_0,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
+        GgmlType::IQ4NL,
         GgmlType::Q4K,
         GgmlType::Q6K,
     ] {

@@ -104,13 +104,13 @@ const fn shifted(values: [i8; 16], offset: i16) -> [u8; 16] {
     t
 }
 
-const IQ4NL_U: [u8; 16] = shifted(crate::quant::blocks::IQ4NL_VALUES, 128);
+pub(super) const IQ4NL_U: [u8; 16] = shifted(crate::quant::blocks::IQ4NL_VALUES, 128);
 const MXFP4_U: [u8; 16] = shifted(crate::quant::blocks::MXFP4_VALUES, 16);
 
 /// `table[v]` for each byte `v` < 16 of `v` (`vpshufb` in every 128-bit lane).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn lookup(table: &[u8; 16], v: __m512i) -> __m512i {
+pub(super) fn lookup(table: &[u8; 16], v: __m512i) -> __m512i {
     // SAFETY: 16 bytes readable.
     let t = unsafe { _mm_loadu_si128(table.as_ptr().cast()) };
     _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), v)

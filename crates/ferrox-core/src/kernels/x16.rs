@@ -1,9 +1,10 @@
-//! AVX-512 VNNI kernels for Q4_0 / Q5_0 / Q8_0 weights in the 16-row interleaved layout
+//! AVX-512 VNNI kernels for Q4_0 / Q5_0 / Q8_0 / IQ4_NL weights in the 16-row interleaved layout
 //! (`quant::repack`) against Q8_0 activations. `vpdpbusd` (Intel SDM: "Multiply and Add
 //! Unsigned and Signed Bytes") multiplies 4 unsigned weight bytes of each of 16 rows (one row
 //! per i32 lane) by 4 signed activation bytes broadcast to all lanes.
 //!
-//! Weights are unsigned (Q4_0 stores q with x = d·(q − 8), Q5_0 q − 16, Q8_0 is stored + 128);
+//! Weights are unsigned (Q4_0 stores q with x = d·(q − 8), Q5_0 q − 16, Q8_0 is stored + 128,
+//! IQ4_NL's nibbles index its codebook shifted by 128 with one `vpshufb`);
 //! each block's integer sum starts at −offset·Σa, so it is exact. Per block and token one
 //! conversion and one FMA with d_w·d_a update 16 rows at once.
 //!
@@ -34,7 +35,8 @@ pub(crate) struct Acts<'a> {
 /// and every token `k < nt`.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C. `ty` is Q4_0, Q5_0 or Q8_0;
+/// The CPU must support AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C. `ty` is Q4_0, Q5_0, Q8_0 or
+/// IQ4_NL;
 /// `w` is whole interleaved groups of rows `cols` wide; `a` holds at least `nt` rows of
 /// `cols / 32` blocks; `nt <= MAX_TOKENS`; `y` is valid for writes at every index above.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -63,6 +65,7 @@ pub(crate) unsafe fn gemm(
                 let q = match ty {
                     GgmlType::Q4_0 => (unpack_q4_0(p.add(32)), 3),
                     GgmlType::Q5_0 => (unpack_q5_0(p.add(32)), 4),
+                    GgmlType::IQ4NL => (unpack_iq4nl(p.add(32)), 7),
                     _ => (load_q8_0(p.add(32)), 7),
                 };
                 (q.0, q.1, _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())))
@@ -107,6 +110,19 @@ unsafe fn unpack_q4_0(qs: *const u8) -> [__m512i; 8] {
         let v = unsafe { _mm512_loadu_si512(qs.add(64 * p).cast()) };
         out[2 * p] = _mm512_and_si512(v, m);
         out[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m);
+    }
+    out
+}
+
+/// As `unpack_q4_0` for an IQ4_NL tile (the same nibbles): each becomes its codebook value
+/// + 128.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn unpack_iq4nl(qs: *const u8) -> [__m512i; 8] {
+    // SAFETY: forwarded (a tile's 256 bytes of nibbles).
+    let mut out = unsafe { unpack_q4_0(qs) };
+    for v in &mut out {
+        *v = super::avx512::lookup(&super::avx512::IQ4NL_U, *v);
     }
     out
 }

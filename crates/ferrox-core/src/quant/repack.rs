@@ -10,6 +10,7 @@
 //! - Q5_0 (352 B): d[16], qh[16] as u32 with bit `c` of byte `b` = bit 4 of q(i, 4c + b), then
 //!   the Q4_0 nibbles.
 //! - Q8_0 (544 B): d[16], then 8 × 64 B: vector c, lane i, byte b = q(i, 4c + b) + 128.
+//! - IQ4_NL (288 B): as Q4_0 (its blocks are laid out alike; the nibbles index the codebook).
 //! - Q4_K and Q6_K: see `repack_k`.
 
 use super::blocks::{BlockQ4_0, BlockQ5_0, BlockQ8_0};
@@ -21,7 +22,7 @@ pub const X16: usize = 16;
 /// Whether `ty` has an interleaved layout (and kernels for it).
 pub fn has_layout(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q5_0 | Q8_0 | Q4K | Q6K)
+    matches!(ty, Q4_0 | Q5_0 | Q8_0 | IQ4NL | Q4K | Q6K)
 }
 
 /// Interleaves `src` (`rows` × `row_bytes` in ggml layout, `rows` a multiple of 16) into `dst`.
@@ -36,7 +37,7 @@ pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
     let group = X16 * row_bytes;
     for (s, d) in src.chunks_exact(group).zip(dst.chunks_exact_mut(group)) {
         match ty {
-            GgmlType::Q4_0 => repack_q4_0(s, cols, d),
+            GgmlType::Q4_0 | GgmlType::IQ4NL => repack_q4_0(s, cols, d),
             GgmlType::Q5_0 => repack_q5_0(s, cols, d),
             GgmlType::Q8_0 => repack_q8_0(s, cols, d),
             GgmlType::Q4K => super::repack_k::repack_q4k(s, cols, d),
@@ -54,7 +55,7 @@ pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u
     let g = &data[r / X16 * group..(r / X16 + 1) * group];
     let lane = r % X16;
     match ty {
-        GgmlType::Q4_0 => unpack_q4_0(g, cols, lane, dst),
+        GgmlType::Q4_0 | GgmlType::IQ4NL => unpack_q4_0(g, cols, lane, dst),
         GgmlType::Q5_0 => unpack_q5_0(g, cols, lane, dst),
         GgmlType::Q8_0 => unpack_q8_0(g, cols, lane, dst),
         GgmlType::Q4K => super::repack_k::unpack_row_q4k(g, cols, lane, dst),
@@ -235,7 +236,12 @@ mod tests {
 
     #[test]
     fn repack_then_unpack_is_identity() {
-        for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::IQ4NL,
+        ] {
             for cols in [32, 96, 896] {
                 let row_bytes = ty.row_bytes(cols).unwrap();
                 let src = random_bytes(32 * row_bytes, cols as u64);
