@@ -205,7 +205,7 @@ fn gemm_batch_over_gathered_rows_equals_gemv() {
     use ferrox_core::quant::ActBuf;
     use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(25);
-    for ty in [Q4K, Q6K, Q5_0, Q8_0, Q4_1, IQ4XS, F32] {
+    for ty in [Q4K, Q6K, Q5_0, Q8_0, IQ4NL, Q4_1, IQ4XS, F32] {
         for (rows, cols) in [(16, 256), (272, 512)] {
             let mats: Vec<WeightMatrix> = (0..3)
                 .map(|_| random_matrix(&mut rng, ty, rows, cols).interleave())
