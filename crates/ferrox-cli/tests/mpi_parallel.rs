@@ -310,35 +310,10 @@ fn drafts(stderr: &str) -> (u64, u64) {
 /// four at once over two slots — two sequences per step, so pipelined steps carry two
 /// micro-batches) equal `ferrox run`'s text; a drain stops every rank cleanly.
 fn serve_under(ranks: usize, flag: &str, model: &str, want: &str) {
-    use std::io::{BufRead, BufReader};
-    let mut child = mpiexec(ranks)
-        .args([
-            "serve",
-            "-m",
-            model,
-            "--port",
-            "0",
-            "--parallel",
-            "2",
-            "-t",
-            "1",
-        ])
-        .args(["--api-key", "test-key", flag])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("server exited before listening")
-            .unwrap();
-        if let Some(rest) = line.split("http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let mut cmd = mpiexec(ranks);
+    cmd.args(["serve", "-m", model, "--port", "0", "--parallel", "2"])
+        .args(["-t", "1", "--api-key", "test-key", flag]);
+    let (mut server, addr) = common::serve_with(cmd);
     let v = common::server::python_json(
         "openai_client.py",
         &[
@@ -375,7 +350,7 @@ fn serve_under(ranks: usize, flag: &str, model: &str, want: &str) {
     let stopped = drain.is_ok() && {
         let t0 = std::time::Instant::now();
         loop {
-            if let Ok(Some(st)) = child.try_wait() {
+            if let Ok(Some(st)) = server.child().try_wait() {
                 break st.success();
             }
             if t0.elapsed().as_secs() > 60 {
@@ -384,9 +359,6 @@ fn serve_under(ranks: usize, flag: &str, model: &str, want: &str) {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     };
-    if !stopped {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    // Not stopped: dropping `server` kills it.
     assert!(stopped, "mpiexec did not exit 0 after the drain");
 }

@@ -88,6 +88,12 @@ impl Server {
     pub fn pid(&self) -> u32 {
         self.0.id()
     }
+
+    /// The process, to wait for its exit.
+    #[allow(dead_code)]
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.0
+    }
 }
 
 impl Drop for Server {
@@ -99,9 +105,14 @@ impl Drop for Server {
 
 /// `ferrox serve -m MODEL --port 0 ARGS...` once it listens, and its address.
 pub fn serve(model: &str, args: &[&str]) -> (Server, String) {
-    let mut child = command()
-        .args(["serve", "-m", model, "--port", "0"])
-        .args(args)
+    let mut cmd = command();
+    cmd.args(["serve", "-m", model, "--port", "0"]).args(args);
+    serve_with(cmd)
+}
+
+/// Spawns `cmd` (a `serve` on port 0, perhaps under a launcher) and waits until it listens.
+pub fn serve_with(mut cmd: Command) -> (Server, String) {
+    let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

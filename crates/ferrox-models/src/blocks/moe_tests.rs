@@ -72,6 +72,20 @@ fn reference(b: &MoeBlock, x: &[f32], n: usize) -> Vec<f32> {
     out
 }
 
+/// The block's output for `n` rows of 12 at once, and its largest difference from the
+/// per-token reference.
+fn batch_vs_reference(b: &MoeBlock, x: &[f32], n: usize) -> (Vec<f32>, f32) {
+    let mut out = vec![0f32; n * 12];
+    b.forward_rows(x, n, &mut out);
+    let want = reference(b, x, n);
+    let max = out
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    (out, max)
+}
+
 #[test]
 fn grouped_batch_matches_per_token_reference() {
     for (scoring, groups, shared) in [
@@ -83,14 +97,7 @@ fn grouped_batch_matches_per_token_reference() {
         let x: Vec<f32> = (0..n * 12)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) / 5.0)
             .collect();
-        let mut out = vec![0f32; n * 12];
-        b.forward_rows(&x, n, &mut out);
-        let want = reference(&b, &x, n);
-        let max = out
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let (out, max) = batch_vs_reference(&b, &x, n);
         assert!(max < 1e-5, "{scoring:?}: {max}");
         // Batch invariance: token 3 alone gives the same bits.
         let mut one = vec![0f32; 12];
@@ -162,14 +169,7 @@ fn mixed_experts_run_one_by_one() {
     let x: Vec<f32> = (0..n * 12)
         .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)
         .collect();
-    let mut out = vec![0f32; n * 12];
-    b.forward_rows(&x, n, &mut out);
-    let want = reference(&b, &x, n);
-    let max = out
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let (out, max) = batch_vs_reference(&b, &x, n);
     assert!(max < 1e-5, "{max}");
     let mut one = vec![0f32; 12];
     b.forward_rows(&x[24..36], 1, &mut one);
