@@ -136,6 +136,19 @@ fn bench_gemv_gemm() {
         (GgmlType::Q8_0, 4864, 896),
         (GgmlType::Q5_0, 896, 896),
         (GgmlType::Q8_0, 151936, 896),
+        // The 256-element low-bit types as llama-quantize writes the 0.5B's ffn_down.
+        (GgmlType::Q2K, 896, 4864),
+        (GgmlType::Q3K, 896, 4864),
+        (GgmlType::IQ4XS, 896, 4864),
+        (GgmlType::IQ3S, 896, 4864),
+        (GgmlType::IQ3XXS, 896, 4864),
+        (GgmlType::IQ2S, 896, 4864),
+        (GgmlType::IQ2XS, 896, 4864),
+        (GgmlType::IQ2XXS, 896, 4864),
+        (GgmlType::IQ1M, 896, 4864),
+        (GgmlType::IQ1S, 896, 4864),
+        (GgmlType::TQ2_0, 896, 4864),
+        (GgmlType::TQ1_0, 896, 4864),
     ];
     for (ty, r, c) in cases {
         if !KNOBS.only.is_empty() && !KNOBS.only.contains(&ty.name()) {

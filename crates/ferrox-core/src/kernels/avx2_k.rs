@@ -20,29 +20,6 @@ use crate::quant::iq_grids::*;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
-/// The Q8_K-paired types and their super-block decoders, run through `$rows` (the AVX2 or
-/// the AVX-512 row loop): the one table a new type joins.
-macro_rules! q8k_dispatch {
-    ($rows:ident, $ty:expr, $w:expr, $y:expr, $out:expr, $isa:literal) => {
-        match $ty {
-            GgmlType::Q2K => $rows::<NT, _, true>($w, $y, $out, |x| dec_q2k(x)),
-            GgmlType::Q3K => $rows::<NT, _, false>($w, $y, $out, |x| dec_q3k(x)),
-            GgmlType::IQ4XS => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq4xs(x)),
-            GgmlType::IQ2XXS => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq2xxs(x)),
-            GgmlType::IQ2XS => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq2xs(x)),
-            GgmlType::IQ2S => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq2s(x)),
-            GgmlType::IQ3XXS => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq3xxs(x)),
-            GgmlType::IQ3S => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq3s(x)),
-            GgmlType::IQ1S => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq1s(x)),
-            GgmlType::IQ1M => $rows::<NT, _, false>($w, $y, $out, |x| dec_iq1m(x)),
-            GgmlType::TQ1_0 => $rows::<NT, _, false>($w, $y, $out, |x| dec_tq1_0(x)),
-            GgmlType::TQ2_0 => $rows::<NT, _, false>($w, $y, $out, |x| dec_tq2_0(x)),
-            other => unreachable!(concat!("no ", $isa, " Q8_K kernel for {:?}"), other),
-        }
-    };
-}
-pub(super) use q8k_dispatch;
-
 /// Whether `ty` has a kernel here.
 pub(super) fn has_kernel(ty: GgmlType) -> bool {
     use GgmlType::*;
@@ -64,7 +41,23 @@ pub(super) fn row<const NT: usize>(
     fn b<B: Block>(w: &[u8]) -> &[B] {
         as_blocks(w).expect("whole blocks")
     }
-    q8k_dispatch!(rows, ty, b(w), y, out, "AVX2")
+    // The Q8_K-paired types and their decoders (a new type joins this table and
+    // `avx512_q8k::row`'s).
+    match ty {
+        GgmlType::Q2K => rows::<NT, _, true>(b(w), y, out, |x| dec_q2k(x)),
+        GgmlType::Q3K => rows::<NT, _, false>(b(w), y, out, |x| dec_q3k(x)),
+        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq4xs(x)),
+        GgmlType::IQ2XXS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq2xxs(x)),
+        GgmlType::IQ2XS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq2xs(x)),
+        GgmlType::IQ2S => rows::<NT, _, false>(b(w), y, out, |x| dec_iq2s(x)),
+        GgmlType::IQ3XXS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq3xxs(x)),
+        GgmlType::IQ3S => rows::<NT, _, false>(b(w), y, out, |x| dec_iq3s(x)),
+        GgmlType::IQ1S => rows::<NT, _, false>(b(w), y, out, |x| dec_iq1s(x)),
+        GgmlType::IQ1M => rows::<NT, _, false>(b(w), y, out, |x| dec_iq1m(x)),
+        GgmlType::TQ1_0 => rows::<NT, _, false>(b(w), y, out, |x| dec_tq1_0(x)),
+        GgmlType::TQ2_0 => rows::<NT, _, false>(b(w), y, out, |x| dec_tq2_0(x)),
+        other => unreachable!("no AVX2 Q8_K kernel for {other:?}"),
+    }
 }
 
 /// One decoded super-block: magnitudes, signs, scales per 32 weights (`[s_lo ×8 | s_hi ×8]`
@@ -418,7 +411,7 @@ pub(super) fn dec_iq3s(b: &BlockIQ3S) -> Sb {
 }
 
 /// `IQ1S_GRID` times 8 (bytes −8, 0, 8).
-const IQ1S_GRID8: [u64; 2048] = {
+pub(super) const IQ1S_GRID8: [u64; 2048] = {
     let mut t = [0u64; 2048];
     let mut i = 0;
     while i < 2048 {

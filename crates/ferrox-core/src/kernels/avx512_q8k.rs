@@ -1,20 +1,50 @@
-//! AVX-512 (F, BW) kernels for the types of `avx2_k` (Q2_K, Q3_K, IQ4_XS, the IQ1 / IQ2 / IQ3
-//! types, TQ1_0, TQ2_0): the same decoded super-blocks (`avx2_k::Sb`, magnitudes, signs,
-//! scales), joined into 64-byte vectors once per block, then per token the integer work at
-//! twice the width — signs applied with a masked subtraction (AVX-512 has no `vpsignb`),
-//! `vpmaddubsw` and `vpmaddwd` with the scales, exact i32 lanes — and one fused multiply-add
-//! with the block's float factor into 16 f32 lanes, reduced once per row.
+//! AVX-512 (F, BW, VL) kernels for the types of `avx2_k` (Q2_K, Q3_K, IQ4_XS, the IQ1 / IQ2 /
+//! IQ3 types, TQ1_0, TQ2_0): the same decoded super-blocks as `avx2_k::Sb` (magnitudes, signs,
+//! scales — ggml-cpu/arch/x86/quants.c `ggml_vec_dot_*_q8_K` compute the same integer sums),
+//! but built 64 bytes at a time straight from the block: grid lookups are gathers, sign bits
+//! are the lane masks themselves, scales are spread with one `vpermw`. At one token (decode)
+//! the super-block's decode is most of the work, so this is where the speed is.
 //!
-//! Tokens go in groups of up to 8 sharing one decode; each token's instruction sequence is the
-//! same whatever the group, so gemm rows equal gemv bit for bit.
+//! Per token: signs applied with a masked subtraction (AVX-512 has no `vpsignb`),
+//! `vpmaddubsw` and `vpmaddwd` with the scales, exact i32 lanes — and one fused multiply-add
+//! with the block's float factor into 16 f32 lanes, reduced once per row. Tokens go in groups
+//! of up to 8 sharing one decode; each token's instruction sequence is the same whatever the
+//! group, so gemm rows equal gemv bit for bit. A native decoder yields exactly the vectors of
+//! the AVX2 decoder joined in pairs (tested), so the lane sums do not depend on which ran.
 
 #![allow(clippy::needless_range_loop)]
 
 use super::avx2_k::{self, Sb};
 use super::BlockArgs;
 use crate::quant::blocks::*;
+use crate::quant::iq_grids::*;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
+
+/// `[e(0), e(1), e(2), e(3)]` written out: closures passed to `array::from_fn` / `map` are
+/// not always inlined, and a vector crossing such a call goes through memory.
+macro_rules! x4 {
+    (|$j:ident| $e:expr) => {
+        [
+            {
+                let $j = 0usize;
+                $e
+            },
+            {
+                let $j = 1usize;
+                $e
+            },
+            {
+                let $j = 2usize;
+                $e
+            },
+            {
+                let $j = 3usize;
+                $e
+            },
+        ]
+    };
+}
 
 /// The types with a kernel here.
 pub(super) fn has_kernel(ty: GgmlType) -> bool {
@@ -70,14 +100,41 @@ fn block(a: BlockArgs<'_>, out: &mut [f32]) {
     }
 }
 
+/// The decoder of each type: this file's native one, or (IQ4_XS, already vector-decoded
+/// 32 bytes at a time) the AVX2 decoder's vectors joined.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn row<const NT: usize>(ty: GgmlType, w: &[u8], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
     fn b<B: Block>(w: &[u8]) -> &[B] {
         as_blocks(w).expect("whole blocks")
     }
-    use avx2_k::*;
-    q8k_dispatch!(rows, ty, b(w), y, out, "AVX-512")
+    match ty {
+        GgmlType::Q2K => rows::<NT, _, true>(b(w), y, out, |x| unsafe { dec_q2k(x) }),
+        GgmlType::Q3K => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_q3k(x) }),
+        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| widen(avx2_k::dec_iq4xs(x))),
+        GgmlType::IQ2XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xxs(x) }),
+        GgmlType::IQ2XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xs(x) }),
+        GgmlType::IQ2S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2s(x) }),
+        GgmlType::IQ3XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3xxs(x) }),
+        GgmlType::IQ3S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3s(x) }),
+        GgmlType::IQ1S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1s(x) }),
+        GgmlType::IQ1M => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1m(x) }),
+        GgmlType::TQ1_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq1_0(x) }),
+        GgmlType::TQ2_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq2_0(x) }),
+        other => unreachable!("no AVX-512 Q8_K kernel for {other:?}"),
+    }
+}
+
+/// One decoded super-block, 64 weights per vector in order: magnitudes `u`, the lanes whose
+/// weight is negative `neg`, i16 scales (`avx2_k::Sb`'s pairs joined), the float factor, and
+/// for Q2_K the mins and their factor.
+pub(super) struct Sb512 {
+    u: [__m512i; 4],
+    neg: [__mmask64; 4],
+    sc: [__m512i; 4],
+    f: f32,
+    mins: __m256i,
+    fmin: f32,
 }
 
 /// Two 32-byte vectors as one 64-byte vector (`a` low).
@@ -87,14 +144,28 @@ fn join(a: __m256i, b: __m256i) -> __m512i {
     _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1)
 }
 
-/// As `avx2_k::rows`, 64 bytes at a time.
+/// An AVX2-decoded super-block as [`Sb512`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn widen(sb: Sb) -> Sb512 {
+    Sb512 {
+        u: x4!(|j| join(sb.u[2 * j], sb.u[2 * j + 1])),
+        neg: x4!(|j| _mm512_movepi8_mask(join(sb.s[2 * j], sb.s[2 * j + 1]))),
+        sc: x4!(|j| join(sb.sc[2 * j], sb.sc[2 * j + 1])),
+        f: sb.f,
+        mins: sb.mins,
+        fmin: sb.fmin,
+    }
+}
+
+/// Σ over the row's blocks of `f·d_y·Σ sc·u·(±y)` (minus `fmin·d_y·Σ mins·bsums`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn rows<const NT: usize, B, const MINS: bool>(
     w: &[B],
     y: [&[BlockQ8K]; NT],
     out: &mut [f32; NT],
-    decode: impl Fn(&B) -> Sb,
+    decode: impl Fn(&B) -> Sb512,
 ) {
     for t in 0..NT {
         assert_eq!(y[t].len(), w.len(), "activation blocks");
@@ -104,19 +175,15 @@ fn rows<const NT: usize, B, const MINS: bool>(
     let mut accm = [_mm256_setzero_ps(); NT];
     for (i, x) in w.iter().enumerate() {
         let sb = decode(x);
-        let u: [__m512i; 4] = std::array::from_fn(|j| join(sb.u[2 * j], sb.u[2 * j + 1]));
-        let neg: [__mmask64; 4] =
-            std::array::from_fn(|j| _mm512_movepi8_mask(join(sb.s[2 * j], sb.s[2 * j + 1])));
-        let sc: [__m512i; 4] = std::array::from_fn(|j| join(sb.sc[2 * j], sb.sc[2 * j + 1]));
         for t in 0..NT {
             let yb = &y[t][i];
             let mut sum = _mm512_setzero_si512();
             for j in 0..4 {
                 // SAFETY: 64 bytes at 64 · j of the 256 quants.
                 let yq = unsafe { _mm512_loadu_si512(yb.qs.as_ptr().add(64 * j).cast()) };
-                let ys = _mm512_mask_sub_epi8(yq, neg[j], zero, yq);
-                let p = _mm512_maddubs_epi16(u[j], ys);
-                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(p, sc[j]));
+                let ys = _mm512_mask_sub_epi8(yq, sb.neg[j], zero, yq);
+                let p = _mm512_maddubs_epi16(sb.u[j], ys);
+                sum = _mm512_add_epi32(sum, _mm512_madd_epi16(p, sb.sc[j]));
             }
             let f = _mm512_set1_ps(sb.f * yb.d);
             acc[t] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(sum), acc[t]);
@@ -131,5 +198,722 @@ fn rows<const NT: usize, B, const MINS: bool>(
     for t in 0..NT {
         let s = _mm512_reduce_add_ps(acc[t]);
         out[t] = if MINS { s - avx2_k::hsum(accm[t]) } else { s };
+    }
+}
+
+// ---- decoding helpers ---------------------------------------------------------------------
+
+/// `N` bytes of `p` from `at` as a little-endian integer (N ≤ 8).
+#[inline(always)]
+fn le<const N: usize>(p: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b[..N].copy_from_slice(&p[at..at + N]);
+    u64::from_le_bytes(b)
+}
+
+/// An f16 scale as f32 (F16C: exact, as `f16_to_f32`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn f16(b: [u8; 2]) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(
+        _mm_cvtsi32_si128(u16::from_le_bytes(b) as i32),
+    ))
+}
+
+/// 32 bytes of `p` from `at` in both halves.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn bcast32(p: &[u8], at: usize) -> __m512i {
+    let p = &p[at..at + 32];
+    // SAFETY: 32 bytes readable (sliced above).
+    _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(p.as_ptr().cast()) })
+}
+
+/// 16 bytes of `p` from `at`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn load16(p: &[u8], at: usize) -> __m128i {
+    let p = &p[at..at + 16];
+    // SAFETY: 16 bytes readable (sliced above).
+    unsafe { _mm_loadu_si128(p.as_ptr().cast()) }
+}
+
+/// A vector of 32 i16 from an array.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn v16(a: &[i16; 32]) -> __m512i {
+    // SAFETY: 64 bytes.
+    unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
+}
+
+/// i16 lane `m` of scale vector `j` is the scale of weights `64·j + 2·m, +1`: with one scale
+/// per 16 weights that is scale `4·j + m/8`, with one per 32, scale `2·j + m/16`.
+const PER16: [[i16; 32]; 4] = idx_table(16);
+const PER32: [[i16; 32]; 4] = idx_table(32);
+
+const fn idx_table(group: usize) -> [[i16; 32]; 4] {
+    let mut t = [[0i16; 32]; 4];
+    let mut j = 0;
+    while j < 4 {
+        let mut m = 0;
+        while m < 32 {
+            t[j][m] = ((64 * j + 2 * m) / group) as i16;
+            m += 1;
+        }
+        j += 1;
+    }
+    t
+}
+
+/// The four scale vectors from 16 i16 scales (one per 16 weights).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn spread16(s: __m256i) -> [__m512i; 4] {
+    let s = _mm512_castsi256_si512(s);
+    x4!(|j| _mm512_permutexvar_epi16(v16(&PER16[j]), s))
+}
+
+/// The four scale vectors from 8 i16 scales (one per 32 weights).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn spread32(s: __m128i) -> [__m512i; 4] {
+    let s = _mm512_castsi128_si512(s);
+    x4!(|j| _mm512_permutexvar_epi16(v16(&PER32[j]), s))
+}
+
+/// The 2-bit fields of weights `64·j ..` in a Q2_K / Q3_K / TQ2_0 half block `q` (its 32
+/// bytes in both halves): field `2·j` of each byte in the low half, `2·j + 1` in the high
+/// (weight `32·k + l` of a 128-weight half is bits `2k..2k+1` of byte `l`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn two_bits(q: __m512i, j: usize) -> __m512i {
+    let sh = 4 * (j % 2) as i16;
+    let cnt = join(_mm256_set1_epi16(sh), _mm256_set1_epi16(sh + 2));
+    _mm512_and_si512(_mm512_srlv_epi16(q, cnt), _mm512_set1_epi8(3))
+}
+
+/// 32 seven-bit sign indices (i16 lanes, one per 8 weights in order) as ggml's
+/// `ksigns_iq2xs` bytes — the index with its parity in bit 7 — i.e. the lane masks of the
+/// block's four vectors (bit set: negative weight).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn ksigns(s: __m512i) -> [u64; 4] {
+    let mut p = _mm512_xor_si512(s, _mm512_srli_epi16(s, 4));
+    p = _mm512_xor_si512(p, _mm512_srli_epi16(p, 2));
+    p = _mm512_xor_si512(p, _mm512_srli_epi16(p, 1));
+    let p = _mm512_slli_epi16(_mm512_and_si512(p, _mm512_set1_epi16(1)), 7);
+    let b = _mm512_cvtepi16_epi8(_mm512_or_si512(s, p));
+    [
+        _mm256_extract_epi64::<0>(b) as u64,
+        _mm256_extract_epi64::<1>(b) as u64,
+        _mm256_extract_epi64::<2>(b) as u64,
+        _mm256_extract_epi64::<3>(b) as u64,
+    ]
+}
+
+/// The 32 seven-bit sign fields of eight u32 words (four each, bits 0..28) as i16 lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn sign_fields(words: __m256i) -> __m512i {
+    let w = _mm512_castsi256_si512(words);
+    let shift = _mm512_setr_epi32(0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21, 0, 7, 14, 21);
+    let m = _mm512_set1_epi32(127);
+    let half = |k: i32| {
+        let idx = _mm512_setr_epi32(
+            k,
+            k,
+            k,
+            k,
+            k + 1,
+            k + 1,
+            k + 1,
+            k + 1,
+            k + 2,
+            k + 2,
+            k + 2,
+            k + 2,
+            k + 3,
+            k + 3,
+            k + 3,
+            k + 3,
+        );
+        let f = _mm512_and_si512(
+            _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, w), shift),
+            m,
+        );
+        _mm512_cvtepi32_epi16(f)
+    };
+    join(half(0), half(4))
+}
+
+/// Signed weights `v` as magnitudes and the negative lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn split(v: __m512i) -> (__m512i, __mmask64) {
+    (_mm512_abs_epi8(v), _mm512_movepi8_mask(v))
+}
+
+/// Eight u64 grid entries in order (the grids' 8 weights each), from scalar loads: on
+/// Zen 4 these beat `vpgatherqq`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn grid8(grid: &[u64], idx: impl Fn(usize) -> usize) -> __m512i {
+    let g = |k: usize| grid[idx(k)] as i64;
+    let q = |k: usize| _mm_set_epi64x(g(2 * k + 1), g(2 * k));
+    join(_mm256_set_m128i(q(1), q(0)), _mm256_set_m128i(q(3), q(2)))
+}
+
+/// Sixteen u32 grid entries.
+///
+/// # Safety
+/// Every lane of `idx` is below `grid.len()`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn gather32(grid: &'static [u32], idx: __m512i) -> __m512i {
+    // SAFETY: indices in range (the caller's contract).
+    unsafe { _mm512_i32gather_epi32::<4>(idx, grid.as_ptr().cast()) }
+}
+
+static G_IQ3XXS: &[u32; 256] = &IQ3XXS_GRID;
+static G_IQ3S: &[u32; 512] = &IQ3S_GRID;
+
+/// 4-bit scales, two per byte, as `2·s + 1` i16 (one per 16 weights: IQ2_XS, IQ2_S).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn odd_nibbles16(scales: &[u8; 8]) -> __m256i {
+    let b = _mm_cvtsi64_si128(u64::from_le_bytes(*scales) as i64);
+    let m = _mm_set1_epi8(0x0F);
+    let n = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    let s = _mm256_cvtepu8_epi16(n);
+    _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1))
+}
+
+/// Eight `2·s + 1` scales (one per 32 weights) from their 4-bit values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn odd8(s: [u32; 8]) -> __m128i {
+    let v = _mm256_setr_epi32(
+        s[0] as i32,
+        s[1] as i32,
+        s[2] as i32,
+        s[3] as i32,
+        s[4] as i32,
+        s[5] as i32,
+        s[6] as i32,
+        s[7] as i32,
+    );
+    let v = _mm256_cvtepi32_epi16(v);
+    _mm_add_epi16(_mm_add_epi16(v, v), _mm_set1_epi16(1))
+}
+
+// ---- per-type decoders (each equal to `avx2_k`'s, joined; see the tests) ------------------
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_q2k(b: &BlockQ2K) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let q = [bcast32(&b.qs, 0), bcast32(&b.qs, 32)];
+        let sb = load16(&b.scales, 0);
+        let m = _mm_set1_epi8(0x0F);
+        Sb512 {
+            u: x4!(|j| two_bits(q[j / 2], j)),
+            neg: [0; 4],
+            sc: spread16(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m))),
+            f: f16(b.d),
+            mins: _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m)),
+            fmin: f16(b.dmin),
+        }
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_q3k(b: &BlockQ3K) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let q = [bcast32(&b.qs, 0), bcast32(&b.qs, 32)];
+        let hm = bcast32(&b.hmask, 0);
+        let four = _mm512_set1_epi8(4);
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        for j in 0..4 {
+            let low = two_bits(q[j / 2], j);
+            // The high bit of weight 32·k + l is bit k of hmask[l]: bit 2j (low half), 2j + 1.
+            let bit = join(
+                _mm256_set1_epi8(1 << (2 * j)),
+                _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8),
+            );
+            // Clear high bit: q = low − 4 < 0, magnitude 4 − low.
+            let clear = _mm512_testn_epi8_mask(hm, bit);
+            u[j] = _mm512_mask_sub_epi8(low, clear, four, low);
+            neg[j] = clear;
+        }
+        // The 6-bit scales: low nibbles in bytes 0..8, high 2-bit pairs in bytes 8..12.
+        let a = |i: usize| le::<4>(&b.scales, 4 * i) as u32;
+        let (a0, a1, t) = (a(0), a(1), a(2));
+        let (k1, k2) = (0x0303_0303u32, 0x0F0F_0F0Fu32);
+        let s = [
+            (a0 & k2) | ((t & k1) << 4),
+            (a1 & k2) | (((t >> 2) & k1) << 4),
+            ((a0 >> 4) & k2) | (((t >> 4) & k1) << 4),
+            ((a1 >> 4) & k2) | (((t >> 6) & k1) << 4),
+        ];
+        let s = _mm_sub_epi8(
+            _mm_setr_epi32(s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32),
+            _mm_set1_epi8(32),
+        );
+        Sb512 {
+            u,
+            neg,
+            sc: spread16(_mm256_cvtepi8_epi16(s)),
+            f: f16(b.d),
+            mins: _mm256_setzero_si256(),
+            fmin: 0.0,
+        }
+    }
+}
+
+/// A block without mins.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn signed(u: [__m512i; 4], neg: [__mmask64; 4], sc: [__m512i; 4], f: f32) -> Sb512 {
+    Sb512 {
+        u,
+        neg,
+        sc,
+        f,
+        mins: _mm256_setzero_si256(),
+        fmin: 0.0,
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        // Per 32 weights a u64: 4 grid bytes, then a u32 of four 7-bit sign indices and the scale.
+        let w = |ib: usize| le::<8>(&b.qs, 8 * ib);
+        let u = x4!(|j| {
+            let (w0, w1) = (w(2 * j), w(2 * j + 1));
+            grid8(&IQ2XXS_GRID, |k| {
+                (if k < 4 {
+                    w0 >> (8 * k)
+                } else {
+                    w1 >> (8 * k - 32)
+                } & 0xFF) as usize
+            })
+        });
+        // 64 bytes; the odd u32 words are the sign/scale words.
+        let v = _mm512_loadu_si512(b.qs.as_ptr().cast());
+        let words = _mm512_cvtepi64_epi32(_mm512_srli_epi64(v, 32));
+        let sc = std::array::from_fn(|ib| (w(ib) >> 60) as u32);
+        signed(
+            u,
+            ksigns(sign_fields(words)),
+            spread32(odd8(sc)),
+            f16(b.d) * 0.125,
+        )
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq2xs(b: &BlockIQ2XS) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        // Per 8 weights a u16: the grid index (9 bits) and a 7-bit sign index.
+        let mut u = [_mm512_setzero_si512(); 4];
+        for j in 0..4 {
+            let (w0, w1) = (le::<8>(&b.qs, 16 * j), le::<8>(&b.qs, 16 * j + 8));
+            u[j] = grid8(&IQ2XS_GRID, |k| {
+                (if k < 4 {
+                    w0 >> (16 * k)
+                } else {
+                    w1 >> (16 * k - 64)
+                } & 511) as usize
+            });
+        }
+        // 64 bytes.
+        let v = _mm512_loadu_si512(b.qs.as_ptr().cast());
+        signed(
+            u,
+            ksigns(_mm512_srli_epi16(v, 9)),
+            spread16(odd_nibbles16(&b.scales)),
+            f16(b.d) * 0.125,
+        )
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq2s(b: &BlockIQ2S) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        // Grid index: a byte of qs[0..32] and 2 bits of qh (one qh byte per 32 weights); the
+        // sign bits are qs[32..64].
+        let u = x4!(|j| {
+            let (lo, hi) = (le::<8>(&b.qs, 8 * j), le::<2>(&b.qh, 2 * j));
+            grid8(&IQ2S_GRID, |k| {
+                (((lo >> (8 * k)) & 0xFF) | ((hi >> (2 * k)) & 3) << 8) as usize
+            })
+        });
+        let neg = x4!(|j| le::<8>(&b.qs, 32 + 8 * j));
+        signed(u, neg, spread16(odd_nibbles16(&b.scales)), f16(b.d) * 0.125)
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let u = x4!(|j| {
+            let idx = _mm512_cvtepu8_epi32(load16(&b.qs, 16 * j));
+            // Byte indices < 256 = the grid's length.
+            gather32(G_IQ3XXS, idx)
+        });
+        // After the grid bytes, per 32 weights a u32: four 7-bit sign indices and the scale.
+        let words = &b.qs[64..96];
+        // 32 bytes.
+        let ws = _mm256_loadu_si256(words.as_ptr().cast());
+        let sc = std::array::from_fn(|ib| le::<4>(words, 4 * ib) as u32 >> 28);
+        signed(
+            u,
+            ksigns(sign_fields(ws)),
+            spread32(odd8(sc)),
+            f16(b.d) * 0.25,
+        )
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq3s(b: &BlockIQ3S) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        for j in 0..4 {
+            // Grid index: a byte of qs and, as bit 8, one bit of qh (a qh byte per 8 indices).
+            let lo = _mm512_cvtepu8_epi32(load16(&b.qs, 16 * j));
+            let hbits = le::<2>(&b.qh, 2 * j) as u16;
+            let idx = _mm512_mask_or_epi32(lo, hbits, lo, _mm512_set1_epi32(256));
+            // Indices < 512 = the grid's length.
+            u[j] = gather32(G_IQ3S, idx);
+            neg[j] = le::<8>(&b.signs, 8 * j);
+        }
+        let n = |k: usize| ((b.scales[k / 2] >> (4 * (k % 2))) & 0x0F) as u32;
+        signed(u, neg, spread32(odd8(std::array::from_fn(n))), f16(b.d))
+    }
+}
+
+/// An IQ1 vector: the grid entries (times 8) of eight groups plus each group's ±1 shift
+/// (`minus`: bit g set for −1), as magnitudes and negative lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn iq1(idx: impl Fn(usize) -> usize, minus: __mmask8) -> (__m512i, __mmask64) {
+    let g = grid8(&avx2_k::IQ1S_GRID8, idx);
+    let delta = _mm512_mask_blend_epi64(minus, _mm512_set1_epi8(1), _mm512_set1_epi8(-1));
+    split(_mm512_add_epi8(g, delta))
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq1s(b: &BlockIQ1S) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        let mut sc = [0u32; 8];
+        // Per 32 weights a u16 of qh: four 3-bit high index parts, the scale, the shift's sign.
+        const SHIFT: [u32; 8] = [0, 3, 6, 9, 16, 19, 22, 25];
+        for j in 0..4 {
+            let lo = le::<8>(&b.qs, 8 * j);
+            let qh = le::<4>(&b.qh, 4 * j) as u32;
+            let minus = (((qh >> 15) & 1) * 0x0F) | (((qh >> 31) & 1) * 0xF0);
+            (u[j], neg[j]) = iq1(
+                |k| ((lo >> (8 * k)) & 0xFF) as usize | (((qh >> SHIFT[k]) & 7) as usize * 256),
+                minus as u8,
+            );
+            (sc[2 * j], sc[2 * j + 1]) = ((qh >> 12) & 7, (qh >> 28) & 7);
+        }
+        signed(u, neg, spread32(odd8(sc)), f16(b.d) * 0.125)
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq1m(b: &BlockIQ1M) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        // A qh nibble per 8 weights: 3 high index bits and the shift's sign.
+        let shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        for j in 0..4 {
+            let lo = le::<8>(&b.qs, 8 * j);
+            let qh = le::<4>(&b.qh, 4 * j) as u32;
+            let nib = _mm256_srlv_epi32(_mm256_set1_epi32(qh as i32), shift);
+            let minus = _mm256_test_epi32_mask(nib, _mm256_set1_epi32(8));
+            (u[j], neg[j]) = iq1(
+                |k| ((lo >> (8 * k)) & 0xFF) as usize | (((qh >> (4 * k)) & 7) as usize * 256),
+                minus,
+            );
+        }
+        // 3-bit scales, four per u16 word (whose top nibbles hold the f16 super-scale).
+        let words = _mm256_set1_epi64x(le::<8>(&b.scales, 0) as i64);
+        let word_of = _mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+        let bit_of = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+        let s = _mm256_srlv_epi16(_mm256_permutexvar_epi16(word_of, words), bit_of);
+        let s = _mm256_and_si256(s, _mm256_set1_epi16(7));
+        let s = _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
+        signed(u, neg, spread16(s), f16(b.d()) * 0.125)
+    }
+}
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_tq2_0(b: &BlockTQ2_0) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let q = [bcast32(&b.qs, 0), bcast32(&b.qs, 32)];
+        let one = _mm512_set1_epi8(1);
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        for j in 0..4 {
+            (u[j], neg[j]) = split(_mm512_sub_epi8(two_bits(q[j / 2], j), one));
+        }
+        signed(u, neg, [_mm512_set1_epi16(1); 4], f16(b.d))
+    }
+}
+
+/// TQ1_0's bytes and base-3 digit multipliers per vector: weights `32n + m` are digit n of
+/// qs[m] (n < 5, m < 32), `160 + 16n + m` digit n of qs[32 + m], `240 + 4n + m` digit n of
+/// qh[m] (n < 4).
+const TQ1_POW: [[u8; 64]; 4] = {
+    let mut t = [[0u8; 64]; 4];
+    let p3 = [1u8, 3, 9, 27, 81];
+    let mut e = 0;
+    while e < 256 {
+        let n = if e < 160 {
+            e / 32
+        } else if e < 240 {
+            (e - 160) / 16
+        } else {
+            (e - 240) / 4
+        };
+        t[e / 64][e % 64] = p3[n];
+        e += 1;
+    }
+    t
+};
+
+/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
+/// the decoder may stay a call and its vectors go through memory.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_tq1_0(b: &BlockTQ1_0) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let q0 = bcast32(&b.qs, 0);
+        let q1 = _mm512_broadcast_i32x4(load16(&b.qs, 32));
+        let qh = _mm512_set1_epi32(le::<4>(&b.qh, 0) as i32);
+        let bytes = [
+            q0,
+            q0,
+            _mm512_inserti64x4(q0, _mm512_castsi512_si256(q1), 1),
+            _mm512_mask_blend_epi32(0xF000, q1, qh),
+        ];
+        let (lo8, hi8) = (
+            _mm512_set1_epi16(0x00FF),
+            _mm512_set1_epi16(0xFF00u16 as i16),
+        );
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        for j in 0..4 {
+            // 64 bytes.
+            let pw = _mm512_loadu_si512(TQ1_POW[j].as_ptr().cast());
+            // q = byte · 3^n mod 256, even and odd bytes in 16-bit lanes.
+            let even = _mm512_mullo_epi16(bytes[j], _mm512_and_si512(pw, lo8));
+            let odd = _mm512_mullo_epi16(_mm512_and_si512(bytes[j], hi8), _mm512_srli_epi16(pw, 8));
+            let q = _mm512_mask_blend_epi8(0x5555_5555_5555_5555, odd, even);
+            // The digit (3·q) >> 8 is 0 below 86, 2 from 171; the weight is digit − 1.
+            let minus = _mm512_cmplt_epu8_mask(q, _mm512_set1_epi8(86));
+            let plus = _mm512_cmpge_epu8_mask(q, _mm512_set1_epi8(171u8 as i8));
+            u[j] = _mm512_maskz_mov_epi8(minus | plus, _mm512_set1_epi8(1));
+            neg[j] = minus;
+        }
+        signed(u, neg, [_mm512_set1_epi16(1); 4], f16(b.d))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn bytes(v: __m512i) -> [u8; 64] {
+        // SAFETY: both are 64 bytes.
+        unsafe { std::mem::transmute(v) }
+    }
+
+    fn words(v: __m256i) -> [u16; 16] {
+        // SAFETY: both are 32 bytes.
+        unsafe { std::mem::transmute(v) }
+    }
+
+    /// Each native decoder yields the AVX2 decoder's vectors, joined: magnitudes, the signs
+    /// of nonzero weights, scales, factors and mins, on random blocks (every bit pattern).
+    #[test]
+    fn native_decoders_equal_joined_avx2() {
+        if !super::super::Isa::Avx512.supported() {
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        fn check<B: Block>(
+            rng: &mut rand::rngs::StdRng,
+            native: impl Fn(&B) -> Sb512,
+            avx2: impl Fn(&B) -> Sb,
+        ) {
+            let size = std::mem::size_of::<B>();
+            for _ in 0..2000 {
+                let mut raw: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
+                // Finite scales (any f16 bits but Inf/NaN).
+                for b in raw.iter_mut() {
+                    if rng.gen_ratio(1, 8) {
+                        *b &= 0x3F;
+                    }
+                }
+                let blk = &as_blocks::<B>(&raw).unwrap()[0];
+                // SAFETY: the features are present (checked by the test).
+                let (n, w) = (native(blk), unsafe { widen(avx2(blk)) });
+                for j in 0..4 {
+                    let (un, uw) = (bytes(n.u[j]), bytes(w.u[j]));
+                    assert_eq!(un, uw, "magnitudes {j}");
+                    for l in 0..64 {
+                        if un[l] != 0 {
+                            assert_eq!(
+                                n.neg[j] >> l & 1,
+                                w.neg[j] >> l & 1,
+                                "sign of weight {}",
+                                64 * j + l
+                            );
+                        }
+                    }
+                    assert_eq!(bytes(n.sc[j]), bytes(w.sc[j]), "scales {j}");
+                }
+                assert_eq!(n.f.to_bits(), w.f.to_bits(), "factor");
+                assert_eq!(n.fmin.to_bits(), w.fmin.to_bits(), "min factor");
+                assert_eq!(words(n.mins), words(w.mins), "mins");
+            }
+        }
+        // SAFETY (all calls): AVX-512 F/BW/VL, AVX2, FMA and F16C are present (checked).
+        unsafe {
+            check(&mut rng, |b| dec_q2k(b), |b| avx2_k::dec_q2k(b));
+            check(&mut rng, |b| dec_q3k(b), |b| avx2_k::dec_q3k(b));
+            check(&mut rng, |b| dec_iq2xxs(b), |b| avx2_k::dec_iq2xxs(b));
+            check(&mut rng, |b| dec_iq2xs(b), |b| avx2_k::dec_iq2xs(b));
+            check(&mut rng, |b| dec_iq2s(b), |b| avx2_k::dec_iq2s(b));
+            check(&mut rng, |b| dec_iq3xxs(b), |b| avx2_k::dec_iq3xxs(b));
+            check(&mut rng, |b| dec_iq3s(b), |b| avx2_k::dec_iq3s(b));
+            check(&mut rng, |b| dec_iq1s(b), |b| avx2_k::dec_iq1s(b));
+            check(&mut rng, |b| dec_iq1m(b), |b| avx2_k::dec_iq1m(b));
+            check(&mut rng, |b| dec_tq2_0(b), |b| avx2_k::dec_tq2_0(b));
+            check(&mut rng, |b| dec_tq1_0(b), |b| avx2_k::dec_tq1_0(b));
+        }
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// Nanoseconds per super-block of `row::<1>` (one token, cache-resident), per type.
+    /// `cargo test --release -p ferrox-core --lib bench_q8k_rows -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn bench_q8k_rows() {
+        use GgmlType::*;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let nb = 64;
+        let y: Vec<BlockQ8K> = (0..nb)
+            .map(|_| {
+                let mut b = BlockQ8K {
+                    d: 0.01,
+                    ..Default::default()
+                };
+                b.qs.iter_mut().for_each(|q| *q = rng.gen_range(-127..=127));
+                b
+            })
+            .collect();
+        for ty in [
+            Q2K, Q3K, IQ4XS, IQ3S, IQ3XXS, IQ2S, IQ2XS, IQ2XXS, IQ1M, IQ1S, TQ2_0, TQ1_0,
+        ] {
+            let rb = ty.row_bytes(nb * QK_K).unwrap();
+            let mut w: Vec<u8> = (0..rb).map(|_| rng.gen()).collect();
+            // Every byte below 0x40: finite f16 factors (the timing does not depend on values).
+            w.iter_mut().for_each(|b| *b &= 0x3F);
+            let mut out = [0f32; 1];
+            let reps = 1000;
+            let mut best = f64::MAX;
+            for _ in 0..25 {
+                let t = std::time::Instant::now();
+                for _ in 0..reps {
+                    // SAFETY: AVX-512 is present on the machines this is run on.
+                    unsafe { row::<1>(ty, std::hint::black_box(&w), [&y], &mut out) };
+                }
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            println!(
+                "{:>7} {:6.1} ns/block",
+                ty.name(),
+                best * 1e9 / (reps * nb) as f64
+            );
+        }
     }
 }
