@@ -134,6 +134,8 @@ fn bench_gemv_gemm() {
         (GgmlType::Q6K, 896, 4864),
         (GgmlType::Q5_0, 4864, 896),
         (GgmlType::Q8_0, 4864, 896),
+        (GgmlType::Q4_0, 4864, 896),
+        (GgmlType::IQ4NL, 4864, 896),
         (GgmlType::Q5_0, 896, 896),
         (GgmlType::Q8_0, 151936, 896),
         // The 256-element low-bit types as llama-quantize writes the 0.5B's ffn_down.

@@ -14,7 +14,7 @@
 
 #![allow(clippy::needless_range_loop)]
 
-use super::avx2_k::{self, Sb};
+use super::avx2_k;
 use super::BlockArgs;
 use crate::quant::blocks::*;
 use crate::quant::iq_grids::*;
@@ -100,8 +100,7 @@ fn block(a: BlockArgs<'_>, out: &mut [f32]) {
     }
 }
 
-/// The decoder of each type: this file's native one, or (IQ4_XS, already vector-decoded
-/// 32 bytes at a time) the AVX2 decoder's vectors joined.
+/// The decoder of each type.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn row<const NT: usize>(ty: GgmlType, w: &[u8], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
@@ -111,7 +110,7 @@ fn row<const NT: usize>(ty: GgmlType, w: &[u8], y: [&[BlockQ8K]; NT], out: &mut 
     match ty {
         GgmlType::Q2K => rows::<NT, _, true>(b(w), y, out, |x| unsafe { dec_q2k(x) }),
         GgmlType::Q3K => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_q3k(x) }),
-        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| widen(avx2_k::dec_iq4xs(x))),
+        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq4xs(x) }),
         GgmlType::IQ2XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xxs(x) }),
         GgmlType::IQ2XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xs(x) }),
         GgmlType::IQ2S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2s(x) }),
@@ -144,10 +143,11 @@ fn join(a: __m256i, b: __m256i) -> __m512i {
     _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1)
 }
 
-/// An AVX2-decoded super-block as [`Sb512`].
+/// An AVX2-decoded super-block as [`Sb512`] (what the native decoders are tested against).
+#[cfg(test)]
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn widen(sb: Sb) -> Sb512 {
+fn widen(sb: avx2_k::Sb) -> Sb512 {
     Sb512 {
         u: x4!(|j| join(sb.u[2 * j], sb.u[2 * j + 1])),
         neg: x4!(|j| _mm512_movepi8_mask(join(sb.s[2 * j], sb.s[2 * j + 1]))),
@@ -479,6 +479,40 @@ unsafe fn dec_q3k(b: &BlockQ3K) -> Sb512 {
             mins: _mm256_setzero_si256(),
             fmin: 0.0,
         }
+    }
+}
+
+/// `#[inline(always)]`, as the decoders below.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq4xs(b: &BlockIQ4XS) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        // Per 32 weights 16 bytes: low nibbles the first 16, high nibbles the next 16.
+        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_VALUES.as_ptr().cast()));
+        let shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        for j in 0..4 {
+            let v = _mm512_castsi256_si512(_mm256_loadu_si256(b.qs[32 * j..].as_ptr().cast()));
+            let v = _mm512_shuffle_i64x2::<0x50>(v, v);
+            let n = _mm512_and_si512(_mm512_srlv_epi64(v, shift), _mm512_set1_epi8(0x0F));
+            (u[j], neg[j]) = split(_mm512_shuffle_epi8(lut, n));
+        }
+        let sc = iq4xs_scales(b);
+        let sc = _mm_setr_epi16(
+            sc[0] as i16,
+            sc[1] as i16,
+            sc[2] as i16,
+            sc[3] as i16,
+            sc[4] as i16,
+            sc[5] as i16,
+            sc[6] as i16,
+            sc[7] as i16,
+        );
+        signed(u, neg, spread32(sc), f16(b.d))
     }
 }
 
@@ -817,7 +851,7 @@ mod tests {
         fn check<B: Block>(
             rng: &mut rand::rngs::StdRng,
             native: impl Fn(&B) -> Sb512,
-            avx2: impl Fn(&B) -> Sb,
+            avx2: impl Fn(&B) -> avx2_k::Sb,
         ) {
             let size = std::mem::size_of::<B>();
             for _ in 0..2000 {
@@ -855,6 +889,7 @@ mod tests {
         unsafe {
             check(&mut rng, |b| dec_q2k(b), |b| avx2_k::dec_q2k(b));
             check(&mut rng, |b| dec_q3k(b), |b| avx2_k::dec_q3k(b));
+            check(&mut rng, |b| dec_iq4xs(b), |b| avx2_k::dec_iq4xs(b));
             check(&mut rng, |b| dec_iq2xxs(b), |b| avx2_k::dec_iq2xxs(b));
             check(&mut rng, |b| dec_iq2xs(b), |b| avx2_k::dec_iq2xs(b));
             check(&mut rng, |b| dec_iq2s(b), |b| avx2_k::dec_iq2s(b));
