@@ -44,23 +44,25 @@ pub(super) fn row<const NT: usize>(
     // The Q8_K-paired types and their decoders (a new type joins this table and
     // `avx512_q8k::row`'s).
     match ty {
-        GgmlType::Q2K => rows::<NT, _, true>(b(w), y, out, |x| dec_q2k(x)),
-        GgmlType::Q3K => rows::<NT, _, false>(b(w), y, out, |x| dec_q3k(x)),
-        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq4xs(x)),
-        GgmlType::IQ2XXS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq2xxs(x)),
-        GgmlType::IQ2XS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq2xs(x)),
-        GgmlType::IQ2S => rows::<NT, _, false>(b(w), y, out, |x| dec_iq2s(x)),
-        GgmlType::IQ3XXS => rows::<NT, _, false>(b(w), y, out, |x| dec_iq3xxs(x)),
-        GgmlType::IQ3S => rows::<NT, _, false>(b(w), y, out, |x| dec_iq3s(x)),
-        GgmlType::IQ1S => rows::<NT, _, false>(b(w), y, out, |x| dec_iq1s(x)),
-        GgmlType::IQ1M => rows::<NT, _, false>(b(w), y, out, |x| dec_iq1m(x)),
-        GgmlType::TQ1_0 => rows::<NT, _, false>(b(w), y, out, |x| dec_tq1_0(x)),
-        GgmlType::TQ2_0 => rows::<NT, _, false>(b(w), y, out, |x| dec_tq2_0(x)),
+        GgmlType::Q2K => rows::<NT, _, true>(b(w), y, out, |x| unsafe { dec_q2k(x) }),
+        GgmlType::Q3K => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_q3k(x) }),
+        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq4xs(x) }),
+        GgmlType::IQ2XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xxs(x) }),
+        GgmlType::IQ2XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xs(x) }),
+        GgmlType::IQ2S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2s(x) }),
+        GgmlType::IQ3XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3xxs(x) }),
+        GgmlType::IQ3S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3s(x) }),
+        GgmlType::IQ1S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1s(x) }),
+        GgmlType::IQ1M => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1m(x) }),
+        GgmlType::TQ1_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq1_0(x) }),
+        GgmlType::TQ2_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq2_0(x) }),
         other => unreachable!("no AVX2 Q8_K kernel for {other:?}"),
     }
 }
 
-/// One decoded super-block: magnitudes, signs, scales per 32 weights (`[s_lo ×8 | s_hi ×8]`
+/// One decoded super-block (the decoders below are `#[inline(always)]`, which a
+/// `target_feature` function may not be: a decoder left as a call passes these vectors
+/// through memory): magnitudes, signs, scales per 32 weights (`[s_lo ×8 | s_hi ×8]`
 /// i16, the lanes of `maddubs`' pair sums), the float factor of the scale term, and for
 /// types with mins (Q2_K) the 16 mins as i16 and their factor.
 pub(super) struct Sb {
@@ -157,9 +159,11 @@ pub(super) fn hsum(v: __m256) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 fn scales16(s: [i16; 16]) -> [__m256i; 8] {
     {
-        std::array::from_fn(|k| {
-            _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]))
-        })
+        let mut v = [_mm256_setzero_si256(); 8];
+        for k in 0..8 {
+            v[k] = _mm256_set_m128i(_mm_set1_epi16(s[2 * k + 1]), _mm_set1_epi16(s[2 * k]));
+        }
+        v
     }
 }
 
@@ -167,7 +171,11 @@ fn scales16(s: [i16; 16]) -> [__m256i; 8] {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn scales32(s: [i16; 8]) -> [__m256i; 8] {
-    std::array::from_fn(|k| _mm256_set1_epi16(s[k]))
+    let mut v = [_mm256_setzero_si256(); 8];
+    for k in 0..8 {
+        v[k] = _mm256_set1_epi16(s[k]);
+    }
+    v
 }
 
 /// Signed weights `v` as (magnitudes, signs).
@@ -263,151 +271,184 @@ fn zero() -> [__m256i; 8] {
 
 // ---- per-type decoders --------------------------------------------------------------------
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_q2k(b: &BlockQ2K) -> Sb {
-    let m3 = _mm256_set1_epi8(3);
-    let mut u = zero();
-    for c in 0..2 {
-        let v = load(&b.qs[32 * c..]);
-        for j in 0..4 {
-            let sh = _mm_cvtsi32_si128(2 * j as i32);
-            u[4 * c + j] = _mm256_and_si256(_mm256_srl_epi16(v, sh), m3);
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_q2k(b: &BlockQ2K) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let m3 = _mm256_set1_epi8(3);
+        let mut u = zero();
+        for c in 0..2 {
+            let v = load(&b.qs[32 * c..]);
+            for j in 0..4 {
+                let sh = _mm_cvtsi32_si128(2 * j as i32);
+                u[4 * c + j] = _mm256_and_si256(_mm256_srl_epi16(v, sh), m3);
+            }
+        }
+        let sc: [i16; 16] = std::array::from_fn(|k| (b.scales[k] & 0x0F) as i16);
+        // 16 scale bytes readable.
+        let sc_bytes = _mm_loadu_si128(b.scales.as_ptr().cast());
+        let mn = _mm256_cvtepu8_epi16(_mm_srli_epi16(sc_bytes, 4));
+        Sb {
+            u,
+            s: [_mm256_set1_epi8(1); 8],
+            sc: scales16(sc),
+            f: f16_to_f32(b.d),
+            mins: _mm256_and_si256(mn, _mm256_set1_epi16(0x0F)),
+            fmin: f16_to_f32(b.dmin),
         }
     }
-    let sc: [i16; 16] = std::array::from_fn(|k| (b.scales[k] & 0x0F) as i16);
-    // SAFETY: 16 scale bytes readable.
-    let sc_bytes = unsafe { _mm_loadu_si128(b.scales.as_ptr().cast()) };
-    let mn = _mm256_cvtepu8_epi16(_mm_srli_epi16(sc_bytes, 4));
-    Sb {
-        u,
-        s: [_mm256_set1_epi8(1); 8],
-        sc: scales16(sc),
-        f: f16_to_f32(b.d),
-        mins: _mm256_and_si256(mn, _mm256_set1_epi16(0x0F)),
-        fmin: f16_to_f32(b.dmin),
-    }
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_q3k(b: &BlockQ3K) -> Sb {
-    let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
-    let hm = load(&b.hmask);
-    let (mut u, mut s) = (zero(), zero());
-    for c in 0..2 {
-        let v = load(&b.qs[32 * c..]);
-        for j in 0..4 {
-            let k = 4 * c + j;
-            let low = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), m3);
-            let high = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(k as i32)), one);
-            // q = low − 4 where the high bit is clear.
-            let q = _mm256_sub_epi8(
-                _mm256_or_si256(low, _mm256_slli_epi16(high, 2)),
-                _mm256_set1_epi8(4),
-            );
-            (u[k], s[k]) = split(q);
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_q3k(b: &BlockQ3K) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let hm = load(&b.hmask);
+        let (mut u, mut s) = (zero(), zero());
+        for c in 0..2 {
+            let v = load(&b.qs[32 * c..]);
+            for j in 0..4 {
+                let k = 4 * c + j;
+                let low =
+                    _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), m3);
+                let high = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(k as i32)), one);
+                // q = low − 4 where the high bit is clear.
+                let q = _mm256_sub_epi8(
+                    _mm256_or_si256(low, _mm256_slli_epi16(high, 2)),
+                    _mm256_set1_epi8(4),
+                );
+                (u[k], s[k]) = split(q);
+            }
         }
+        let sc = q3k_scales(&b.scales).map(|v| v as i16);
+        Sb::signed(u, s, scales16(sc), f16_to_f32(b.d))
     }
-    let sc = q3k_scales(&b.scales).map(|v| v as i16);
-    Sb::signed(u, s, scales16(sc), f16_to_f32(b.d))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq4xs(b: &BlockIQ4XS) -> Sb {
-    // SAFETY: 16 bytes readable.
-    let lut = unsafe { _mm_loadu_si128(IQ4NL_VALUES.as_ptr().cast()) };
-    let lut = _mm256_broadcastsi128_si256(lut);
-    let (mut u, mut s) = (zero(), zero());
-    for ib in 0..8 {
-        // SAFETY: 16 bytes readable at 16 · ib < 128.
-        let v = unsafe { _mm_loadu_si128(b.qs[16 * ib..].as_ptr().cast()) };
-        let v = _mm256_broadcastsi128_si256(v);
-        let v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
-        let v = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-        (u[ib], s[ib]) = split(_mm256_shuffle_epi8(lut, v));
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq4xs(b: &BlockIQ4XS) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        // 16 bytes readable.
+        let lut = _mm_loadu_si128(IQ4NL_VALUES.as_ptr().cast());
+        let lut = _mm256_broadcastsi128_si256(lut);
+        let (mut u, mut s) = (zero(), zero());
+        for ib in 0..8 {
+            // 16 bytes readable at 16 · ib < 128.
+            let v = _mm_loadu_si128(b.qs[16 * ib..].as_ptr().cast());
+            let v = _mm256_broadcastsi128_si256(v);
+            let v = _mm256_srlv_epi64(v, _mm256_set_epi64x(4, 4, 0, 0));
+            let v = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+            (u[ib], s[ib]) = split(_mm256_shuffle_epi8(lut, v));
+        }
+        let sc = iq4xs_scales(b).map(|v| v as i16);
+        Sb::signed(u, s, scales32(sc), f16_to_f32(b.d))
     }
-    let sc = iq4xs_scales(b).map(|v| v as i16);
-    Sb::signed(u, s, scales32(sc), f16_to_f32(b.d))
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb {
-    let (mut u, mut s) = (zero(), zero());
-    let mut sc = [0i16; 8];
-    for ib in 0..8 {
-        let idx = &b.qs[8 * ib..8 * ib + 4];
-        let sg = u32_at(&b.qs, 8 * ib + 4);
-        let g = |l: usize| IQ2XXS_GRID[idx[l] as usize];
-        u[ib] = grid64(g(0), g(1), g(2), g(3));
-        let k = |l: usize| KSIGNS64[((sg >> (7 * l)) & 127) as usize];
-        s[ib] = grid64(k(0), k(1), k(2), k(3));
-        sc[ib] = 2 * (sg >> 28) as i16 + 1;
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (mut u, mut s) = (zero(), zero());
+        let mut sc = [0i16; 8];
+        for ib in 0..8 {
+            let idx = &b.qs[8 * ib..8 * ib + 4];
+            let sg = u32_at(&b.qs, 8 * ib + 4);
+            let g = |l: usize| IQ2XXS_GRID[idx[l] as usize];
+            u[ib] = grid64(g(0), g(1), g(2), g(3));
+            let k = |l: usize| KSIGNS64[((sg >> (7 * l)) & 127) as usize];
+            s[ib] = grid64(k(0), k(1), k(2), k(3));
+            sc[ib] = 2 * (sg >> 28) as i16 + 1;
+        }
+        Sb::signed(u, s, scales32(sc), f16_to_f32(b.d) * 0.125)
     }
-    Sb::signed(u, s, scales32(sc), f16_to_f32(b.d) * 0.125)
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq2xs(b: &BlockIQ2XS) -> Sb {
-    let (mut u, mut s) = (zero(), zero());
-    for ib in 0..8 {
-        let q = |l: usize| u16_at(&b.qs, 8 * ib + 2 * l);
-        let g = |l: usize| IQ2XS_GRID[(q(l) & 511) as usize];
-        let k = |l: usize| KSIGNS64[(q(l) >> 9) as usize];
-        u[ib] = grid64(g(0), g(1), g(2), g(3));
-        s[ib] = grid64(k(0), k(1), k(2), k(3));
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq2xs(b: &BlockIQ2XS) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (mut u, mut s) = (zero(), zero());
+        for ib in 0..8 {
+            let q = |l: usize| u16_at(&b.qs, 8 * ib + 2 * l);
+            let g = |l: usize| IQ2XS_GRID[(q(l) & 511) as usize];
+            let k = |l: usize| KSIGNS64[(q(l) >> 9) as usize];
+            u[ib] = grid64(g(0), g(1), g(2), g(3));
+            s[ib] = grid64(k(0), k(1), k(2), k(3));
+        }
+        let sc: [i16; 16] = odd_scales(&b.scales);
+        Sb::signed(u, s, scales16(sc), f16_to_f32(b.d) * 0.125)
     }
-    let sc: [i16; 16] = odd_scales(&b.scales);
-    Sb::signed(u, s, scales16(sc), f16_to_f32(b.d) * 0.125)
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq2s(b: &BlockIQ2S) -> Sb {
-    let (mut u, mut s) = (zero(), zero());
-    for ib in 0..8 {
-        let qh = b.qh[ib] as usize;
-        let g = |l: usize| IQ2S_GRID[b.qs[4 * ib + l] as usize | ((qh >> (2 * l)) & 3) << 8];
-        u[ib] = grid64(g(0), g(1), g(2), g(3));
-        s[ib] = signs_from_bits(u32_at(&b.qs, 32 + 4 * ib));
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq2s(b: &BlockIQ2S) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (mut u, mut s) = (zero(), zero());
+        for ib in 0..8 {
+            let qh = b.qh[ib] as usize;
+            let g = |l: usize| IQ2S_GRID[b.qs[4 * ib + l] as usize | ((qh >> (2 * l)) & 3) << 8];
+            u[ib] = grid64(g(0), g(1), g(2), g(3));
+            s[ib] = signs_from_bits(u32_at(&b.qs, 32 + 4 * ib));
+        }
+        let sc: [i16; 16] = odd_scales(&b.scales);
+        Sb::signed(u, s, scales16(sc), f16_to_f32(b.d) * 0.125)
     }
-    let sc: [i16; 16] = odd_scales(&b.scales);
-    Sb::signed(u, s, scales16(sc), f16_to_f32(b.d) * 0.125)
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb {
-    let (mut u, mut s) = (zero(), zero());
-    let mut sc = [0i16; 8];
-    for ib in 0..8 {
-        let sg = u32_at(&b.qs, 64 + 4 * ib);
-        u[ib] = grid32(std::array::from_fn(|k| {
-            IQ3XXS_GRID[b.qs[8 * ib + k] as usize]
-        }));
-        let k = |l: usize| KSIGNS64[((sg >> (7 * l)) & 127) as usize];
-        s[ib] = grid64(k(0), k(1), k(2), k(3));
-        sc[ib] = 2 * (sg >> 28) as i16 + 1;
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (mut u, mut s) = (zero(), zero());
+        let mut sc = [0i16; 8];
+        for ib in 0..8 {
+            let sg = u32_at(&b.qs, 64 + 4 * ib);
+            u[ib] = grid32(std::array::from_fn(|k| {
+                IQ3XXS_GRID[b.qs[8 * ib + k] as usize]
+            }));
+            let k = |l: usize| KSIGNS64[((sg >> (7 * l)) & 127) as usize];
+            s[ib] = grid64(k(0), k(1), k(2), k(3));
+            sc[ib] = 2 * (sg >> 28) as i16 + 1;
+        }
+        Sb::signed(u, s, scales32(sc), f16_to_f32(b.d) * 0.25)
     }
-    Sb::signed(u, s, scales32(sc), f16_to_f32(b.d) * 0.25)
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq3s(b: &BlockIQ3S) -> Sb {
-    let (mut u, mut s) = (zero(), zero());
-    for ib in 0..8 {
-        let qh = b.qh[ib] as usize;
-        u[ib] = grid32(std::array::from_fn(|k| {
-            IQ3S_GRID[b.qs[8 * ib + k] as usize | ((qh >> k) & 1) << 8]
-        }));
-        s[ib] = signs_from_bits(u32_at(&b.signs, 4 * ib));
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq3s(b: &BlockIQ3S) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (mut u, mut s) = (zero(), zero());
+        for ib in 0..8 {
+            let qh = b.qh[ib] as usize;
+            u[ib] = grid32(std::array::from_fn(|k| {
+                IQ3S_GRID[b.qs[8 * ib + k] as usize | ((qh >> k) & 1) << 8]
+            }));
+            s[ib] = signs_from_bits(u32_at(&b.signs, 4 * ib));
+        }
+        let sc: [i16; 8] = odd_scales(&b.scales);
+        Sb::signed(u, s, scales32(sc), f16_to_f32(b.d))
     }
-    let sc: [i16; 8] = odd_scales(&b.scales);
-    Sb::signed(u, s, scales32(sc), f16_to_f32(b.d))
 }
 
 /// `IQ1S_GRID` times 8 (bytes −8, 0, 8).
@@ -437,64 +478,81 @@ fn iq1_group(idx: usize, neg: bool) -> u64 {
     lo ^ ((g ^ delta) & 0x8080_8080_8080_8080)
 }
 
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq1s(b: &BlockIQ1S) -> Sb {
-    let (mut u, mut s) = (zero(), zero());
-    let mut sc = [0i16; 8];
-    for ib in 0..8 {
-        let qh = u16_at(&b.qh, 2 * ib) as usize;
-        let neg = qh & 0x8000 != 0;
-        let g = |l: usize| iq1_group(b.qs[4 * ib + l] as usize | ((qh >> (3 * l)) & 7) << 8, neg);
-        (u[ib], s[ib]) = split(grid64(g(0), g(1), g(2), g(3)));
-        sc[ib] = 2 * ((qh >> 12) & 7) as i16 + 1;
-    }
-    Sb::signed(u, s, scales32(sc), f16_to_f32(b.d) * 0.125)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_iq1m(b: &BlockIQ1M) -> Sb {
-    let (mut u, mut s) = (zero(), zero());
-    for ib in 0..8 {
-        let g = |l: usize| {
-            let h = (b.qh[2 * ib + l / 2] >> (4 * (l % 2))) as usize;
-            iq1_group(b.qs[4 * ib + l] as usize | (h & 7) << 8, h & 8 != 0)
-        };
-        (u[ib], s[ib]) = split(grid64(g(0), g(1), g(2), g(3)));
-    }
-    let sc: [i16; 16] = std::array::from_fn(|k| {
-        2 * ((u16_at(&b.scales, 2 * (k / 4)) >> (3 * (k % 4))) & 7) as i16 + 1
-    });
-    Sb::signed(u, s, scales16(sc), f16_to_f32(b.d()) * 0.125)
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_tq2_0(b: &BlockTQ2_0) -> Sb {
-    let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
-    let (mut u, mut s) = (zero(), zero());
-    for c in 0..2 {
-        let v = load(&b.qs[32 * c..]);
-        for l in 0..4 {
-            let q = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * l as i32)), m3);
-            (u[4 * c + l], s[4 * c + l]) = split(_mm256_sub_epi8(q, one));
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq1s(b: &BlockIQ1S) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (mut u, mut s) = (zero(), zero());
+        let mut sc = [0i16; 8];
+        for ib in 0..8 {
+            let qh = u16_at(&b.qh, 2 * ib) as usize;
+            let neg = qh & 0x8000 != 0;
+            let g =
+                |l: usize| iq1_group(b.qs[4 * ib + l] as usize | ((qh >> (3 * l)) & 7) << 8, neg);
+            (u[ib], s[ib]) = split(grid64(g(0), g(1), g(2), g(3)));
+            sc[ib] = 2 * ((qh >> 12) & 7) as i16 + 1;
         }
+        Sb::signed(u, s, scales32(sc), f16_to_f32(b.d) * 0.125)
     }
-    Sb::signed(u, s, [_mm256_set1_epi16(1); 8], f16_to_f32(b.d))
+}
+
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_iq1m(b: &BlockIQ1M) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (mut u, mut s) = (zero(), zero());
+        for ib in 0..8 {
+            let g = |l: usize| {
+                let h = (b.qh[2 * ib + l / 2] >> (4 * (l % 2))) as usize;
+                iq1_group(b.qs[4 * ib + l] as usize | (h & 7) << 8, h & 8 != 0)
+            };
+            (u[ib], s[ib]) = split(grid64(g(0), g(1), g(2), g(3)));
+        }
+        let sc: [i16; 16] = std::array::from_fn(|k| {
+            2 * ((u16_at(&b.scales, 2 * (k / 4)) >> (3 * (k % 4))) & 7) as i16 + 1
+        });
+        Sb::signed(u, s, scales16(sc), f16_to_f32(b.d()) * 0.125)
+    }
+}
+
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_tq2_0(b: &BlockTQ2_0) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+        let (mut u, mut s) = (zero(), zero());
+        for c in 0..2 {
+            let v = load(&b.qs[32 * c..]);
+            for l in 0..4 {
+                let q = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * l as i32)), m3);
+                (u[4 * c + l], s[4 * c + l]) = split(_mm256_sub_epi8(q, one));
+            }
+        }
+        Sb::signed(u, s, [_mm256_set1_epi16(1); 8], f16_to_f32(b.d))
+    }
 }
 
 /// TQ1_0 is rare: its base-3 digits are decoded by the scalar reference.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dec_tq1_0(b: &BlockTQ1_0) -> Sb {
-    let v = b.decode().v;
-    {
-        let mut u = zero();
-        let mut s = zero();
-        for k in 0..8 {
-            (u[k], s[k]) = split(load(&v[32 * k..]));
+/// # Safety
+/// AVX2, FMA and F16C are present.
+#[inline(always)]
+pub(super) unsafe fn dec_tq1_0(b: &BlockTQ1_0) -> Sb {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let v = b.decode().v;
+        {
+            let mut u = zero();
+            let mut s = zero();
+            for k in 0..8 {
+                (u[k], s[k]) = split(load(&v[32 * k..]));
+            }
+            Sb::signed(u, s, [_mm256_set1_epi16(1); 8], f16_to_f32(b.d))
         }
-        Sb::signed(u, s, [_mm256_set1_epi16(1); 8], f16_to_f32(b.d))
     }
 }
