@@ -1,9 +1,10 @@
 //! AVX-512 (F, BW, VL) kernels for the types of `avx2_k` (Q2_K, Q3_K, IQ4_XS, the IQ1 / IQ2 /
 //! IQ3 types, TQ1_0, TQ2_0): the same decoded super-blocks as `avx2_k::Sb` (magnitudes, signs,
 //! scales — ggml-cpu/arch/x86/quants.c `ggml_vec_dot_*_q8_K` compute the same integer sums),
-//! but built 64 bytes at a time straight from the block: grid lookups are gathers, sign bits
-//! are the lane masks themselves, scales are spread with one `vpermw`. At one token (decode)
-//! the super-block's decode is most of the work, so this is where the speed is.
+//! but built 64 bytes at a time straight from the block: 2-bit fields by per-lane shifts,
+//! sign bits as the lane masks themselves, scales spread with one `vpermw`, grid rows from
+//! scalar loads (the 32-bit IQ3 grids by gathers). At one token (decode) the super-block's
+//! decode is most of the work, so this is where the speed is.
 //!
 //! Per token: signs applied with a masked subtraction (AVX-512 has no `vpsignb`),
 //! `vpmaddubsw` and `vpmaddwd` with the scales, exact i32 lanes — and one fused multiply-add
@@ -100,7 +101,7 @@ fn block(a: BlockArgs<'_>, out: &mut [f32]) {
     }
 }
 
-/// The decoder of each type.
+/// One row against `NT` tokens, with the row type's decoder.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn row<const NT: usize>(ty: GgmlType, w: &[u8], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
@@ -354,7 +355,8 @@ fn split(v: __m512i) -> (__m512i, __mmask64) {
 }
 
 /// Eight u64 grid entries in order (the grids' 8 weights each), from scalar loads: on
-/// Zen 4 these beat `vpgatherqq`.
+/// Zen 4 `vpgatherqq` is no faster, and a stack array loaded as a vector is slower (store
+/// forwarding fails).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn grid8(grid: &[u64], idx: impl Fn(usize) -> usize) -> __m512i {
