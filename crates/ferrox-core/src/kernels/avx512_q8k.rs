@@ -390,21 +390,11 @@ fn odd_nibbles16(scales: &[u8; 8]) -> __m256i {
     _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1))
 }
 
-/// Eight `2·s + 1` scales (one per 32 weights) from their 4-bit values.
+/// Eight `2·s + 1` i16 scales (one per 32 weights) from their 4-bit values in i32 lanes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn odd8(s: [u32; 8]) -> __m128i {
-    let v = _mm256_setr_epi32(
-        s[0] as i32,
-        s[1] as i32,
-        s[2] as i32,
-        s[3] as i32,
-        s[4] as i32,
-        s[5] as i32,
-        s[6] as i32,
-        s[7] as i32,
-    );
-    let v = _mm256_cvtepi32_epi16(v);
+fn odd8(s: __m256i) -> __m128i {
+    let v = _mm256_cvtepi32_epi16(s);
     _mm_add_epi16(_mm_add_epi16(v, v), _mm_set1_epi16(1))
 }
 
@@ -556,11 +546,10 @@ unsafe fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb512 {
         // 64 bytes; the odd u32 words are the sign/scale words.
         let v = _mm512_loadu_si512(b.qs.as_ptr().cast());
         let words = _mm512_cvtepi64_epi32(_mm512_srli_epi64(v, 32));
-        let sc = std::array::from_fn(|ib| (w(ib) >> 60) as u32);
         signed(
             u,
             ksigns(sign_fields(words)),
-            spread32(odd8(sc)),
+            spread32(odd8(_mm256_srli_epi32(words, 28))),
             f16(b.d) * 0.125,
         )
     }
@@ -638,11 +627,10 @@ unsafe fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb512 {
         let words = &b.qs[64..96];
         // 32 bytes.
         let ws = _mm256_loadu_si256(words.as_ptr().cast());
-        let sc = std::array::from_fn(|ib| le::<4>(words, 4 * ib) as u32 >> 28);
         signed(
             u,
             ksigns(sign_fields(ws)),
-            spread32(odd8(sc)),
+            spread32(odd8(_mm256_srli_epi32(ws, 28))),
             f16(b.d) * 0.25,
         )
     }
@@ -668,8 +656,12 @@ unsafe fn dec_iq3s(b: &BlockIQ3S) -> Sb512 {
             u[j] = gather32(G_IQ3S, idx);
             neg[j] = le::<8>(&b.signs, 8 * j);
         }
-        let n = |k: usize| ((b.scales[k / 2] >> (4 * (k % 2))) & 0x0F) as u32;
-        signed(u, neg, spread32(odd8(std::array::from_fn(n))), f16(b.d))
+        let nibbles = _mm256_srlv_epi32(
+            _mm256_set1_epi32(le::<4>(&b.scales, 0) as i32),
+            _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
+        );
+        let sc = _mm256_and_si256(nibbles, _mm256_set1_epi32(0x0F));
+        signed(u, neg, spread32(odd8(sc)), f16(b.d))
     }
 }
 
@@ -694,7 +686,7 @@ unsafe fn dec_iq1s(b: &BlockIQ1S) -> Sb512 {
     unsafe {
         let mut u = [_mm512_setzero_si512(); 4];
         let mut neg = [0; 4];
-        let mut sc = [0u32; 8];
+        let mut sc = [0i32; 8];
         // Per 32 weights a u16 of qh: four 3-bit high index parts, the scale, the shift's sign.
         const SHIFT: [u32; 8] = [0, 3, 6, 9, 16, 19, 22, 25];
         for j in 0..4 {
@@ -705,8 +697,9 @@ unsafe fn dec_iq1s(b: &BlockIQ1S) -> Sb512 {
                 |k| ((lo >> (8 * k)) & 0xFF) as usize | (((qh >> SHIFT[k]) & 7) as usize * 256),
                 minus as u8,
             );
-            (sc[2 * j], sc[2 * j + 1]) = ((qh >> 12) & 7, (qh >> 28) & 7);
+            (sc[2 * j], sc[2 * j + 1]) = (((qh >> 12) & 7) as i32, ((qh >> 28) & 7) as i32);
         }
+        let sc = _mm256_setr_epi32(sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]);
         signed(u, neg, spread32(odd8(sc)), f16(b.d) * 0.125)
     }
 }
