@@ -20,6 +20,31 @@ use crate::quant::iq_grids::*;
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
+/// The Q8_K-paired types and their super-block decoders — `dec_*` as named where the macro
+/// is used (this file's AVX2 ones, `avx512_q8k`'s native ones) — run through `$rows`: the
+/// one table a new type joins.
+macro_rules! q8k_dispatch {
+    ($rows:ident, $ty:expr, $w:expr, $y:expr, $out:expr, $isa:literal) => {
+        // SAFETY (every arm): the decoders need the features the calling kernel enables.
+        match $ty {
+            GgmlType::Q2K => $rows::<NT, _, true>($w, $y, $out, |x| unsafe { dec_q2k(x) }),
+            GgmlType::Q3K => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_q3k(x) }),
+            GgmlType::IQ4XS => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq4xs(x) }),
+            GgmlType::IQ2XXS => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq2xxs(x) }),
+            GgmlType::IQ2XS => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq2xs(x) }),
+            GgmlType::IQ2S => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq2s(x) }),
+            GgmlType::IQ3XXS => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq3xxs(x) }),
+            GgmlType::IQ3S => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq3s(x) }),
+            GgmlType::IQ1S => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq1s(x) }),
+            GgmlType::IQ1M => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_iq1m(x) }),
+            GgmlType::TQ1_0 => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_tq1_0(x) }),
+            GgmlType::TQ2_0 => $rows::<NT, _, false>($w, $y, $out, |x| unsafe { dec_tq2_0(x) }),
+            other => unreachable!(concat!("no ", $isa, " Q8_K kernel for {:?}"), other),
+        }
+    };
+}
+pub(super) use q8k_dispatch;
+
 /// Whether `ty` has a kernel here.
 pub(super) fn has_kernel(ty: GgmlType) -> bool {
     use GgmlType::*;
@@ -41,23 +66,7 @@ pub(super) fn row<const NT: usize>(
     fn b<B: Block>(w: &[u8]) -> &[B] {
         as_blocks(w).expect("whole blocks")
     }
-    // The Q8_K-paired types and their decoders (a new type joins this table and
-    // `avx512_q8k::row`'s).
-    match ty {
-        GgmlType::Q2K => rows::<NT, _, true>(b(w), y, out, |x| unsafe { dec_q2k(x) }),
-        GgmlType::Q3K => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_q3k(x) }),
-        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq4xs(x) }),
-        GgmlType::IQ2XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xxs(x) }),
-        GgmlType::IQ2XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xs(x) }),
-        GgmlType::IQ2S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2s(x) }),
-        GgmlType::IQ3XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3xxs(x) }),
-        GgmlType::IQ3S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3s(x) }),
-        GgmlType::IQ1S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1s(x) }),
-        GgmlType::IQ1M => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1m(x) }),
-        GgmlType::TQ1_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq1_0(x) }),
-        GgmlType::TQ2_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq2_0(x) }),
-        other => unreachable!("no AVX2 Q8_K kernel for {other:?}"),
-    }
+    q8k_dispatch!(rows, ty, b(w), y, out, "AVX2")
 }
 
 /// One decoded super-block (the decoders below are `#[inline(always)]`, which a

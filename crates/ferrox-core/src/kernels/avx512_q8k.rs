@@ -108,21 +108,7 @@ fn row<const NT: usize>(ty: GgmlType, w: &[u8], y: [&[BlockQ8K]; NT], out: &mut 
     fn b<B: Block>(w: &[u8]) -> &[B] {
         as_blocks(w).expect("whole blocks")
     }
-    match ty {
-        GgmlType::Q2K => rows::<NT, _, true>(b(w), y, out, |x| unsafe { dec_q2k(x) }),
-        GgmlType::Q3K => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_q3k(x) }),
-        GgmlType::IQ4XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq4xs(x) }),
-        GgmlType::IQ2XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xxs(x) }),
-        GgmlType::IQ2XS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2xs(x) }),
-        GgmlType::IQ2S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq2s(x) }),
-        GgmlType::IQ3XXS => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3xxs(x) }),
-        GgmlType::IQ3S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq3s(x) }),
-        GgmlType::IQ1S => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1s(x) }),
-        GgmlType::IQ1M => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_iq1m(x) }),
-        GgmlType::TQ1_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq1_0(x) }),
-        GgmlType::TQ2_0 => rows::<NT, _, false>(b(w), y, out, |x| unsafe { dec_tq2_0(x) }),
-        other => unreachable!("no AVX-512 Q8_K kernel for {other:?}"),
-    }
+    avx2_k::q8k_dispatch!(rows, ty, b(w), y, out, "AVX-512")
 }
 
 /// One decoded super-block, 64 weights per vector in order: magnitudes `u`, the lanes whose
