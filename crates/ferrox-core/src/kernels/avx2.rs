@@ -120,9 +120,10 @@ fn hsum_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// An f16 scale as f32 (F16C; exact, as `f16_to_f32`).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn f16(h: [u8; 2]) -> f32 {
+pub(super) fn f16(h: [u8; 2]) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(
         _mm_cvtsi32_si128(u16::from_le_bytes(h) as i32),
     ))

@@ -263,13 +263,18 @@ fn signs_from_bits(x: u32) -> __m256i {
 }
 
 #[inline(always)]
-fn u16_at(b: &[u8], i: usize) -> u16 {
-    u16::from_le_bytes([b[i], b[i + 1]])
+pub(super) fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes(b[i..i + 2].try_into().expect("2 bytes"))
 }
 
 #[inline(always)]
-fn u32_at(b: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+pub(super) fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
+}
+
+#[inline(always)]
+pub(super) fn u64_at(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
 }
 
 #[inline]

@@ -15,7 +15,8 @@
 
 #![allow(clippy::needless_range_loop)]
 
-use super::avx2_k;
+use super::avx2::f16;
+use super::avx2_k::{self, u16_at, u32_at, u64_at};
 use super::BlockArgs;
 use crate::quant::blocks::*;
 use crate::quant::iq_grids::*;
@@ -190,23 +191,6 @@ fn rows<const NT: usize, B, const MINS: bool>(
 
 // ---- decoding helpers ---------------------------------------------------------------------
 
-/// `N` bytes of `p` from `at` as a little-endian integer (N ≤ 8).
-#[inline(always)]
-fn le<const N: usize>(p: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b[..N].copy_from_slice(&p[at..at + N]);
-    u64::from_le_bytes(b)
-}
-
-/// An f16 scale as f32 (F16C: exact, as `f16_to_f32`).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn f16(b: [u8; 2]) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(
-        _mm_cvtsi32_si128(u16::from_le_bytes(b) as i32),
-    ))
-}
-
 /// 32 bytes of `p` from `at` in both halves.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
@@ -357,13 +341,17 @@ fn grid8(grid: &[u64], idx: impl Fn(usize) -> usize) -> __m512i {
 /// Every lane of `idx` is below `grid.len()`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn gather32(grid: &'static [u32], idx: __m512i) -> __m512i {
+unsafe fn gather32(grid: &[u32], idx: __m512i) -> __m512i {
     // SAFETY: indices in range (the caller's contract).
     unsafe { _mm512_i32gather_epi32::<4>(idx, grid.as_ptr().cast()) }
 }
 
-static G_IQ3XXS: &[u32; 256] = &IQ3XXS_GRID;
-static G_IQ3S: &[u32; 512] = &IQ3S_GRID;
+/// The IQ1 / IQ2 / IQ3 scales `2·s + 1` of 16 i16 `s`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn odd16(s: __m256i) -> __m256i {
+    _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1))
+}
 
 /// 4-bit scales, two per byte, as `2·s + 1` i16 (one per 16 weights: IQ2_XS, IQ2_S).
 #[inline]
@@ -372,8 +360,7 @@ fn odd_nibbles16(scales: &[u8; 8]) -> __m256i {
     let b = _mm_cvtsi64_si128(u64::from_le_bytes(*scales) as i64);
     let m = _mm_set1_epi8(0x0F);
     let n = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-    let s = _mm256_cvtepu8_epi16(n);
-    _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1))
+    odd16(_mm256_cvtepu8_epi16(n))
 }
 
 /// Eight `2·s + 1` i16 scales (one per 32 weights) from their 4-bit values in i32 lanes.
@@ -385,10 +372,11 @@ fn odd8(s: __m256i) -> __m128i {
 }
 
 // ---- per-type decoders (each equal to `avx2_k`'s, joined; see the tests) ------------------
+//
+// Each is an `#[inline(always)] unsafe fn` rather than a `target_feature` function (which may
+// not be `inline(always)`): left as a call, its vectors would go through memory. Inlined into
+// `rows`, the intrinsics inside get that function's features.
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -409,9 +397,6 @@ unsafe fn dec_q2k(b: &BlockQ2K) -> Sb512 {
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -436,7 +421,7 @@ unsafe fn dec_q3k(b: &BlockQ3K) -> Sb512 {
             neg[j] = clear;
         }
         // The 6-bit scales: low nibbles in bytes 0..8, high 2-bit pairs in bytes 8..12.
-        let a = |i: usize| le::<4>(&b.scales, 4 * i) as u32;
+        let a = |i: usize| u32_at(&b.scales, 4 * i);
         let (a0, a1, t) = (a(0), a(1), a(2));
         let (k1, k2) = (0x0303_0303u32, 0x0F0F_0F0Fu32);
         let s = [
@@ -449,19 +434,10 @@ unsafe fn dec_q3k(b: &BlockQ3K) -> Sb512 {
             _mm_setr_epi32(s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32),
             _mm_set1_epi8(32),
         );
-        Sb512 {
-            u,
-            neg,
-            sc: spread16(_mm256_cvtepi8_epi16(s)),
-            f: f16(b.d),
-            mins: _mm256_setzero_si256(),
-            fmin: 0.0,
-        }
+        signed(u, neg, spread16(_mm256_cvtepi8_epi16(s)), f16(b.d))
     }
 }
 
-/// `#[inline(always)]`, as the decoders below.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -508,9 +484,6 @@ fn signed(u: [__m512i; 4], neg: [__mmask64; 4], sc: [__m512i; 4], f: f32) -> Sb5
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -518,7 +491,7 @@ unsafe fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb512 {
     // SAFETY: the features are present (the caller's contract).
     unsafe {
         // Per 32 weights a u64: 4 grid bytes, then a u32 of four 7-bit sign indices and the scale.
-        let w = |ib: usize| le::<8>(&b.qs, 8 * ib);
+        let w = |ib: usize| u64_at(&b.qs, 8 * ib);
         let u = x4!(|j| {
             let (w0, w1) = (w(2 * j), w(2 * j + 1));
             grid8(&IQ2XXS_GRID, |k| {
@@ -541,9 +514,6 @@ unsafe fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb512 {
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -553,7 +523,7 @@ unsafe fn dec_iq2xs(b: &BlockIQ2XS) -> Sb512 {
         // Per 8 weights a u16: the grid index (9 bits) and a 7-bit sign index.
         let mut u = [_mm512_setzero_si512(); 4];
         for j in 0..4 {
-            let (w0, w1) = (le::<8>(&b.qs, 16 * j), le::<8>(&b.qs, 16 * j + 8));
+            let (w0, w1) = (u64_at(&b.qs, 16 * j), u64_at(&b.qs, 16 * j + 8));
             u[j] = grid8(&IQ2XS_GRID, |k| {
                 (if k < 4 {
                     w0 >> (16 * k)
@@ -573,9 +543,6 @@ unsafe fn dec_iq2xs(b: &BlockIQ2XS) -> Sb512 {
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -585,19 +552,16 @@ unsafe fn dec_iq2s(b: &BlockIQ2S) -> Sb512 {
         // Grid index: a byte of qs[0..32] and 2 bits of qh (one qh byte per 32 weights); the
         // sign bits are qs[32..64].
         let u = x4!(|j| {
-            let (lo, hi) = (le::<8>(&b.qs, 8 * j), le::<2>(&b.qh, 2 * j));
+            let (lo, hi) = (u64_at(&b.qs, 8 * j), u16_at(&b.qh, 2 * j) as u64);
             grid8(&IQ2S_GRID, |k| {
                 (((lo >> (8 * k)) & 0xFF) | ((hi >> (2 * k)) & 3) << 8) as usize
             })
         });
-        let neg = x4!(|j| le::<8>(&b.qs, 32 + 8 * j));
+        let neg = x4!(|j| u64_at(&b.qs, 32 + 8 * j));
         signed(u, neg, spread16(odd_nibbles16(&b.scales)), f16(b.d) * 0.125)
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -607,7 +571,7 @@ unsafe fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb512 {
         let u = x4!(|j| {
             let idx = _mm512_cvtepu8_epi32(load16(&b.qs, 16 * j));
             // Byte indices < 256 = the grid's length.
-            gather32(G_IQ3XXS, idx)
+            gather32(&IQ3XXS_GRID, idx)
         });
         // After the grid bytes, per 32 weights a u32: four 7-bit sign indices and the scale.
         let words = &b.qs[64..96];
@@ -622,9 +586,6 @@ unsafe fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb512 {
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -636,14 +597,14 @@ unsafe fn dec_iq3s(b: &BlockIQ3S) -> Sb512 {
         for j in 0..4 {
             // Grid index: a byte of qs and, as bit 8, one bit of qh (a qh byte per 8 indices).
             let lo = _mm512_cvtepu8_epi32(load16(&b.qs, 16 * j));
-            let hbits = le::<2>(&b.qh, 2 * j) as u16;
+            let hbits = u16_at(&b.qh, 2 * j);
             let idx = _mm512_mask_or_epi32(lo, hbits, lo, _mm512_set1_epi32(256));
             // Indices < 512 = the grid's length.
-            u[j] = gather32(G_IQ3S, idx);
-            neg[j] = le::<8>(&b.signs, 8 * j);
+            u[j] = gather32(&IQ3S_GRID, idx);
+            neg[j] = u64_at(&b.signs, 8 * j);
         }
         let nibbles = _mm256_srlv_epi32(
-            _mm256_set1_epi32(le::<4>(&b.scales, 0) as i32),
+            _mm256_set1_epi32(u32_at(&b.scales, 0) as i32),
             _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28),
         );
         let sc = _mm256_and_si256(nibbles, _mm256_set1_epi32(0x0F));
@@ -661,9 +622,6 @@ fn iq1(idx: impl Fn(usize) -> usize, minus: __mmask8) -> (__m512i, __mmask64) {
     split(_mm512_add_epi8(g, delta))
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -676,8 +634,8 @@ unsafe fn dec_iq1s(b: &BlockIQ1S) -> Sb512 {
         // Per 32 weights a u16 of qh: four 3-bit high index parts, the scale, the shift's sign.
         const SHIFT: [u32; 8] = [0, 3, 6, 9, 16, 19, 22, 25];
         for j in 0..4 {
-            let lo = le::<8>(&b.qs, 8 * j);
-            let qh = le::<4>(&b.qh, 4 * j) as u32;
+            let lo = u64_at(&b.qs, 8 * j);
+            let qh = u32_at(&b.qh, 4 * j);
             let minus = (((qh >> 15) & 1) * 0x0F) | (((qh >> 31) & 1) * 0xF0);
             (u[j], neg[j]) = iq1(
                 |k| ((lo >> (8 * k)) & 0xFF) as usize | (((qh >> SHIFT[k]) & 7) as usize * 256),
@@ -690,9 +648,6 @@ unsafe fn dec_iq1s(b: &BlockIQ1S) -> Sb512 {
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -704,8 +659,8 @@ unsafe fn dec_iq1m(b: &BlockIQ1M) -> Sb512 {
         // A qh nibble per 8 weights: 3 high index bits and the shift's sign.
         let shift = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
         for j in 0..4 {
-            let lo = le::<8>(&b.qs, 8 * j);
-            let qh = le::<4>(&b.qh, 4 * j) as u32;
+            let lo = u64_at(&b.qs, 8 * j);
+            let qh = u32_at(&b.qh, 4 * j);
             let nib = _mm256_srlv_epi32(_mm256_set1_epi32(qh as i32), shift);
             let minus = _mm256_test_epi32_mask(nib, _mm256_set1_epi32(8));
             (u[j], neg[j]) = iq1(
@@ -714,19 +669,15 @@ unsafe fn dec_iq1m(b: &BlockIQ1M) -> Sb512 {
             );
         }
         // 3-bit scales, four per u16 word (whose top nibbles hold the f16 super-scale).
-        let words = _mm256_set1_epi64x(le::<8>(&b.scales, 0) as i64);
+        let words = _mm256_set1_epi64x(u64_at(&b.scales, 0) as i64);
         let word_of = _mm256_setr_epi16(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
         let bit_of = _mm256_setr_epi16(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
         let s = _mm256_srlv_epi16(_mm256_permutexvar_epi16(word_of, words), bit_of);
         let s = _mm256_and_si256(s, _mm256_set1_epi16(7));
-        let s = _mm256_add_epi16(_mm256_add_epi16(s, s), _mm256_set1_epi16(1));
-        signed(u, neg, spread16(s), f16(b.d()) * 0.125)
+        signed(u, neg, spread16(odd16(s)), f16(b.d()) * 0.125)
     }
 }
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -765,9 +716,6 @@ const TQ1_POW: [[u8; 64]; 4] = {
     t
 };
 
-/// `#[inline(always)]` (not a `target_feature` function, which may not be): without it
-/// the decoder may stay a call and its vectors go through memory.
-///
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -776,7 +724,7 @@ unsafe fn dec_tq1_0(b: &BlockTQ1_0) -> Sb512 {
     unsafe {
         let q0 = bcast32(&b.qs, 0);
         let q1 = _mm512_broadcast_i32x4(load16(&b.qs, 32));
-        let qh = _mm512_set1_epi32(le::<4>(&b.qh, 0) as i32);
+        let qh = _mm512_set1_epi32(u32_at(&b.qh, 0) as i32);
         let bytes = [
             q0,
             q0,
