@@ -30,6 +30,8 @@ fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool) {
         .map(|_| {
             let mut c = KvCache::new(NKV, D);
             c.set_types(ty, ty).unwrap();
+            c.set_key_layout(ferrox_core::kernels::key_layout(D))
+                .unwrap();
             for _ in 0..depth + rows {
                 let (k, v) = (rnd(&mut seed, NKV * D), rnd(&mut seed, NKV * D));
                 c.append(&k, &v);
@@ -52,6 +54,7 @@ fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool) {
             };
             let kv = TypedKv {
                 keys: c.keys_view(),
+                key_layout: c.key_layout(),
                 values: c.values_view(),
                 stride: NKV * D,
                 col: h * D,

@@ -19,7 +19,7 @@
 mod store;
 
 use store::RowStore;
-pub use store::{KvSlice, KvType};
+pub use store::{KvSlice, KvType, RowLayout, TILE_ROWS};
 
 #[derive(Debug, Clone)]
 pub struct KvCache {
@@ -304,8 +304,8 @@ impl KvCache {
         let (heads, dim, vw, aw) = rows.shape;
         if self.len == 0 {
             (self.n_kv_heads, self.head_dim, self.v_width, self.aux_width) = (heads, dim, vw, aw);
-            self.keys = RowStore::new(rows.keys.ty());
-            self.values = RowStore::new(rows.values.ty());
+            self.keys = rows.keys.empty_like();
+            self.values = rows.values.empty_like();
             self.aux.clear();
         }
         if !self.rows_portable()
@@ -316,8 +316,9 @@ impl KvCache {
         if self.keys.ty() != rows.keys.ty() || self.values.ty() != rows.values.ty() {
             return false;
         }
-        self.keys.extend(&rows.keys);
-        self.values.extend(&rows.values);
+        self.keys
+            .extend(&rows.keys, self.n_kv_heads * self.head_dim);
+        self.values.extend(&rows.values, vw);
         self.aux.extend_from_slice(&rows.aux);
         self.len += rows.len;
         true
@@ -354,8 +355,8 @@ impl KvCache {
         self.n_kv_heads = n_kv_heads;
         self.head_dim = head_dim;
         self.v_width = v_width;
-        self.keys = RowStore::new(self.keys.ty());
-        self.values = RowStore::new(self.values.ty());
+        self.keys = self.keys.empty_like();
+        self.values = self.values.empty_like();
         Ok(())
     }
 
@@ -404,7 +405,7 @@ impl KvCache {
     fn push(&mut self, k: &[f32], v: &[f32]) {
         assert_eq!(k.len(), self.k_width(), "KvCache::append: key width");
         assert_eq!(v.len(), self.v_width, "KvCache::append: value width");
-        if self.keys.full() {
+        if self.keys.full(self.k_width()) {
             // Grow by an eighth (at least 256 positions) rather than double: the cache is
             // most of a long session's memory, and doubling leaves up to half of it unused.
             let more = (self.len / 8).max(256);
@@ -418,8 +419,8 @@ impl KvCache {
     }
 
     /// All stored keys, `[len - first_row][k_width]` (every position unless a bounded
-    /// recurrent layer forgot some). Empty unless the keys are stored as f32 (the default; see
-    /// [`set_types`](Self::set_types)).
+    /// recurrent layer forgot some). Empty unless the keys are stored as f32 rows (the default;
+    /// see [`set_types`](Self::set_types) and [`set_key_layout`](Self::set_key_layout)).
     pub fn keys(&self) -> &[f32] {
         self.keys.f32s()
     }
@@ -444,8 +445,9 @@ impl KvCache {
         (self.keys.ty(), self.values.ty())
     }
 
-    /// Stores keys and values as `k` and `v` from now on (llama.cpp's `--cache-type-k/-v`).
-    /// Only an empty cache without auxiliary rows may change, to widths the types divide.
+    /// Stores keys and values as `k` and `v` from now on (llama.cpp's `--cache-type-k/-v`),
+    /// keys in the layout they had. Only an empty cache without auxiliary rows may change, to
+    /// widths the types divide.
     pub fn set_types(&mut self, k: KvType, v: KvType) -> Result<(), CacheTypeError> {
         if self.types() == (k, v) {
             return Ok(());
@@ -454,9 +456,37 @@ impl KvCache {
             return Err(CacheTypeError::InUse);
         }
         check_types(k, v, self.head_dim)?;
-        self.keys = RowStore::new(k);
-        self.values = RowStore::new(v);
+        self.keys = RowStore::new(k, self.keys.layout());
+        self.values = RowStore::new(v, RowLayout::Rows);
         Ok(())
+    }
+
+    /// How the keys are laid out (`Tiles` only for f32 and f16 keys).
+    pub fn key_layout(&self) -> RowLayout {
+        self.keys.layout()
+    }
+
+    /// Lays keys out as `layout` from now on: tiles of 16 positions stored column by column are
+    /// what the AVX-512 attention kernel reads without transposing (see
+    /// [`kernels::key_layout`](crate::kernels::key_layout)); q8_0 keys stay rows. Only an empty
+    /// cache without auxiliary rows may change.
+    pub fn set_key_layout(&mut self, layout: RowLayout) -> Result<(), CacheTypeError> {
+        if self.keys.layout() == layout
+            || (layout == RowLayout::Tiles && self.keys.ty() == KvType::Q8_0)
+        {
+            return Ok(());
+        }
+        if self.len != 0 || self.aux_width != 0 {
+            return Err(CacheTypeError::InUse);
+        }
+        self.keys = RowStore::new(self.keys.ty(), layout);
+        Ok(())
+    }
+
+    /// Key row of position `pos` widened to f32, whatever the type and layout.
+    pub fn read_key(&self, pos: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.k_width(), "KvCache::read_key: key width");
+        self.keys.read_row(pos - self.first, out);
     }
 
     /// Memory the stored rows take.

@@ -2,6 +2,13 @@
 //! llama.cpp's `--cache-type-k/-v` f16 and q8_0 (blocks of 32 with an f16 scale, the layout of
 //! ggml's `block_q8_0`). Rows are encoded once when appended; attention reads them through
 //! [`KvSlice`] and widens them to f32 tile by tile.
+//!
+//! f32 and f16 rows may also be kept in tiles ([`RowLayout::Tiles`]): each block of
+//! [`TILE_ROWS`] consecutive rows stored column by column, so one column of a block is 16
+//! consecutive values — the 16 keys' lanes the tiled attention kernel multiplies a query
+//! element by, read without a transposition. A row's value `c` of row `r` then sits at
+//! `(r / 16) * 16 * width + c * 16 + r % 16`; the last block is allocated whole (its unused
+//! lanes hold zeros or rows cut off by a truncation, which attention masks).
 
 use crate::quant::act::quantize_row_q8_0;
 use crate::quant::blocks::{f16_to_f32, BlockQ8_0};
@@ -50,9 +57,30 @@ impl KvType {
     }
 }
 
-/// Rows of one width in one element type.
+/// Rows per tile of [`RowLayout::Tiles`] (the tiled attention kernel's 16 key lanes).
+pub const TILE_ROWS: usize = 16;
+
+/// How stored rows are laid out (see the module header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RowLayout {
+    /// Row after row.
+    #[default]
+    Rows,
+    /// Blocks of [`TILE_ROWS`] rows, each stored column by column (f32 and f16 only).
+    Tiles,
+}
+
+/// Rows of one width in one element type and layout.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum RowStore {
+pub(crate) struct RowStore {
+    data: Data,
+    tiled: bool,
+    /// Rows stored (the data of a tiled store is whole blocks, so it cannot tell).
+    rows: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Data {
     F32(Vec<f32>),
     F16(Vec<f16>),
     Q8_0(Vec<BlockQ8_0>),
@@ -60,7 +88,7 @@ pub(crate) enum RowStore {
 
 impl Default for RowStore {
     fn default() -> Self {
-        RowStore::F32(Vec::new())
+        RowStore::new(KvType::F32, RowLayout::Rows)
     }
 }
 
@@ -107,124 +135,255 @@ impl KvSlice<'_> {
             }
         }
     }
+
+    /// Values `col..col + out.len()` of row `row` of tiled rows `width` wide, widened to f32
+    /// (f32 and f16 only: q8_0 is never tiled).
+    pub fn read_tiled(&self, row: usize, width: usize, col: usize, out: &mut [f32]) {
+        let at = |c: usize| (row / TILE_ROWS * width + col + c) * TILE_ROWS + row % TILE_ROWS;
+        match self {
+            KvSlice::F32(s) => out.iter_mut().enumerate().for_each(|(c, o)| *o = s[at(c)]),
+            KvSlice::F16(s) => out
+                .iter_mut()
+                .enumerate()
+                .for_each(|(c, o)| *o = s[at(c)].to_f32()),
+            KvSlice::Q8_0(_) => unreachable!("q8_0 rows are never tiled"),
+        }
+    }
 }
 
 impl RowStore {
-    pub(crate) fn new(ty: KvType) -> RowStore {
-        match ty {
-            KvType::F32 => RowStore::F32(Vec::new()),
-            KvType::F16 => RowStore::F16(Vec::new()),
-            KvType::Q8_0 => RowStore::Q8_0(Vec::new()),
+    /// An empty store; q8_0 rows are blocks along the row, so they stay [`RowLayout::Rows`].
+    pub(crate) fn new(ty: KvType, layout: RowLayout) -> RowStore {
+        let data = match ty {
+            KvType::F32 => Data::F32(Vec::new()),
+            KvType::F16 => Data::F16(Vec::new()),
+            KvType::Q8_0 => Data::Q8_0(Vec::new()),
+        };
+        let tiled = layout == RowLayout::Tiles && ty != KvType::Q8_0;
+        RowStore {
+            data,
+            tiled,
+            rows: 0,
         }
     }
 
+    /// An empty store of the same type and layout.
+    pub(crate) fn empty_like(&self) -> RowStore {
+        RowStore::new(self.ty(), self.layout())
+    }
+
     pub(crate) fn ty(&self) -> KvType {
-        match self {
-            RowStore::F32(_) => KvType::F32,
-            RowStore::F16(_) => KvType::F16,
-            RowStore::Q8_0(_) => KvType::Q8_0,
+        match self.data {
+            Data::F32(_) => KvType::F32,
+            Data::F16(_) => KvType::F16,
+            Data::Q8_0(_) => KvType::Q8_0,
+        }
+    }
+
+    pub(crate) fn layout(&self) -> RowLayout {
+        if self.tiled {
+            RowLayout::Tiles
+        } else {
+            RowLayout::Rows
         }
     }
 
     pub(crate) fn view(&self) -> KvSlice<'_> {
-        match self {
-            RowStore::F32(v) => KvSlice::F32(v),
-            RowStore::F16(v) => KvSlice::F16(v),
-            RowStore::Q8_0(v) => KvSlice::Q8_0(v),
+        match &self.data {
+            Data::F32(v) => KvSlice::F32(v),
+            Data::F16(v) => KvSlice::F16(v),
+            Data::Q8_0(v) => KvSlice::Q8_0(v),
         }
     }
 
-    /// The f32 rows (empty for another type).
+    /// The f32 rows, row after row (empty for another type or layout).
     pub(crate) fn f32s(&self) -> &[f32] {
-        match self {
-            RowStore::F32(v) => v,
+        match &self.data {
+            Data::F32(v) if !self.tiled => v,
             _ => &[],
         }
     }
 
     /// Storage units per row of `width` values.
     fn units(&self, width: usize) -> usize {
-        match self {
-            RowStore::Q8_0(_) => width / 32,
+        match self.data {
+            Data::Q8_0(_) => width / 32,
             _ => width,
         }
     }
 
+    /// Storage units `rows` rows take (whole blocks when tiled).
+    fn units_for(&self, rows: usize, width: usize) -> usize {
+        let rows = if self.tiled {
+            rows.div_ceil(TILE_ROWS) * TILE_ROWS
+        } else {
+            rows
+        };
+        rows * self.units(width)
+    }
+
+    /// Row `r` widened to f32 (`out` is one row).
+    pub(crate) fn read_row(&self, r: usize, out: &mut [f32]) {
+        let w = out.len();
+        if self.tiled {
+            self.view().read_tiled(r, w, 0, out);
+        } else {
+            self.view().read(r * w, out);
+        }
+    }
+
     pub(crate) fn push_row(&mut self, row: &[f32]) {
-        match self {
-            RowStore::F32(v) => v.extend_from_slice(row),
-            RowStore::F16(v) => v.extend(row.iter().map(|&x| f16::from_f32(x))),
-            RowStore::Q8_0(v) => {
-                let at = v.len();
-                v.resize(at + row.len() / 32, BlockQ8_0::default());
-                quantize_row_q8_0(row, &mut v[at..]);
+        let (w, r) = (row.len(), self.rows);
+        if self.tiled {
+            let base = r / TILE_ROWS * TILE_ROWS * w;
+            let lane = r % TILE_ROWS;
+            // A new block starts zeroed; its later lanes fill as rows arrive.
+            let whole = base + TILE_ROWS * w;
+            match &mut self.data {
+                Data::F32(v) => {
+                    v.resize(whole, 0.0);
+                    for (c, &x) in row.iter().enumerate() {
+                        v[base + c * TILE_ROWS + lane] = x;
+                    }
+                }
+                Data::F16(v) => {
+                    v.resize(whole, f16::ZERO);
+                    for (c, &x) in row.iter().enumerate() {
+                        v[base + c * TILE_ROWS + lane] = f16::from_f32(x);
+                    }
+                }
+                Data::Q8_0(_) => unreachable!("q8_0 rows are never tiled"),
+            }
+        } else {
+            match &mut self.data {
+                Data::F32(v) => v.extend_from_slice(row),
+                Data::F16(v) => v.extend(row.iter().map(|&x| f16::from_f32(x))),
+                Data::Q8_0(v) => {
+                    let at = v.len();
+                    v.resize(at + w / 32, BlockQ8_0::default());
+                    quantize_row_q8_0(row, &mut v[at..]);
+                }
             }
         }
+        self.rows += 1;
     }
 
     /// Room for `rows` more rows of `width`.
     pub(crate) fn reserve_exact(&mut self, rows: usize, width: usize) {
-        let n = rows * self.units(width);
-        match self {
-            RowStore::F32(v) => v.reserve_exact(n),
-            RowStore::F16(v) => v.reserve_exact(n),
-            RowStore::Q8_0(v) => v.reserve_exact(n),
+        let n = self.units_for(self.rows + rows, width) - self.stored_units();
+        match &mut self.data {
+            Data::F32(v) => v.reserve_exact(n),
+            Data::F16(v) => v.reserve_exact(n),
+            Data::Q8_0(v) => v.reserve_exact(n),
         }
     }
 
-    /// Whether the next push would reallocate.
-    pub(crate) fn full(&self) -> bool {
-        match self {
-            RowStore::F32(v) => v.len() == v.capacity(),
-            RowStore::F16(v) => v.len() == v.capacity(),
-            RowStore::Q8_0(v) => v.len() == v.capacity(),
+    fn stored_units(&self) -> usize {
+        match &self.data {
+            Data::F32(v) => v.len(),
+            Data::F16(v) => v.len(),
+            Data::Q8_0(v) => v.len(),
         }
+    }
+
+    fn capacity(&self) -> usize {
+        match &self.data {
+            Data::F32(v) => v.capacity(),
+            Data::F16(v) => v.capacity(),
+            Data::Q8_0(v) => v.capacity(),
+        }
+    }
+
+    /// Whether pushing the next row of `width` would reallocate.
+    pub(crate) fn full(&self, width: usize) -> bool {
+        self.units_for(self.rows + 1, width) > self.capacity()
     }
 
     pub(crate) fn truncate_rows(&mut self, rows: usize, width: usize) {
-        let n = rows * self.units(width);
-        match self {
-            RowStore::F32(v) => v.truncate(n),
-            RowStore::F16(v) => v.truncate(n),
-            RowStore::Q8_0(v) => v.truncate(n),
+        if rows >= self.rows {
+            return;
         }
+        let n = self.units_for(rows, width);
+        match &mut self.data {
+            Data::F32(v) => v.truncate(n),
+            Data::F16(v) => v.truncate(n),
+            Data::Q8_0(v) => v.truncate(n),
+        }
+        self.rows = rows;
     }
 
+    /// Drops the first `rows` rows.
     pub(crate) fn drain_rows(&mut self, rows: usize, width: usize) {
+        let rows = rows.min(self.rows);
+        if self.tiled && !rows.is_multiple_of(TILE_ROWS) {
+            // Rows move to other lanes: rebuild from the rows kept.
+            *self = self.copy_rows(rows, self.rows, width);
+            return;
+        }
         let n = rows * self.units(width);
-        match self {
-            RowStore::F32(v) => drop(v.drain(..n)),
-            RowStore::F16(v) => drop(v.drain(..n)),
-            RowStore::Q8_0(v) => drop(v.drain(..n)),
+        match &mut self.data {
+            Data::F32(v) => drop(v.drain(..n)),
+            Data::F16(v) => drop(v.drain(..n)),
+            Data::Q8_0(v) => drop(v.drain(..n)),
         }
+        self.rows -= rows;
     }
 
-    /// A copy of rows `from..to`.
+    /// A copy of rows `from..to` in the same type and layout.
     pub(crate) fn copy_rows(&self, from: usize, to: usize, width: usize) -> RowStore {
-        let (a, b) = (from * self.units(width), to * self.units(width));
-        match self {
-            RowStore::F32(v) => RowStore::F32(v[a..b].to_vec()),
-            RowStore::F16(v) => RowStore::F16(v[a..b].to_vec()),
-            RowStore::Q8_0(v) => RowStore::Q8_0(v[a..b].to_vec()),
+        if self.tiled && !from.is_multiple_of(TILE_ROWS) {
+            let mut out = self.empty_like();
+            let mut row = vec![0f32; width];
+            for r in from..to {
+                self.read_row(r, &mut row);
+                out.push_row(&row);
+            }
+            return out;
+        }
+        // Rows layout, or whole blocks from `from` on (the last one possibly partial).
+        let (a, b) = (from * self.units(width), self.units_for(to, width));
+        let data = match &self.data {
+            Data::F32(v) => Data::F32(v[a..b].to_vec()),
+            Data::F16(v) => Data::F16(v[a..b].to_vec()),
+            Data::Q8_0(v) => Data::Q8_0(v[a..b].to_vec()),
+        };
+        RowStore {
+            data,
+            tiled: self.tiled,
+            rows: to - from,
         }
     }
 
-    /// Appends `other`'s rows; false when the types differ.
-    pub(crate) fn extend(&mut self, other: &RowStore) -> bool {
-        match (self, other) {
-            (RowStore::F32(v), RowStore::F32(o)) => v.extend_from_slice(o),
-            (RowStore::F16(v), RowStore::F16(o)) => v.extend_from_slice(o),
-            (RowStore::Q8_0(v), RowStore::Q8_0(o)) => v.extend_from_slice(o),
+    /// Appends `other`'s rows (any layout); false when the element types differ.
+    pub(crate) fn extend(&mut self, other: &RowStore, width: usize) -> bool {
+        if self.ty() != other.ty() {
+            return false;
+        }
+        let raw = self.tiled == other.tiled && (!self.tiled || self.rows.is_multiple_of(TILE_ROWS));
+        if !raw {
+            let mut row = vec![0f32; width];
+            for r in 0..other.rows {
+                other.read_row(r, &mut row);
+                self.push_row(&row);
+            }
+            return true;
+        }
+        match (&mut self.data, &other.data) {
+            (Data::F32(v), Data::F32(o)) => v.extend_from_slice(o),
+            (Data::F16(v), Data::F16(o)) => v.extend_from_slice(o),
+            (Data::Q8_0(v), Data::Q8_0(o)) => v.extend_from_slice(o),
             _ => return false,
         }
+        self.rows += other.rows;
         true
     }
 
+    /// Memory the stored rows take.
     pub(crate) fn bytes(&self) -> usize {
-        match self {
-            RowStore::F32(v) => v.len() * 4,
-            RowStore::F16(v) => v.len() * 2,
-            RowStore::Q8_0(v) => v.len() * std::mem::size_of::<BlockQ8_0>(),
+        match &self.data {
+            Data::F32(v) => v.len() * 4,
+            Data::F16(v) => v.len() * 2,
+            Data::Q8_0(v) => v.len() * std::mem::size_of::<BlockQ8_0>(),
         }
     }
 }

@@ -135,3 +135,73 @@ fn typed_rows_copy_truncate_and_refusals() {
     ));
     assert!(odd.set_types(KvType::F16, KvType::F16).is_ok());
 }
+
+/// Keys laid out in tiles of 16 positions read back as the rows they were given, through
+/// truncation, refills, copies at any offset (into caches of either layout), and dropping
+/// leading rows; q8_0 keys stay rows.
+#[test]
+fn tiled_keys_read_back_as_rows() {
+    let row = |p: usize| -> Vec<f32> { (0..6).map(|i| (p * 6 + i) as f32 / 8.0).collect() };
+    // Positions `from..to` of `c` hold rows `shift + from..`.
+    let check = |c: &KvCache, from: usize, to: usize, shift: usize| {
+        let mut k = vec![0f32; 6];
+        for p in from..to {
+            c.read_key(p, &mut k);
+            assert_eq!(k, row(p - from + shift), "position {p}");
+        }
+    };
+    for ty in [KvType::F32, KvType::F16] {
+        let mut c = KvCache::new(2, 3);
+        c.set_types(ty, ty).unwrap();
+        c.set_key_layout(RowLayout::Tiles).unwrap();
+        assert_eq!(c.key_layout(), RowLayout::Tiles);
+        for p in 0..40 {
+            c.append(&row(p), &row(p));
+        }
+        assert!(c.keys().is_empty(), "no f32 rows view of tiles");
+        assert_eq!(
+            c.set_key_layout(RowLayout::Rows),
+            Err(CacheTypeError::InUse)
+        );
+        check(&c, 0, 40, 0);
+        // Whole tiles are stored: 3 of 16 positions × 6 values.
+        assert_eq!(c.keys_view().len(), 3 * 16 * 6);
+        c.truncate(21);
+        assert_eq!(c.keys_view().len(), 2 * 16 * 6);
+        for p in 21..37 {
+            c.append(&row(p), &row(p));
+        }
+        check(&c, 0, 37, 0);
+        for (from, to) in [(0, 37), (16, 37), (5, 30), (33, 37)] {
+            let rows = c.copy_rows(from, to).unwrap();
+            for layout in [RowLayout::Rows, RowLayout::Tiles] {
+                // An empty cache takes the copied layout; one holding rows keeps its own.
+                let mut d = KvCache::new(2, 3);
+                d.set_types(ty, ty).unwrap();
+                d.set_key_layout(layout).unwrap();
+                for p in 0..3 {
+                    d.append(&row(100 + p), &row(100 + p));
+                }
+                assert!(d.append_rows(&rows));
+                assert_eq!((d.len(), d.key_layout()), (to - from + 3, layout));
+                check(&d, 0, 3, 100);
+                check(&d, 3, d.len(), from);
+                let mut e = KvCache::new(2, 3);
+                assert!(e.append_rows(&rows));
+                assert_eq!(e.key_layout(), RowLayout::Tiles);
+                check(&e, 0, e.len(), from);
+            }
+        }
+        // Dropping leading rows: whole tiles, then a part of one (the rest move lanes).
+        c.set_bounded(true);
+        c.forget_before(16, 0);
+        check(&c, 16, 37, 16);
+        c.forget_before(21, 0);
+        assert_eq!(c.first_row(), 21);
+        check(&c, 21, 37, 21);
+    }
+    let mut q = KvCache::new(1, 32);
+    q.set_types(KvType::Q8_0, KvType::Q8_0).unwrap();
+    q.set_key_layout(RowLayout::Tiles).unwrap();
+    assert_eq!(q.key_layout(), RowLayout::Rows);
+}

@@ -4,13 +4,15 @@
 //! a block of rows equals the same rows one at a time bit for bit.
 
 use super::{attend_group, isa, HeadKv, Isa, Scoring};
-use crate::cache::KvSlice;
+use crate::cache::{KvSlice, RowLayout, TILE_ROWS};
 
 /// One KV head's view of a cache whose rows may be stored as f16 or q8_0: rows of `stride`
 /// values, this head's `dim` columns from `col` (as [`HeadKv`], whose f32 form it generalises).
+/// Keys may be laid out in tiles of 16 positions ([`RowLayout::Tiles`]); values are rows.
 #[derive(Clone, Copy)]
 pub struct TypedKv<'a> {
     pub keys: KvSlice<'a>,
+    pub key_layout: RowLayout,
     pub values: KvSlice<'a>,
     pub stride: usize,
     pub col: usize,
@@ -18,17 +20,35 @@ pub struct TypedKv<'a> {
 }
 
 impl<'a> TypedKv<'a> {
-    /// The f32 view, when both sides are stored as f32.
+    /// The f32 view, when both sides are stored as f32 rows.
     pub(super) fn f32(&self) -> Option<HeadKv<'a>> {
         match (self.keys, self.values) {
-            (KvSlice::F32(keys), KvSlice::F32(values)) => Some(HeadKv {
-                keys,
-                values,
-                stride: self.stride,
-                col: self.col,
-                dim: self.dim,
-            }),
+            (KvSlice::F32(keys), KvSlice::F32(values)) if self.key_layout == RowLayout::Rows => {
+                Some(HeadKv {
+                    keys,
+                    values,
+                    stride: self.stride,
+                    col: self.col,
+                    dim: self.dim,
+                })
+            }
             _ => None,
+        }
+    }
+
+    /// This head's key at position `pos` widened to f32 (`out` is `dim` long).
+    pub(super) fn read_key(&self, pos: usize, out: &mut [f32]) {
+        match self.key_layout {
+            RowLayout::Rows => self.keys.read(pos * self.stride + self.col, out),
+            RowLayout::Tiles => self.keys.read_tiled(pos, self.stride, self.col, out),
+        }
+    }
+
+    /// Key values the cache must hold for positions `..end`.
+    fn keys_needed(&self, end: usize) -> usize {
+        match self.key_layout {
+            RowLayout::Rows => end * self.stride,
+            RowLayout::Tiles => end.div_ceil(TILE_ROWS) * TILE_ROWS * self.stride,
         }
     }
 }
@@ -37,6 +57,7 @@ impl<'a> From<HeadKv<'a>> for TypedKv<'a> {
     fn from(kv: HeadKv<'a>) -> Self {
         TypedKv {
             keys: KvSlice::F32(kv.keys),
+            key_layout: RowLayout::Rows,
             values: KvSlice::F32(kv.values),
             stride: kv.stride,
             col: kv.col,
@@ -104,10 +125,14 @@ pub fn attend_rows(
         "attend_rows: query rows"
     );
     assert!(kv.col + d <= kv.stride, "attend_rows: head columns");
-    let end = (blk.pos + blk.rows) * kv.stride;
+    let end = blk.pos + blk.rows;
     assert!(
-        kv.keys.len() >= end && kv.values.len() >= end,
+        kv.keys.len() >= kv.keys_needed(end) && kv.values.len() >= end * kv.stride,
         "attend_rows: cache rows"
+    );
+    assert!(
+        kv.key_layout == RowLayout::Rows || !matches!(kv.keys, KvSlice::Q8_0(_)),
+        "attend_rows: q8_0 keys are rows"
     );
     assert!(
         how.sinks.is_none_or(|s| s.len() == g),
@@ -137,7 +162,7 @@ pub fn attend_rows(
             vt.resize(n * d, 0.0);
             for j in 0..n {
                 let at = (first + j) * kv.stride + kv.col;
-                kv.keys.read(at, &mut kw[j * d..(j + 1) * d]);
+                kv.read_key(first + j, &mut kw[j * d..(j + 1) * d]);
                 kv.values.read(at, &mut vt[j * d..(j + 1) * d]);
             }
             let wide = HeadKv {
@@ -379,25 +404,38 @@ mod tests {
         }
     }
 
-    /// f16 and q8_0 caches give exactly what f32 attention gives over the same rows widened
-    /// (the tile loaders widen as `KvSlice::read` does), on any path.
+    /// f16 and q8_0 caches, and keys laid out in tiles, give exactly what f32 attention gives
+    /// over the same rows widened (the tile loaders widen as `KvSlice::read` does), on any
+    /// path; a cache cut back and refilled (stale lanes in a tile) too.
     #[test]
     fn typed_cache_equals_widened_rows() {
         use crate::cache::{KvCache, KvType};
         let mut seed = 5u32;
         let (nkv, d, g, positions) = (2, 64, 3, 70);
-        for ty in [KvType::F16, KvType::Q8_0] {
+        let layouts = [RowLayout::Rows, RowLayout::Tiles];
+        for (ty, layout) in [KvType::F32, KvType::F16, KvType::Q8_0]
+            .into_iter()
+            .flat_map(|t| layouts.map(|l| (t, l)))
+        {
             let mut c = KvCache::new(nkv, d);
             c.set_types(ty, ty).expect("empty cache");
-            for _ in 0..positions {
-                let k = rnd_vec(&mut seed, nkv * d, 1.0);
-                let v = rnd_vec(&mut seed, nkv * d, 2.0);
-                c.append(&k, &v);
-            }
+            c.set_key_layout(layout).expect("empty cache");
+            let mut fill = |c: &mut KvCache, n: usize| {
+                for _ in 0..n {
+                    let k = rnd_vec(&mut seed, nkv * d, 1.0);
+                    let v = rnd_vec(&mut seed, nkv * d, 2.0);
+                    c.append(&k, &v);
+                }
+            };
+            fill(&mut c, positions);
+            c.truncate(positions - 13);
+            fill(&mut c, 13);
             let (kv_k, kv_v) = (c.keys_view(), c.values_view());
             let mut wk = vec![0f32; positions * nkv * d];
             let mut wv = vec![0f32; positions * nkv * d];
-            kv_k.read(0, &mut wk);
+            for (p, row) in wk.chunks_exact_mut(nkv * d).enumerate() {
+                c.read_key(p, row);
+            }
             kv_v.read(0, &mut wv);
             let q = rnd_vec(&mut seed, positions * g * d, 1.0);
             for window in [None, Some(21)] {
@@ -411,6 +449,7 @@ mod tests {
                 };
                 let typed = TypedKv {
                     keys: kv_k,
+                    key_layout: c.key_layout(),
                     values: kv_v,
                     stride: nkv * d,
                     col: d,
@@ -428,7 +467,7 @@ mod tests {
                 let mut b = vec![0f32; q.len()];
                 attend_rows(&blk, typed, how, &mut FlashScratch::default(), &mut a);
                 attend_rows(&blk, wide.into(), how, &mut FlashScratch::default(), &mut b);
-                assert_eq!(bits(&a), bits(&b), "{ty:?} window {window:?}");
+                assert_eq!(bits(&a), bits(&b), "{ty:?} {layout:?} window {window:?}");
                 // Rows one at a time (the decode path) give the same bits.
                 let mut one = vec![0f32; q.len()];
                 for p in 0..positions {
@@ -446,7 +485,8 @@ mod tests {
                         &mut one[p * g * d..],
                     );
                 }
-                assert_eq!(bits(&a), bits(&one), "{ty:?} window {window:?}: rows alone");
+                let what = format!("{ty:?} {layout:?} window {window:?}: rows alone");
+                assert_eq!(bits(&a), bits(&one), "{what}");
             }
         }
     }

@@ -35,6 +35,17 @@ pub mod glu;
 
 pub use attn::{attend_rows, FlashScratch, RowBlock, TypedKv};
 
+/// The key layout [`attend_rows`] reads fastest for heads `head_dim` wide: tiles of 16
+/// positions where the tiled AVX-512 kernel runs (it multiplies a query element by 16 keys'
+/// values at once, which then need no transposition), rows elsewhere.
+pub fn key_layout(head_dim: usize) -> crate::cache::RowLayout {
+    if isa() == Isa::Avx512 && head_dim.is_multiple_of(16) {
+        crate::cache::RowLayout::Tiles
+    } else {
+        crate::cache::RowLayout::Rows
+    }
+}
+
 /// Instruction sets with kernels. `Neon` slots in beside `Avx2` for aarch64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {

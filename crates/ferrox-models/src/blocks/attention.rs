@@ -185,6 +185,7 @@ impl StandardAttention {
         let g = nh / nkv;
         let kv = |kvh: usize| TypedKv {
             keys: cache.keys_view(),
+            key_layout: cache.key_layout(),
             values: cache.values_view(),
             stride: nkv * hd,
             col: kvh * hd,
