@@ -88,33 +88,33 @@ pub(super) unsafe fn attend_rows(
             sc.corr[qi] =
                 unsafe { softmax_tile(s, lo, hi, how.softcap, &mut sc.m[qi], &mut sc.l[qi]) };
         }
-        // Values stored as f32 are read in place; others are widened into a tile first.
-        let (vals, vrows) = match kv.values {
-            KvSlice::F32(v) => (v, rows),
-            other => {
+        // Values stored as f32 or f16 are read in place; q8_0 rows are widened into a tile.
+        let (s, corr) = (&sc.s[..], &sc.corr[..]);
+        // SAFETY (all three): value rows `..=last` checked by the caller (`rows` offsets point
+        // at this head's `d` columns), slices bounds-checked; `acc` holds `d` per query, `s` a
+        // tile per query.
+        match kv.values {
+            KvSlice::F32(v) => unsafe {
+                let vals = F32Vals(v.as_ptr(), &rows);
+                accumulate(vals, s, corr, d, live, &mut sc.acc)
+            },
+            KvSlice::F16(v) => unsafe {
+                let vals = F16Vals(v.as_ptr().cast(), &rows);
+                accumulate(vals, s, corr, d, live, &mut sc.acc)
+            },
+            q8 => unsafe {
                 sc.vt.resize(TILE * d, 0.0);
                 for (j, &r) in rows.iter().enumerate() {
                     for c in (0..d).step_by(16) {
-                        // SAFETY: row `r` holds the head's `d` columns; c + 16 <= d.
-                        let x = unsafe { load16(other, r + c) };
-                        // SAFETY: the tile holds `TILE * d` floats.
-                        unsafe { _mm512_storeu_ps(sc.vt.as_mut_ptr().add(j * d + c), x) };
+                        let x = load16(q8, r + c);
+                        _mm512_storeu_ps(sc.vt.as_mut_ptr().add(j * d + c), x);
                     }
                 }
-                (&sc.vt[..], std::array::from_fn(|j| j * d))
-            }
-        };
-        let at = PvAt {
-            vals,
-            rows: &vrows,
-            s: &sc.s,
-            corr: &sc.corr,
-            d,
-            qi: 0,
-            c: 0,
-        };
-        // SAFETY: value rows as above; `acc` holds `d` per query, `s` a tile per query.
-        unsafe { accumulate(at, live, &mut sc.acc) };
+                let tile = std::array::from_fn(|j| j * d);
+                let vals = F32Vals(sc.vt.as_ptr(), &tile);
+                accumulate(vals, s, corr, d, live, &mut sc.acc)
+            },
+        }
     }
     for r in 0..blk.rows {
         for h in 0..g {
@@ -414,56 +414,86 @@ unsafe fn softmax_tile(
     corr
 }
 
-/// For the live queries: `acc = acc * corr + Σ_j p[j] · value_j` over all 16 lanes of the tile
-/// (the weight of a lane outside a query's keys is 0), one FMA chain per element in key order;
-/// four queries at a time share each load of a value row, 64 columns at a time.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn accumulate(base: PvAt<'_>, live: std::ops::Range<usize>, acc: &mut [f32]) {
-    let d = base.d;
-    let mut c = 0;
-    while c < d {
-        let w = ((d - c) / 16).min(4);
-        let mut qi = live.start;
-        while qi < live.end {
-            let n = (live.end - qi).min(4);
-            let at = PvAt { qi, c, ..base };
-            // SAFETY: forwarded contract; columns `c..c + 16 * w` lie in the head.
-            unsafe {
-                match (n, w) {
-                    (4, 4) => pv::<4, 4>(at, acc),
-                    (4, 3) => pv::<4, 3>(at, acc),
-                    (4, 2) => pv::<4, 2>(at, acc),
-                    (4, _) => pv::<4, 1>(at, acc),
-                    (3, 4) => pv::<3, 4>(at, acc),
-                    (3, 3) => pv::<3, 3>(at, acc),
-                    (3, 2) => pv::<3, 2>(at, acc),
-                    (3, _) => pv::<3, 1>(at, acc),
-                    (2, 4) => pv::<2, 4>(at, acc),
-                    (2, 3) => pv::<2, 3>(at, acc),
-                    (2, 2) => pv::<2, 2>(at, acc),
-                    (2, _) => pv::<2, 1>(at, acc),
-                    (_, 4) => pv::<1, 4>(at, acc),
-                    (_, 3) => pv::<1, 3>(at, acc),
-                    (_, 2) => pv::<1, 2>(at, acc),
-                    (_, _) => pv::<1, 1>(at, acc),
-                }
-            }
-            qi += n;
-        }
-        c += 16 * w;
+/// A tile's value rows: 16 values of key `j`'s row from column `c`, widened to f32.
+trait ValRows: Copy {
+    /// # Safety
+    /// AVX-512 F available (the callers' target features); `j < TILE`, `c + 16 <= d`.
+    unsafe fn at(self, j: usize, c: usize) -> __m512;
+}
+
+/// f32 rows at offsets `.1` of `.0` (the cache's rows or a widened tile).
+#[derive(Clone, Copy)]
+struct F32Vals<'a>(*const f32, &'a [usize; TILE]);
+
+/// f16 rows at offsets `.1` of `.0`, widened as they are read (exactly, as `KvSlice::read`).
+#[derive(Clone, Copy)]
+struct F16Vals<'a>(*const u16, &'a [usize; TILE]);
+
+impl ValRows for F32Vals<'_> {
+    #[inline(always)]
+    unsafe fn at(self, j: usize, c: usize) -> __m512 {
+        // SAFETY: row `j` holds the head's `d` columns (constructor), c + 16 <= d.
+        unsafe { _mm512_loadu_ps(self.0.add(self.1[j] + c)) }
     }
 }
 
-/// Where one `pv` call works: value rows at offsets `rows` of `vals` (`d` wide), queries from
-/// `qi`, columns from `c`.
+impl ValRows for F16Vals<'_> {
+    #[inline(always)]
+    unsafe fn at(self, j: usize, c: usize) -> __m512 {
+        // SAFETY: as above, 16 halves.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.add(self.1[j] + c).cast())) }
+    }
+}
+
+/// For the live queries: `acc = acc * corr + Σ_j p[j] · value_j` over all 16 lanes of the tile
+/// (the weight of a lane outside a query's keys is 0), one FMA chain per element in key order.
+/// Up to eight queries share each load of a value vector: 16 accumulators (4 queries × 64
+/// columns, or 8 × 32), so a decoded token's 6 or 7 heads of a group read the tile once.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn accumulate<V: ValRows>(
+    vals: V,
+    s: &[f32],
+    corr: &[f32],
+    d: usize,
+    live: std::ops::Range<usize>,
+    acc: &mut [f32],
+) {
+    let mut qi = live.start;
+    while qi < live.end {
+        let n = (live.end - qi).min(8);
+        let widest = if n <= 4 { 4 } else { 2 };
+        let mut c = 0;
+        while c < d {
+            let w = ((d - c) / 16).min(widest);
+            let at = PvAt { s, corr, d, qi, c };
+            macro_rules! pick {
+                ($($q:literal, $w:literal);*) => {
+                    match (n, w) {
+                        $(($q, $w) => pv::<$q, $w, V>(vals, at, acc),)*
+                        _ => unreachable!("n ≤ 8, w ≤ 4 (2 past 4 queries)"),
+                    }
+                };
+            }
+            // SAFETY: forwarded contract; queries `qi..qi + n` live, columns `c..c + 16 * w`
+            // lie in the head.
+            unsafe {
+                pick!(1, 1; 1, 2; 1, 3; 1, 4; 2, 1; 2, 2; 2, 3; 2, 4; 3, 1; 3, 2; 3, 3; 3, 4;
+                      4, 1; 4, 2; 4, 3; 4, 4; 5, 1; 5, 2; 6, 1; 6, 2; 7, 1; 7, 2; 8, 1; 8, 2)
+            }
+            c += 16 * w;
+        }
+        qi += n;
+    }
+}
+
+/// Where one `pv` call works: queries from `qi` (their tile weights `s`, factors `corr`),
+/// columns from `c` of heads `d` wide.
 #[derive(Clone, Copy)]
 struct PvAt<'a> {
-    vals: &'a [f32],
-    rows: &'a [usize; TILE],
-    d: usize,
     s: &'a [f32],
     corr: &'a [f32],
+    d: usize,
     qi: usize,
     c: usize,
 }
@@ -471,7 +501,7 @@ struct PvAt<'a> {
 /// `Q` queries × `W` vectors of columns of [`accumulate`].
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn pv<const Q: usize, const W: usize>(at: PvAt<'_>, acc: &mut [f32]) {
+unsafe fn pv<const Q: usize, const W: usize, V: ValRows>(vals: V, at: PvAt<'_>, acc: &mut [f32]) {
     let d = at.d;
     let base = |i: usize| (at.qi + i) * d + at.c;
     let mut a = [[_mm512_setzero_ps(); W]; Q];
@@ -483,12 +513,11 @@ unsafe fn pv<const Q: usize, const W: usize>(at: PvAt<'_>, acc: &mut [f32]) {
             a[i][w] = _mm512_mul_ps(unsafe { _mm512_loadu_ps(row.as_ptr().add(16 * w)) }, corr);
         }
     }
-    for (j, &r) in at.rows.iter().enumerate() {
-        let v = &at.vals[r + at.c..r + at.c + 16 * W];
+    for j in 0..TILE {
         let mut vs = [_mm512_setzero_ps(); W];
         for (w, x) in vs.iter_mut().enumerate() {
-            // SAFETY: `v` holds 16 * W floats.
-            *x = unsafe { _mm512_loadu_ps(v.as_ptr().add(16 * w)) };
+            // SAFETY: j < TILE, columns `c + 16 * w..+16` lie in the head (caller).
+            *x = unsafe { vals.at(j, at.c + 16 * w) };
         }
         for i in 0..Q {
             // SAFETY: `s` holds a tile per query.
