@@ -11,9 +11,13 @@ fn logits_all_matches_transformers_on_tiny_llama() {
     let ids = "328,384,353,219,207,297,389,171,312,166,505,106,86,86,133,180,256,432,78,401,490,209,394,411";
     let out = std::env::temp_dir().join(format!("ferrox-logits-{}.npy", std::process::id()));
     let (dir_arg, out_arg) = (dir.to_str().unwrap(), out.to_str().unwrap());
-    common::ferrox_ok([
+    // An f32 cache: transformers' reference is computed in f32 (the default, f16, as
+    // llama.cpp's, differs from it by about 1e-3).
+    let f32_cache = ["--ctk", "f32", "--ctv", "f32"];
+    let args = [
         "logits", "-m", dir_arg, "--ids", ids, "--all", "-o", out_arg,
-    ]);
+    ];
+    common::ferrox_ok(args.iter().chain(&f32_cache));
     let (header, all) = common::read_npy(&out);
     let (_, want) = common::read_npy(&dir.join("logits.npy"));
     std::fs::remove_file(&out).ok();
@@ -26,7 +30,8 @@ fn logits_all_matches_transformers_on_tiny_llama() {
     assert!(worst < 1e-4, "max abs diff {worst}");
 
     // Last position only by default.
-    common::ferrox_ok(["logits", "-m", dir_arg, "--ids", ids, "-o", out_arg]);
+    let args = ["logits", "-m", dir_arg, "--ids", ids, "-o", out_arg];
+    common::ferrox_ok(args.iter().chain(&f32_cache));
     let (header, got) = common::read_npy(&out);
     std::fs::remove_file(&out).ok();
     assert!(header.contains("'shape': (1, 512)"), "{header}");

@@ -26,9 +26,9 @@ fn peak_rss_is_the_model_plus_kv_plus_64_mib() {
             "128",
             "Write a long story about a robot who learns to paint.",
         ]);
-        // f32 keys and values; the cache grows 256 positions at a time, which covers the
+        // f16 keys and values (the default); the cache grows 256 positions at a time, which covers the
         // prompt and the 128 new tokens.
-        let kv = layers * kv_heads * head_dim * 2 * 4 * 256;
+        let kv = layers * kv_heads * head_dim * 2 * 2 * 256;
         let budget = file + kv + (64 << 20);
         let peak = common::children_max_rss();
         eprintln!(

@@ -11,12 +11,12 @@ use std::time::Instant;
 /// The KV cache's element types (llama.cpp's `--cache-type-k/-v`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct CacheArgs {
-    /// Element type of cached keys: f32 (default), f16 or q8_0.
-    #[arg(long = "cache-type-k", visible_alias = "ctk", default_value = "f32", value_parser = parse_kv_type)]
-    pub cache_type_k: KvType,
-    /// Element type of cached values: f32 (default), f16 or q8_0.
-    #[arg(long = "cache-type-v", visible_alias = "ctv", default_value = "f32", value_parser = parse_kv_type)]
-    pub cache_type_v: KvType,
+    /// Element type of cached keys: f16 (default, as llama.cpp), f32 or q8_0.
+    #[arg(long = "cache-type-k", visible_alias = "ctk", value_parser = parse_kv_type)]
+    pub cache_type_k: Option<KvType>,
+    /// Element type of cached values: f16 (default, as llama.cpp), f32 or q8_0.
+    #[arg(long = "cache-type-v", visible_alias = "ctv", value_parser = parse_kv_type)]
+    pub cache_type_v: Option<KvType>,
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
@@ -24,10 +24,23 @@ fn parse_kv_type(s: &str) -> Result<KvType, String> {
 }
 
 impl CacheArgs {
-    /// Gives the decoder these cache types.
+    /// llama.cpp's default: half the memory of f32 and, deep in a context, faster decoding
+    /// (attention reads every cached row per token), at no measurable perplexity cost.
+    pub const DEFAULT: KvType = KvType::F16;
+
+    /// The key and value types asked for, [`Self::DEFAULT`] where not given.
+    pub fn types(&self) -> (KvType, KvType) {
+        (
+            self.cache_type_k.unwrap_or(Self::DEFAULT),
+            self.cache_type_v.unwrap_or(Self::DEFAULT),
+        )
+    }
+
+    /// Gives the decoder these cache types ([`Self::DEFAULT`] where not given).
     pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
+        let (k, v) = self.types();
         eng.decoder
-            .set_cache_types(self.cache_type_k, self.cache_type_v)
+            .set_cache_types(k, v)
             .context("--cache-type-k/-v")
     }
 }

@@ -1,6 +1,9 @@
 //! Per-layer, per-sequence rows of attention state. Keys and values are stored position-major:
 //! `[pos][kv_head][head_dim]`, so appending a token is one contiguous write and `truncate` is
-//! O(1) (speculative rejection relies on that). The cache knows shapes, not model families:
+//! O(1) (speculative rejection relies on that). Per-head attention layers keep f32/f16 keys in
+//! tiles of 16 positions instead (`RowLayout::Tiles`, see `store.rs`): still position-major
+//! by tile, appends and cuts still O(1), and the attention kernel reads 16 keys' values of one
+//! column as a vector without transposing. The cache knows shapes, not model families:
 //! what a layer keeps per position (per-head keys and values, one compressed row and no values,
 //! an extra row beside them) is the layer's choice, set while the cache is empty.
 //!

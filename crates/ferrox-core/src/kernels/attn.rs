@@ -69,7 +69,7 @@ impl<'a> From<HeadKv<'a>> for TypedKv<'a> {
 /// Key positions per tile of the tiled kernel (one zmm of scores).
 pub(super) const TILE: usize = 16;
 
-/// Per-thread scratch of [`attend_rows`]: the transposed key tile, every query's scores for one
+/// Per-thread scratch of [`attend_rows`]: a transposed key tile (keys stored as rows), every query's scores for one
 /// tile, the running max, sum and output accumulators (or the two-pass path's score rows).
 #[derive(Default)]
 pub struct FlashScratch {
@@ -79,8 +79,8 @@ pub struct FlashScratch {
     pub(super) l: Vec<f32>,
     pub(super) acc: Vec<f32>,
     pub(super) corr: Vec<f32>,
-    /// A tile of values widened to f32 (f16 / q8_0 caches), or a window of rows on the
-    /// two-pass path.
+    /// A tile of values widened to f32 (q8_0 caches), or a window of rows on the two-pass
+    /// path.
     pub(super) vt: Vec<f32>,
     pub(super) kw: Vec<f32>,
 }

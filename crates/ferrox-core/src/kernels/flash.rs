@@ -1,9 +1,10 @@
 //! Tiled attention with an online softmax for AVX-512 (FlashAttention, Dao et al. 2022; the
 //! running max and rescaled sum of Milakov & Gimelshein 2018, "Online normalizer calculation
 //! for softmax"). The keys are visited in tiles of [`TILE`] positions anchored at absolute
-//! position 0, so the tiles a query sees depend on its position alone; each tile of keys (made
-//! a transposed `d × TILE` block once) and values is reused by every query row of the block and
-//! every head of the group. Per query, every score is one FMA chain over the head's columns,
+//! position 0, so the tiles a query sees depend on its position alone; each tile of keys (a
+//! `d × TILE` block column by column: the cache's own when it keeps keys in tiles, else the
+//! rows transposed once) and values is reused by every query row of the block and every head
+//! of the group. Per query, every score is one FMA chain over the head's columns,
 //! every output element one chain over the keys: the arithmetic never depends on which other
 //! queries share the call — the batch invariance the decoder's callers rely on.
 
