@@ -408,9 +408,12 @@ impl KvCache {
     fn push(&mut self, k: &[f32], v: &[f32]) {
         assert_eq!(k.len(), self.k_width(), "KvCache::append: key width");
         assert_eq!(v.len(), self.v_width, "KvCache::append: value width");
-        if self.keys.full(self.k_width()) {
+        let aux_full = self.aux.len() + self.aux_width > self.aux.capacity();
+        if self.keys.full(self.k_width()) || self.values.full(self.v_width) || aux_full {
             // Grow by an eighth (at least 256 positions) rather than double: the cache is
             // most of a long session's memory, and doubling leaves up to half of it unused.
+            // Either store may fill first (tiled keys take whole tiles; copied-in rows leave
+            // capacities apart), and a push into a full Vec would double it.
             let more = (self.len / 8).max(256);
             self.keys.reserve_exact(more, self.k_width());
             self.values.reserve_exact(more, self.v_width);

@@ -63,15 +63,27 @@ pub(super) unsafe fn attend_rows(
         // The tile's keys column by column: the cache's own tile (its lanes past `last` hold
         // zeros or cut-off rows, weighted 0 like the repeats), or the rows transposed.
         let tiled = k0 * kv.stride + kv.col * TILE..k0 * kv.stride + (kv.col + d) * TILE;
-        // SAFETY (all three): `s` holds `nq * TILE`, query rows and the cache's rows or whole
+        // SAFETY (every arm): `s` holds `nq * TILE`, `kt` `d * TILE`, query rows and the cache's rows or whole
         // tiles `..=last` checked by the caller; `tiled` is bounds-checked by the slicing.
+        // f16 is converted as it is loaded when one or two groups of 8 queries read the tile
+        // (decoding); a longer block widens it once into the scratch tile instead.
+        let in_place = live.len() <= 16;
         match (kv.key_layout, kv.keys) {
             (RowLayout::Tiles, KvSlice::F32(k)) => unsafe {
                 let cols = F32Cols(k[tiled].as_ptr());
                 tile_scores(blk, d, live.clone(), cols, how.scale, &mut sc.s)
             },
-            (RowLayout::Tiles, KvSlice::F16(k)) => unsafe {
+            (RowLayout::Tiles, KvSlice::F16(k)) if in_place => unsafe {
                 let cols = F16Cols(k[tiled].as_ptr().cast());
+                tile_scores(blk, d, live.clone(), cols, how.scale, &mut sc.s)
+            },
+            (RowLayout::Tiles, KvSlice::F16(k)) => unsafe {
+                let k = &k[tiled];
+                for (i, c) in (0..d * TILE).step_by(16).enumerate() {
+                    let x = F16Cols(k.as_ptr().cast()).col(i);
+                    _mm512_storeu_ps(sc.kt.as_mut_ptr().add(c), x);
+                }
+                let cols = F32Cols(sc.kt.as_ptr());
                 tile_scores(blk, d, live.clone(), cols, how.scale, &mut sc.s)
             },
             _ => unsafe {
@@ -89,7 +101,8 @@ pub(super) unsafe fn attend_rows(
             sc.corr[qi] =
                 unsafe { softmax_tile(s, lo, hi, how.softcap, &mut sc.m[qi], &mut sc.l[qi]) };
         }
-        // Values stored as f32 or f16 are read in place; q8_0 rows are widened into a tile.
+        // Values stored as f32 are read in place, f16 too when decoding (as keys above); other
+        // rows are widened into a tile once.
         let (s, corr) = (&sc.s[..], &sc.corr[..]);
         // SAFETY (all three): value rows `..=last` checked by the caller (`rows` offsets point
         // at this head's `d` columns), slices bounds-checked; `acc` holds `d` per query, `s` a
@@ -99,15 +112,15 @@ pub(super) unsafe fn attend_rows(
                 let vals = F32Vals(v.as_ptr(), &rows);
                 accumulate(vals, s, corr, d, live, &mut sc.acc)
             },
-            KvSlice::F16(v) => unsafe {
+            KvSlice::F16(v) if in_place => unsafe {
                 let vals = F16Vals(v.as_ptr().cast(), &rows);
                 accumulate(vals, s, corr, d, live, &mut sc.acc)
             },
-            q8 => unsafe {
+            wide => unsafe {
                 sc.vt.resize(TILE * d, 0.0);
                 for (j, &r) in rows.iter().enumerate() {
                     for c in (0..d).step_by(16) {
-                        let x = load16(q8, r + c);
+                        let x = load16(wide, r + c);
                         _mm512_storeu_ps(sc.vt.as_mut_ptr().add(j * d + c), x);
                     }
                 }
