@@ -60,38 +60,17 @@ pub(super) unsafe fn attend_rows(
         prefetch_tile(kv, k0 + PREFETCH_TILES * TILE, last);
         // Key and value rows of the tile; lanes past `last` repeat it (their weight is 0).
         let rows: [usize; TILE] = std::array::from_fn(|j| (k0 + j).min(last) * kv.stride + kv.col);
-        // The tile's keys column by column: the cache's own tile (its lanes past `last` hold
-        // zeros or cut-off rows, weighted 0 like the repeats), or the rows transposed.
-        let tiled = k0 * kv.stride + kv.col * TILE..k0 * kv.stride + (kv.col + d) * TILE;
-        // SAFETY (every arm): `s` holds `nq * TILE`, `kt` `d * TILE`, query rows and the cache's rows or whole
-        // tiles `..=last` checked by the caller; `tiled` is bounds-checked by the slicing.
         // f16 is converted as it is loaded when one or two groups of 8 queries read the tile
-        // (decoding); a longer block widens it once into the scratch tile instead.
+        // (decoding); a longer block widens it once into a scratch tile instead.
         let in_place = live.len() <= 16;
-        match (kv.key_layout, kv.keys) {
-            (RowLayout::Tiles, KvSlice::F32(k)) => unsafe {
-                let cols = F32Cols(k[tiled].as_ptr());
-                tile_scores(blk, d, live.clone(), cols, how.scale, &mut sc.s)
-            },
-            (RowLayout::Tiles, KvSlice::F16(k)) if in_place => unsafe {
-                let cols = F16Cols(k[tiled].as_ptr().cast());
-                tile_scores(blk, d, live.clone(), cols, how.scale, &mut sc.s)
-            },
-            (RowLayout::Tiles, KvSlice::F16(k)) => unsafe {
-                let k = &k[tiled];
-                for (i, c) in (0..d * TILE).step_by(16).enumerate() {
-                    let x = F16Cols(k.as_ptr().cast()).col(i);
-                    _mm512_storeu_ps(sc.kt.as_mut_ptr().add(c), x);
-                }
-                let cols = F32Cols(sc.kt.as_ptr());
-                tile_scores(blk, d, live.clone(), cols, how.scale, &mut sc.s)
-            },
-            _ => unsafe {
-                transpose_keys(kv, &rows, &mut sc.kt);
-                let cols = F32Cols(sc.kt.as_ptr());
-                tile_scores(blk, d, live.clone(), cols, how.scale, &mut sc.s)
-            },
-        }
+        let at = TileAt {
+            k0,
+            rows: &rows,
+            live: live.clone(),
+            in_place,
+        };
+        // SAFETY: the caller's contract (rows or whole tiles `..=last` in the cache).
+        unsafe { scores_of_tile(blk, kv, how.scale, &at, sc) };
         for qi in live.clone() {
             let p = blk.pos + qi / g;
             let lo = blk.first_key(p).max(k0) - k0;
@@ -101,34 +80,8 @@ pub(super) unsafe fn attend_rows(
             sc.corr[qi] =
                 unsafe { softmax_tile(s, lo, hi, how.softcap, &mut sc.m[qi], &mut sc.l[qi]) };
         }
-        // Values stored as f32 are read in place, f16 too when decoding (as keys above); other
-        // rows are widened into a tile once.
-        let (s, corr) = (&sc.s[..], &sc.corr[..]);
-        // SAFETY (all three): value rows `..=last` checked by the caller (`rows` offsets point
-        // at this head's `d` columns), slices bounds-checked; `acc` holds `d` per query, `s` a
-        // tile per query.
-        match kv.values {
-            KvSlice::F32(v) => unsafe {
-                let vals = F32Vals(v.as_ptr(), &rows);
-                accumulate(vals, s, corr, d, live, &mut sc.acc)
-            },
-            KvSlice::F16(v) if in_place => unsafe {
-                let vals = F16Vals(v.as_ptr().cast(), &rows);
-                accumulate(vals, s, corr, d, live, &mut sc.acc)
-            },
-            wide => unsafe {
-                sc.vt.resize(TILE * d, 0.0);
-                for (j, &r) in rows.iter().enumerate() {
-                    for c in (0..d).step_by(16) {
-                        let x = load16(wide, r + c);
-                        _mm512_storeu_ps(sc.vt.as_mut_ptr().add(j * d + c), x);
-                    }
-                }
-                let tile = std::array::from_fn(|j| j * d);
-                let vals = F32Vals(sc.vt.as_ptr(), &tile);
-                accumulate(vals, s, corr, d, live, &mut sc.acc)
-            },
-        }
+        // SAFETY: as above.
+        unsafe { values_of_tile(kv, &at, sc) };
     }
     for r in 0..blk.rows {
         for h in 0..g {
@@ -139,6 +92,92 @@ pub(super) unsafe fn attend_rows(
                 *o = a * inv;
             }
         }
+    }
+}
+
+/// Where a tile sits: its first key, the cache offsets of its 16 key/value rows (lanes past
+/// the last key repeat it), the live queries, and whether f16 is converted as it is loaded.
+struct TileAt<'a> {
+    k0: usize,
+    rows: &'a [usize; TILE],
+    live: std::ops::Range<usize>,
+    in_place: bool,
+}
+
+/// The live queries' scores against the tile, into `sc.s`: keys column by column from the
+/// cache's own tile (its lanes past the last key hold zeros or cut-off rows, weighted 0 like
+/// the repeats), widened once, or from rows transposed.
+///
+/// # Safety
+/// As [`attend_rows`]; `sc.kt` holds `d * TILE`, `sc.s` a tile per query.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+unsafe fn scores_of_tile(
+    blk: &RowBlock<'_>,
+    kv: TypedKv<'_>,
+    scale: f32,
+    at: &TileAt<'_>,
+    sc: &mut FlashScratch,
+) {
+    let (d, live) = (kv.dim, at.live.clone());
+    let tiled = at.k0 * kv.stride + kv.col * TILE..at.k0 * kv.stride + (kv.col + d) * TILE;
+    // SAFETY (every arm): the caller's contract; `tiled` is bounds-checked by the slicing.
+    match (kv.key_layout, kv.keys) {
+        (RowLayout::Tiles, KvSlice::F32(k)) => unsafe {
+            let cols = F32Cols(k[tiled].as_ptr());
+            tile_scores(blk, d, live, cols, scale, &mut sc.s)
+        },
+        (RowLayout::Tiles, KvSlice::F16(k)) if at.in_place => unsafe {
+            let cols = F16Cols(k[tiled].as_ptr().cast());
+            tile_scores(blk, d, live, cols, scale, &mut sc.s)
+        },
+        (RowLayout::Tiles, KvSlice::F16(k)) => unsafe {
+            let k = F16Cols(k[tiled].as_ptr().cast());
+            for c in 0..d {
+                _mm512_storeu_ps(sc.kt.as_mut_ptr().add(c * TILE), k.col(c));
+            }
+            tile_scores(blk, d, live, F32Cols(sc.kt.as_ptr()), scale, &mut sc.s)
+        },
+        _ => unsafe {
+            transpose_keys(kv, at.rows, &mut sc.kt);
+            tile_scores(blk, d, live, F32Cols(sc.kt.as_ptr()), scale, &mut sc.s)
+        },
+    }
+}
+
+/// The live queries' outputs take the tile's values (weights in `sc.s`, factors in
+/// `sc.corr`): f32 rows read in place, f16 too when `in_place`, other rows widened once.
+///
+/// # Safety
+/// As [`attend_rows`]; `sc.acc` holds `d` per query.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+unsafe fn values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch) {
+    let (d, live) = (kv.dim, at.live.clone());
+    let (s, corr) = (&sc.s[..], &sc.corr[..]);
+    // SAFETY (every arm): value rows `..=last` checked by the caller (`rows` offsets point at
+    // this head's `d` columns); `acc` holds `d` per query, `s` a tile per query.
+    match kv.values {
+        KvSlice::F32(v) => unsafe {
+            let vals = F32Vals(v.as_ptr(), at.rows);
+            accumulate(vals, s, corr, d, live, &mut sc.acc)
+        },
+        KvSlice::F16(v) if at.in_place => unsafe {
+            let vals = F16Vals(v.as_ptr().cast(), at.rows);
+            accumulate(vals, s, corr, d, live, &mut sc.acc)
+        },
+        wide => unsafe {
+            sc.vt.resize(TILE * d, 0.0);
+            for (j, &r) in at.rows.iter().enumerate() {
+                for c in (0..d).step_by(16) {
+                    let x = load16(wide, r + c);
+                    _mm512_storeu_ps(sc.vt.as_mut_ptr().add(j * d + c), x);
+                }
+            }
+            let tile = std::array::from_fn(|j| j * d);
+            let vals = F32Vals(sc.vt.as_ptr(), &tile);
+            accumulate(vals, s, corr, d, live, &mut sc.acc)
+        },
     }
 }
 
