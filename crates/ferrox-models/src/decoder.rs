@@ -213,7 +213,10 @@ impl Decoder {
     /// An empty per-head cache takes the decoder's cache types (checked by `set_cache_types`)
     /// and the key layout the attention kernel reads fastest.
     fn apply_cache_types(&self, layer: &Layer, cache: &mut KvCache) {
-        if let (true, LayerState::Kv { head_dim, .. }) = (cache.is_empty(), layer.attn.state()) {
+        if !cache.is_empty() {
+            return;
+        }
+        if let LayerState::Kv { head_dim, .. } = layer.attn.state() {
             let (k, v) = self.cache_types;
             let _ = cache.set_types(k, v);
             let _ = cache.set_key_layout(ferrox_core::kernels::key_layout(head_dim));

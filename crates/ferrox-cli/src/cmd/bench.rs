@@ -340,6 +340,7 @@ struct Model {
 /// llama-bench's JSON rows, plus the decode bandwidth and roofline fraction.
 fn print_json(model: &Model, results: &[TestResult], a: &ModelArgs) -> anyhow::Result<()> {
     let sizes = &model.sizes;
+    let (type_k, type_v) = a.cache.types();
     let rows: Vec<_> = results
         .iter()
         .map(|r| {
@@ -364,8 +365,8 @@ fn print_json(model: &Model, results: &[TestResult], a: &ModelArgs) -> anyhow::R
                 "n_prompt": r.n_prompt,
                 "n_gen": r.n_gen,
                 "n_depth": r.n_depth,
-                "type_k": a.cache.types().0.name(),
-                "type_v": a.cache.types().1.name(),
+                "type_k": type_k.name(),
+                "type_v": type_v.name(),
                 "avg_ns": avg_ns as u64,
                 "stddev_ns": stddev_ns as u64,
                 "avg_ts": avg_ts,

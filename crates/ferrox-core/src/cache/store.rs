@@ -136,9 +136,19 @@ impl KvSlice<'_> {
         }
     }
 
-    /// Values `col..col + out.len()` of row `row` of tiled rows `width` wide, widened to f32
-    /// (f32 and f16 only: q8_0 is never tiled).
-    pub fn read_tiled(&self, row: usize, width: usize, col: usize, out: &mut [f32]) {
+    /// Values `col..col + out.len()` of row `row` of rows `width` wide laid out as `layout`,
+    /// widened to f32 (tiles hold f32 or f16 only: q8_0 is never tiled).
+    pub fn read_row(
+        &self,
+        layout: RowLayout,
+        row: usize,
+        width: usize,
+        col: usize,
+        out: &mut [f32],
+    ) {
+        if layout == RowLayout::Rows {
+            return self.read(row * width + col, out);
+        }
         let at = |c: usize| (row / TILE_ROWS * width + col + c) * TILE_ROWS + row % TILE_ROWS;
         match self {
             KvSlice::F32(s) => out.iter_mut().enumerate().for_each(|(c, o)| *o = s[at(c)]),
@@ -224,12 +234,7 @@ impl RowStore {
 
     /// Row `r` widened to f32 (`out` is one row).
     pub(crate) fn read_row(&self, r: usize, out: &mut [f32]) {
-        let w = out.len();
-        if self.tiled {
-            self.view().read_tiled(r, w, 0, out);
-        } else {
-            self.view().read(r * w, out);
-        }
+        self.view().read_row(self.layout(), r, out.len(), 0, out);
     }
 
     pub(crate) fn push_row(&mut self, row: &[f32]) {

@@ -38,10 +38,7 @@ impl<'a> TypedKv<'a> {
 
     /// This head's key at position `pos` widened to f32 (`out` is `dim` long).
     pub(super) fn read_key(&self, pos: usize, out: &mut [f32]) {
-        match self.key_layout {
-            RowLayout::Rows => self.keys.read(pos * self.stride + self.col, out),
-            RowLayout::Tiles => self.keys.read_tiled(pos, self.stride, self.col, out),
-        }
+        (self.keys).read_row(self.key_layout, pos, self.stride, self.col, out);
     }
 
     /// Key values the cache must hold for positions `..end`.

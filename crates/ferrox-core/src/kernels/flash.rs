@@ -224,6 +224,17 @@ fn prefetch_row(s: KvSlice<'_>, at: usize, n: usize) {
     }
 }
 
+/// 16 halves from `p` widened to f32 (exactly, as `KvSlice::read`).
+///
+/// # Safety
+/// AVX-512 F available (the callers' target features); 16 halves readable from `p`.
+// No `target_feature`, as `load16`: it inlines into the AVX-512 callers.
+#[inline(always)]
+unsafe fn cvt16(p: *const u16) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+}
+
 /// 16 cached values from `at` widened to f32 (q8_0: `at` is 16-aligned within a block, so
 /// the 16 share one scale; the product is the scalar `d * q` of `KvSlice::read`).
 ///
@@ -239,8 +250,8 @@ unsafe fn load16(s: KvSlice<'_>, at: usize) -> __m512 {
         KvSlice::F16(v) => {
             let h = &v[at..at + 16];
             // SAFETY: AVX-512 F (the caller's); `half::f16` is a transparent u16, so `h` is
-            // 32 bytes.
-            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(h.as_ptr().cast())) }
+            // 16 halves.
+            unsafe { cvt16(h.as_ptr().cast()) }
         }
         KvSlice::Q8_0(v) => {
             let b = &v[at / 32];
@@ -358,7 +369,7 @@ impl KeyCols for F16Cols {
     #[inline(always)]
     unsafe fn col(self, c: usize) -> __m512 {
         // SAFETY: as above, 16 halves per column.
-        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.add(c * TILE).cast())) }
+        unsafe { cvt16(self.0.add(c * TILE)) }
     }
 }
 
@@ -494,7 +505,7 @@ impl ValRows for F16Vals<'_> {
     #[inline(always)]
     unsafe fn at(self, j: usize, c: usize) -> __m512 {
         // SAFETY: as above, 16 halves.
-        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.add(self.1[j] + c).cast())) }
+        unsafe { cvt16(self.0.add(self.1[j] + c)) }
     }
 }
 
