@@ -83,3 +83,54 @@ fn hostile_template_fails_only_its_requests() {
     let worst = watcher.join().unwrap();
     assert!(worst < Duration::from_millis(100), "/health took {worst:?}");
 }
+
+/// A body declared larger than `--max-body-mb` is refused at once, before any of it is read
+/// (not after the body deadline, nor after buffering the limit); a chunked body with no
+/// declared length is cut off at the limit.
+#[test]
+fn oversized_bodies_are_refused_early() {
+    use std::io::{Read, Write};
+    let path = common::model(common::DEFAULT_MODEL);
+    let (_server, addr) = common::serve(
+        path.to_str().unwrap(),
+        &[
+            "--parallel",
+            "1",
+            "-c",
+            "512",
+            "--max-body-mb",
+            "1",
+            "--body-timeout",
+            "20",
+        ],
+    );
+    let send = |head: &str, body: &[u8]| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let t = Instant::now();
+        s.write_all(head.as_bytes()).unwrap();
+        // The server may answer and close before taking all of it.
+        let _ = s.write_all(body);
+        let mut raw = Vec::new();
+        let _ = s.read_to_end(&mut raw);
+        let raw = String::from_utf8_lossy(&raw).to_string();
+        (raw, t.elapsed())
+    };
+    let post = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+                Content-Type: application/json\r\n";
+    // Declared 64 MiB, nothing sent: only the header can answer in time.
+    let (raw, took) = send(&format!("{post}Content-Length: {}\r\n\r\n", 64 << 20), b"");
+    assert!(raw.starts_with("HTTP/1.1 413"), "{raw}");
+    assert!(raw.contains("larger than 1048576 bytes"), "{raw}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // Chunked, 2 MiB in 64 KiB chunks.
+    let chunk = format!("10000\r\n{}\r\n", "x".repeat(1 << 16));
+    let body = chunk.repeat(32) + "0\r\n\r\n";
+    let (raw, _) = send(
+        &format!("{post}Transfer-Encoding: chunked\r\n\r\n"),
+        body.as_bytes(),
+    );
+    assert!(raw.starts_with("HTTP/1.1 413"), "{raw}");
+    // The server still answers.
+    assert_eq!(http(&addr, "GET", "/health", "").0, 200);
+}

@@ -53,16 +53,26 @@ pub(super) fn layers(router: Router, limits: &Limits) -> Router {
         .layer(axum::middleware::from_fn(
             move |req: axum::extract::Request, next: axum::middleware::Next| async move {
                 let (parts, body) = req.into_parts();
+                let too_large = || {
+                    super::ApiError::new(
+                        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("the request body is larger than {max} bytes"),
+                    )
+                    .into_response()
+                };
+                // A body declared too large is refused before any of it is read: reading up
+                // to the limit first costs the limit in memory (and its copy) for nothing.
+                let declared = parts.headers.get(axum::http::header::CONTENT_LENGTH);
+                if declared
+                    .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+                    .is_some_and(|n| n > max as u64)
+                {
+                    return too_large();
+                }
                 let bytes =
                     match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
                         Ok(Ok(b)) => b,
-                        Ok(Err(_)) => {
-                            return super::ApiError::new(
-                                axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                                format!("the request body is larger than {max} bytes"),
-                            )
-                            .into_response()
-                        }
+                        Ok(Err(_)) => return too_large(),
                         Err(_) => {
                             return super::ApiError::new(
                                 axum::http::StatusCode::REQUEST_TIMEOUT,
