@@ -2,13 +2,14 @@
 //! features by `cols` input features, stored row-major in its GGML type, borrowed from the map.
 //!
 //! On CPUs with interleaved kernels, `interleave` repacks a matrix at load into 16-row groups
-//! (`quant::repack`); the map's pages of the original are then released.
+//! (`quant::repack`), or converts the types whose decode costs more than their bytes
+//! (`quant::ternary`); the map's pages of the original are then released.
 //!
 //! Batch invariance: every output element is produced by the same per-row reduction whatever
 //! the batch size or thread split, so `gemm` rows are bit-identical to `gemv`.
 
 use crate::kernels;
-use crate::quant::{self, repack, ActBuf, ActType, GgmlType, QuantError};
+use crate::quant::{self, repack, ternary, ActBuf, ActType, GgmlType, QuantError};
 use crate::storage::Bytes;
 use rayon::prelude::*;
 
@@ -18,9 +19,20 @@ pub struct WeightMatrix {
     rows: usize,
     cols: usize,
     row_bytes: usize,
-    /// Rows in ggml layout, or (`interleaved`) groups of 16 rows in the `quant::repack` layout.
+    /// Rows as `layout` says.
     data: Bytes,
-    interleaved: bool,
+    layout: Layout,
+}
+
+/// How a [`WeightMatrix`]'s bytes hold its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// Rows of `ty` blocks, as in the file (or converted to `ty`: TQ1_0 to TQ2_0).
+    Rows,
+    /// Groups of 16 rows in the `quant::repack` layout.
+    X16,
+    /// IQ1_S / IQ1_M rows as `quant::ternary::BlockIQ1T`s.
+    Iq1t,
 }
 
 impl WeightMatrix {
@@ -47,19 +59,23 @@ impl WeightMatrix {
             cols,
             row_bytes,
             data,
-            interleaved: false,
+            layout: Layout::Rows,
         })
     }
 
     /// This matrix in the interleaved layout when the process's kernels have one for its type
-    /// (and its rows come in whole groups of 16); otherwise unchanged. The copy is owned and
-    /// the original's pages are released from resident memory.
+    /// (and its rows come in whole groups of 16), or converted where they read a faster
+    /// equivalent (`kernels::conversion`); otherwise unchanged. The copy is owned and the
+    /// original's pages are released from resident memory.
     pub fn interleave(self) -> Self {
         let isa = kernels::isa();
-        if self.interleaved
-            || !kernels::interleaves(isa, self.ty)
-            || !self.rows.is_multiple_of(repack::X16)
-        {
+        if self.layout != Layout::Rows {
+            return self;
+        }
+        if let Some(conv) = kernels::conversion(isa, self.ty) {
+            return self.convert(conv);
+        }
+        if !kernels::interleaves(isa, self.ty) || !self.rows.is_multiple_of(repack::X16) {
             return self;
         }
         let mut out = vec![0u8; self.data.len()];
@@ -77,13 +93,42 @@ impl WeightMatrix {
         });
         WeightMatrix {
             data: Bytes::from_vec(out),
-            interleaved: true,
+            layout: Layout::X16,
+            ..self
+        }
+    }
+
+    /// The rows converted as `conv` says (an owned copy; the original's pages released).
+    fn convert(self, conv: ternary::Conversion) -> Self {
+        let (ty, row_bytes) = conv.target(self.ty, self.cols);
+        let mut out = vec![0u8; row_bytes * self.rows];
+        let chunk_rows = repack::X16 * REPACK_GROUPS;
+        out.par_chunks_mut(row_bytes * chunk_rows)
+            .enumerate()
+            .for_each(|(c, d)| {
+                let n = d.len() / row_bytes;
+                let src = self
+                    .data
+                    .slice(c * chunk_rows * self.row_bytes, n * self.row_bytes)
+                    .expect("inside the matrix");
+                ternary::convert(self.ty, &src, d);
+                src.release();
+            });
+        let layout = match conv {
+            ternary::Conversion::Iq1Ternary => Layout::Iq1t,
+            ternary::Conversion::Tq1ToTq2 => Layout::Rows,
+        };
+        WeightMatrix {
+            ty,
+            row_bytes,
+            data: Bytes::from_vec(out),
+            layout,
             ..self
         }
     }
 
     pub fn is_interleaved(&self) -> bool {
-        self.interleaved
+        self.layout == Layout::X16
     }
 
     /// An owned f32 matrix (tests, random weights, converted safetensors).
@@ -108,16 +153,20 @@ impl WeightMatrix {
 
     /// Dequantizes row `r` into `out` (`cols` elements): embedding lookups.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        if self.interleaved {
-            let mut row = vec![0u8; self.row_bytes];
-            repack::unpack_row(self.ty, self.cols, &self.data, r, &mut row);
-            return quant::dequantize_row(self.ty, &row, out);
+        let row = &self.data[r * self.row_bytes..(r + 1) * self.row_bytes];
+        match self.layout {
+            Layout::X16 => {
+                let mut row = vec![0u8; self.row_bytes];
+                repack::unpack_row(self.ty, self.cols, &self.data, r, &mut row);
+                quant::dequantize_row(self.ty, &row, out)
+            }
+            Layout::Iq1t => {
+                assert_eq!(out.len(), self.cols, "dequantize_row: output width");
+                ternary::dequantize_iq1t_row(row, out);
+                Ok(())
+            }
+            Layout::Rows => quant::dequantize_row(self.ty, row, out),
         }
-        quant::dequantize_row(
-            self.ty,
-            &self.data[r * self.row_bytes..(r + 1) * self.row_bytes],
-            out,
-        )
     }
 
     /// y[rows] = W · x[cols].
@@ -165,7 +214,7 @@ impl WeightMatrix {
             self.run_rows(acts, 0, n, 0, self.rows, out);
             return;
         }
-        let chunk = if self.interleaved {
+        let chunk = if self.is_interleaved() {
             units.div_ceil(threads * TASKS_PER_THREAD)
         } else {
             self.rows
@@ -188,7 +237,7 @@ impl WeightMatrix {
 
     /// Rows a task's range is a multiple of: a group (interleaved) or one row.
     fn row_unit(&self) -> usize {
-        if self.interleaved {
+        if self.is_interleaved() {
             repack::X16
         } else {
             1
@@ -206,7 +255,7 @@ impl WeightMatrix {
         assert!(a0 + n <= acts.rows() && r1 <= rows, "run_rows: range");
         assert_eq!(acts.act_type(), Some(self.act_type()), "activation format");
         assert_eq!(acts.cols(), self.cols, "activation width");
-        if self.interleaved {
+        if self.is_interleaved() {
             let group = repack::X16 * self.row_bytes;
             let (g0, g1) = (r0 / repack::X16, r1 / repack::X16);
             let w = &self.data[g0 * group..g1 * group];
@@ -243,7 +292,10 @@ impl WeightMatrix {
                 let b1 = (b0 + block_rows).min(r1);
                 let w = &self.data[b0 * self.row_bytes..b1 * self.row_bytes];
                 let o = &mut tmp[..(b1 - b0) * nt];
-                kernels::dot_block(isa, self.ty, w, acts, a0 + t0, nt, o);
+                match self.layout {
+                    Layout::Iq1t => kernels::dot_block_iq1t(isa, self.ty, w, acts, a0 + t0, nt, o),
+                    _ => kernels::dot_block(isa, self.ty, w, acts, a0 + t0, nt, o),
+                }
                 for (i, r) in (b0..b1).enumerate() {
                     for k in 0..nt {
                         // SAFETY: (t0 + k, r) is inside y (n x rows) and owned by this call.

@@ -195,6 +195,40 @@ fn interleaved_matrices_match_the_ggml_layout() {
     }
 }
 
+/// The load-time conversions (`quant::ternary`, AVX-512 CPUs): IQ1_S / IQ1_M to the ternary
+/// layout and TQ1_0 to TQ2_0 give exactly the products and the dequantized rows of the file's
+/// blocks, gemm rows equal gemv at every batch size, and the conversion really ran.
+#[test]
+fn converted_matrices_equal_the_file_layout_bit_for_bit() {
+    use ferrox_core::kernels::{conversion, isa};
+    let mut rng = StdRng::seed_from_u64(25);
+    for ty in [GgmlType::IQ1S, GgmlType::IQ1M, GgmlType::TQ1_0] {
+        for (rows, cols) in [(13, 256), (37, 4864), (300, 1792)] {
+            let plain = random_matrix(&mut rng, ty, rows, cols);
+            let m = plain.clone().interleave();
+            let converted = conversion(isa(), ty).is_some();
+            assert_eq!(m.bytes().len() != plain.bytes().len(), converted, "{ty:?}");
+            if ty == GgmlType::TQ1_0 && converted {
+                assert_eq!(m.ty(), GgmlType::TQ2_0);
+            }
+            let (mut a, mut b) = (vec![0f32; cols], vec![0f32; cols]);
+            for r in [0, 5, rows - 1] {
+                plain.dequantize_row(r, &mut a).unwrap();
+                m.dequantize_row(r, &mut b).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&a), bits(&b), "{ty:?} row {r}");
+            }
+            let n = 9;
+            let (x, single) = assert_gemm_is_gemv(&mut rng, &m, n, &(1..=9).collect::<Vec<_>>());
+            let mut want = vec![0f32; n * rows];
+            plain.gemm(&x, n, &mut want);
+            for (i, (g, w)) in single.iter().zip(&want).enumerate() {
+                assert_eq!(g.to_bits(), w.to_bits(), "{ty:?} {rows}x{cols} output {i}");
+            }
+        }
+    }
+}
+
 /// The mixture-of-experts path: one input quantized once, rows gathered per expert
 /// (`ActBuf::gather`, repeats and any order), several matrices in one `gemm_batch` region
 /// (serial below the parallel threshold, parallel above, interleaved layouts included): every

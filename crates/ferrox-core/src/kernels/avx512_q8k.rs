@@ -20,6 +20,7 @@ use super::avx2_k::{self, u16_at, u32_at, u64_at};
 use super::BlockArgs;
 use crate::quant::blocks::*;
 use crate::quant::iq_grids::*;
+use crate::quant::ternary::{as_iq1t, BlockIQ1T, IQ1T_BYTES};
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
@@ -63,16 +64,29 @@ pub(super) const TILE: (usize, usize) = (16, 64);
 /// activations; `out.len()` = rows × nt.
 pub(super) unsafe fn dot_block(a: BlockArgs<'_>, out: &mut [f32]) {
     // SAFETY: forwarded from the caller.
-    unsafe { block(a, out) }
+    unsafe { block(a, out, false) }
+}
+
+/// [`dot_block`] for IQ1_S / IQ1_M rows converted to [`BlockIQ1T`]s (`quant::ternary`).
+///
+/// # Safety
+/// As [`dot_block`], with `a.w` whole rows of `cols / 256` ternary blocks.
+pub(super) unsafe fn dot_block_iq1t(a: BlockArgs<'_>, out: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe { block(a, out, true) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn block(a: BlockArgs<'_>, out: &mut [f32]) {
+fn block(a: BlockArgs<'_>, out: &mut [f32], iq1t: bool) {
     let cols = a.acts.cols();
     let nb = cols / QK_K;
-    let row_bytes =
-        a.ty.row_bytes(cols)
-            .expect("validated by kernels::dot_block");
+    let row_bytes = match iq1t {
+        true => nb * IQ1T_BYTES,
+        false => {
+            a.ty.row_bytes(cols)
+                .expect("validated by kernels::dot_block")
+        }
+    };
     let y = |k: usize| &a.acts.q8k[(a.t0 + k) * nb..(a.t0 + k + 1) * nb];
     for (r, wr) in a.w.chunks_exact(row_bytes).enumerate() {
         let mut t = 0;
@@ -87,7 +101,17 @@ fn block(a: BlockArgs<'_>, out: &mut [f32]) {
             macro_rules! go {
                 ($n:literal) => {{
                     let mut res = [0f32; $n];
-                    row::<$n>(a.ty, wr, std::array::from_fn(|k| y(t + k)), &mut res);
+                    let ys = std::array::from_fn(|k| y(t + k));
+                    match iq1t {
+                        true => rows::<$n, _, false>(
+                            as_iq1t(wr).expect("whole blocks"),
+                            ys,
+                            &mut res,
+                            // SAFETY: this function's features are present.
+                            |b| unsafe { dec_iq1t(b) },
+                        ),
+                        false => row::<$n>(a.ty, wr, ys, &mut res),
+                    }
                     o.copy_from_slice(&res);
                 }};
             }
@@ -678,6 +702,32 @@ unsafe fn dec_iq1m(b: &BlockIQ1M) -> Sb512 {
     }
 }
 
+/// IQ1_S / IQ1_M in the load-time ternary layout: the 2-bit codes `g + 1` as TQ2_0's,
+/// then `8·(c − 1) ± 1` by the group's bit — the vectors `dec_iq1s` / `dec_iq1m` build with
+/// grid lookups (tested), from shifts and one blend.
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iq1t(b: &BlockIQ1T) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let q = [bcast32(&b.qs, 0), bcast32(&b.qs, 32)];
+        let minus = u32_at(&b.minus, 0);
+        let (plus1, minus1) = (_mm512_set1_epi8(-7), _mm512_set1_epi8(-9));
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        for j in 0..4 {
+            // Codes are at most 2: shifting 16-bit lanes by 3 keeps them in their bytes.
+            let g8 = _mm512_slli_epi16::<3>(two_bits(q[j / 2], j));
+            let shift = _mm512_mask_blend_epi64((minus >> (8 * j)) as u8, plus1, minus1);
+            (u[j], neg[j]) = split(_mm512_add_epi8(g8, shift));
+        }
+        let f = f32::from_le_bytes(b.f);
+        signed(u, neg, spread16(odd_nibbles16(&b.scales)), f)
+    }
+}
+
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -828,6 +878,56 @@ mod tests {
             check(&mut rng, |b| dec_iq1m(b), |b| avx2_k::dec_iq1m(b));
             check(&mut rng, |b| dec_tq2_0(b), |b| avx2_k::dec_tq2_0(b));
             check(&mut rng, |b| dec_tq1_0(b), |b| avx2_k::dec_tq1_0(b));
+        }
+    }
+}
+
+#[cfg(test)]
+mod iq1t_tests {
+    use super::*;
+    use crate::quant::ternary::{convert, IQ1T_BYTES};
+    use rand::{Rng, SeedableRng};
+
+    fn bytes(v: __m512i) -> [u8; 64] {
+        // SAFETY: both are 64 bytes.
+        unsafe { std::mem::transmute(v) }
+    }
+
+    /// The ternary layout's decoder builds exactly the IQ1 decoders' vectors (every weight is
+    /// nonzero, so every sign counts), on random blocks with finite scales.
+    #[test]
+    fn iq1t_decodes_as_iq1s_and_iq1m() {
+        if !super::super::Isa::Avx512.supported() {
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        for ty in [GgmlType::IQ1S, GgmlType::IQ1M] {
+            for _ in 0..2000 {
+                let mut raw: Vec<u8> = (0..ty.type_size()).map(|_| rng.gen()).collect();
+                // Exponent bits of every f16 (IQ1_S: bytes 0..2; IQ1_M: scale-word top
+                // nibbles) kept below the Inf/NaN range.
+                match ty {
+                    GgmlType::IQ1S => raw[1] &= 0x3F,
+                    _ => raw[55] &= 0x3F,
+                }
+                let mut t = [0u8; IQ1T_BYTES];
+                convert(ty, &raw, &mut t);
+                let conv = &as_iq1t(&t).unwrap()[0];
+                // SAFETY: the features are present (checked above).
+                let (want, got) = unsafe {
+                    let want = match ty {
+                        GgmlType::IQ1S => dec_iq1s(&as_blocks::<BlockIQ1S>(&raw).unwrap()[0]),
+                        _ => dec_iq1m(&as_blocks::<BlockIQ1M>(&raw).unwrap()[0]),
+                    };
+                    (want, dec_iq1t(conv))
+                };
+                for j in 0..4 {
+                    assert_eq!(bytes(got.u[j]), bytes(want.u[j]), "{ty:?} magnitudes {j}");
+                    assert_eq!(got.neg[j], want.neg[j], "{ty:?} signs {j}");
+                    assert_eq!(bytes(got.sc[j]), bytes(want.sc[j]), "{ty:?} scales {j}");
+                }
+                assert_eq!(got.f.to_bits(), want.f.to_bits(), "{ty:?} factor");
+            }
         }
     }
 }

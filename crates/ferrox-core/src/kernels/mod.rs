@@ -313,6 +313,58 @@ pub fn interleaves(isa: Isa, ty: GgmlType) -> bool {
     config().x16 && isa == Isa::Avx512 && isa.supported() && crate::quant::repack::has_layout(ty)
 }
 
+/// What a matrix of type `ty` is converted to at load for this instruction set
+/// (`quant::ternary`): only where the AVX-512 kernels read the result, and never with
+/// [`KernelOptions::x16`] `false` (which keeps every matrix as the file has it).
+pub fn conversion(isa: Isa, ty: GgmlType) -> Option<crate::quant::ternary::Conversion> {
+    let on = config().x16 && isa == Isa::Avx512 && isa.supported();
+    on.then(|| crate::quant::ternary::Conversion::of(ty))
+        .flatten()
+}
+
+/// [`dot_block`] for IQ1_S / IQ1_M weights converted to the ternary layout: `w` is whole
+/// rows of `acts.cols() / 256` [`crate::quant::ternary::BlockIQ1T`]s.
+pub(crate) fn dot_block_iq1t(
+    isa: Isa,
+    ty: GgmlType,
+    w: &[u8],
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    out: &mut [f32],
+) {
+    use crate::quant::ternary::{Conversion, IQ1T_BYTES};
+    assert_eq!(
+        conversion(isa, ty),
+        Some(Conversion::Iq1Ternary),
+        "no ternary kernel for {ty:?} on {isa:?}"
+    );
+    assert_eq!(ty.act_type(), acts.act_type(), "activation format");
+    assert!(t0 + nt <= acts.rows(), "token range");
+    let row_bytes = acts.cols() / crate::quant::blocks::QK_K * IQ1T_BYTES;
+    assert!(
+        row_bytes > 0 && w.len().is_multiple_of(row_bytes),
+        "whole weight rows"
+    );
+    assert_eq!(out.len(), w.len() / row_bytes * nt, "output shape");
+    if nt == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let a = BlockArgs {
+            ty,
+            w,
+            acts,
+            t0,
+            nt,
+        };
+        // SAFETY: AVX-512 F/BW/VL and AVX2/FMA/F16C checked by `conversion`; shapes and the
+        // (Q8_K) activation format checked above.
+        unsafe { avx512_q8k::dot_block_iq1t(a, out) }
+    }
+}
+
 /// Tokens one `gemm_x16` call takes at most.
 pub(crate) const X16_MAX_TOKENS: usize = 64;
 

@@ -11,6 +11,7 @@ pub mod iq;
 pub mod iq_grids;
 pub mod repack;
 pub(crate) mod repack_k;
+pub mod ternary;
 
 use blocks::*;
 use dequant::dequantize_blocks;
