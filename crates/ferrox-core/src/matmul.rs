@@ -78,21 +78,22 @@ impl WeightMatrix {
         if !kernels::interleaves(isa, self.ty) || !self.rows.is_multiple_of(repack::X16) {
             return self;
         }
-        let mut out = vec![0u8; self.data.len()];
         let chunk = repack::X16 * self.row_bytes * REPACK_GROUPS;
         let (ty, cols) = (self.ty, self.cols);
         // Each source chunk is released as soon as it is copied, so the peak resident memory
         // of a load stays near the model's size rather than twice a large tensor's.
-        out.par_chunks_mut(chunk).enumerate().for_each(|(c, d)| {
-            let src = self
-                .data
-                .slice(c * chunk, d.len())
-                .expect("inside the matrix");
-            repack::repack(ty, cols, &src, d);
-            src.release();
+        let data = Bytes::aligned_with(self.data.len(), |out| {
+            out.par_chunks_mut(chunk).enumerate().for_each(|(c, d)| {
+                let src = self
+                    .data
+                    .slice(c * chunk, d.len())
+                    .expect("inside the matrix");
+                repack::repack(ty, cols, &src, d);
+                src.release();
+            })
         });
         WeightMatrix {
-            data: Bytes::from_vec(out),
+            data,
             layout: Layout::X16,
             ..self
         }
@@ -101,19 +102,20 @@ impl WeightMatrix {
     /// The rows converted as `conv` says (an owned copy; the original's pages released).
     fn convert(self, conv: ternary::Conversion) -> Self {
         let (ty, row_bytes) = conv.target(self.ty, self.cols);
-        let mut out = vec![0u8; row_bytes * self.rows];
         let chunk_rows = repack::X16 * REPACK_GROUPS;
-        out.par_chunks_mut(row_bytes * chunk_rows)
-            .enumerate()
-            .for_each(|(c, d)| {
-                let n = d.len() / row_bytes;
-                let src = self
-                    .data
-                    .slice(c * chunk_rows * self.row_bytes, n * self.row_bytes)
-                    .expect("inside the matrix");
-                ternary::convert(self.ty, &src, d);
-                src.release();
-            });
+        let data = Bytes::aligned_with(row_bytes * self.rows, |out| {
+            out.par_chunks_mut(row_bytes * chunk_rows)
+                .enumerate()
+                .for_each(|(c, d)| {
+                    let n = d.len() / row_bytes;
+                    let src = self
+                        .data
+                        .slice(c * chunk_rows * self.row_bytes, n * self.row_bytes)
+                        .expect("inside the matrix");
+                    ternary::convert(self.ty, &src, d);
+                    src.release();
+                })
+        });
         let layout = match conv {
             ternary::Conversion::Iq1Ternary => Layout::Iq1t,
             ternary::Conversion::Tq1ToTq2 => Layout::Rows,
@@ -121,7 +123,7 @@ impl WeightMatrix {
         WeightMatrix {
             ty,
             row_bytes,
-            data: Bytes::from_vec(out),
+            data,
             layout,
             ..self
         }

@@ -45,6 +45,22 @@ impl Bytes {
         Self::new(Arc::new(v))
     }
 
+    /// `len` owned bytes starting at a multiple of 64 (a cache line: a 64-byte vector load
+    /// from a buffer malloc aligned to 16 would straddle two lines half the time), zeroed and
+    /// then written by `fill`.
+    pub fn aligned_with(len: usize, fill: impl FnOnce(&mut [u8])) -> Self {
+        const LINE: usize = 64;
+        let mut v = vec![0u8; len + LINE - 1];
+        let start = v.as_ptr().align_offset(LINE).min(LINE - 1);
+        fill(&mut v[start..start + len]);
+        // Moving the Vec into the Arc keeps its heap buffer where it is.
+        Bytes {
+            owner: Arc::new(v),
+            start,
+            len,
+        }
+    }
+
     /// Drops this view's pages from resident memory when that loses nothing (a file map whose
     /// tensor has been copied elsewhere); the data stays readable.
     pub fn release(&self) {

@@ -139,6 +139,10 @@ fn bench_gemv_gemm() {
         (GgmlType::IQ4NL, 4864, 896),
         (GgmlType::Q5_0, 896, 896),
         (GgmlType::Q8_0, 151936, 896),
+        // Float weights: an MLP projection of the 0.5B each way.
+        (GgmlType::F16, 4864, 896),
+        (GgmlType::BF16, 896, 4864),
+        (GgmlType::F32, 4864, 896),
         // The 256-element low-bit types as llama-quantize writes the 0.5B's ffn_down.
         (GgmlType::Q2K, 896, 4864),
         (GgmlType::Q3K, 896, 4864),

@@ -158,8 +158,13 @@ fn interleaved_matrices_match_the_ggml_layout() {
         GgmlType::IQ4NL,
         GgmlType::Q4K,
         GgmlType::Q6K,
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
     ] {
-        let shapes: &[(usize, usize)] = if ty.block_size() == 256 {
+        let shapes: &[(usize, usize)] = if ty.block_size() == 1 {
+            &[(16, 1), (16, 7), (48, 96), (304, 896)]
+        } else if ty.block_size() == 256 {
             &[(16, 256), (48, 1536), (304, 4864)]
         } else {
             &[(16, 32), (48, 96), (304, 896)]

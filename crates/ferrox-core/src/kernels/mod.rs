@@ -29,6 +29,8 @@ mod flash;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x16;
 #[cfg(target_arch = "x86_64")]
+mod x16_f;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x16_k;
 
 pub mod glu;
@@ -406,6 +408,11 @@ pub(crate) unsafe fn gemm_x16(
                     x16_k::gemm_q6k(w, cols, a, nt, y, ld)
                 }
             }
+        }
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            let x = &acts.f32[t0 * cols..(t0 + nt) * cols];
+            // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
+            unsafe { x16_f::gemm(ty, w, cols, x, nt, y, ld) };
         }
         _ => {
             let nb = cols / 32;

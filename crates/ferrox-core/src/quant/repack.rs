@@ -12,6 +12,8 @@
 //! - Q8_0 (544 B): d[16], then 8 × 64 B: vector c, lane i, byte b = q(i, 4c + b) + 128.
 //! - IQ4_NL (288 B): as Q4_0 (its blocks are laid out alike; the nibbles index the codebook).
 //! - Q4_K and Q6_K: see `repack_k`.
+//! - F32 / F16 / BF16: element `k` of the group's rows is 16 consecutive values (row `i` at
+//!   `16k + i`): one vector load gives a column of 16 rows.
 
 use super::blocks::{BlockQ4_0, BlockQ5_0, BlockQ8_0};
 use super::GgmlType;
@@ -22,7 +24,10 @@ pub const X16: usize = 16;
 /// Whether `ty` has an interleaved layout (and kernels for it).
 pub fn has_layout(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q5_0 | Q8_0 | IQ4NL | Q4K | Q6K)
+    matches!(
+        ty,
+        Q4_0 | Q5_0 | Q8_0 | IQ4NL | Q4K | Q6K | F32 | F16 | BF16
+    )
 }
 
 /// Interleaves `src` (`rows` × `row_bytes` in ggml layout, `rows` a multiple of 16) into `dst`.
@@ -42,6 +47,14 @@ pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
             GgmlType::Q8_0 => repack_q8_0(s, cols, d),
             GgmlType::Q4K => super::repack_k::repack_q4k(s, cols, d),
             GgmlType::Q6K => super::repack_k::repack_q6k(s, cols, d),
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+                let es = ty.type_size();
+                for (i, row) in s.chunks_exact(row_bytes).enumerate() {
+                    for (k, e) in row.chunks_exact(es).enumerate() {
+                        d[(X16 * k + i) * es..][..es].copy_from_slice(e);
+                    }
+                }
+            }
             _ => unreachable!("checked by has_layout"),
         }
     }
@@ -60,6 +73,12 @@ pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u
         GgmlType::Q8_0 => unpack_q8_0(g, cols, lane, dst),
         GgmlType::Q4K => super::repack_k::unpack_row_q4k(g, cols, lane, dst),
         GgmlType::Q6K => super::repack_k::unpack_row_q6k(g, cols, lane, dst),
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            let es = ty.type_size();
+            for (k, e) in dst.chunks_exact_mut(es).enumerate() {
+                e.copy_from_slice(&g[(X16 * k + lane) * es..][..es]);
+            }
+        }
         _ => panic!("no interleaved layout for {ty:?}"),
     }
 }
