@@ -75,7 +75,7 @@ impl WeightMatrix {
         if let Some(conv) = kernels::conversion(isa, self.ty) {
             return self.convert(conv);
         }
-        if !kernels::interleaves(isa, self.ty) || !self.rows.is_multiple_of(repack::X16) {
+        if !kernels::interleaves(isa, self.ty) || !repack::fits(self.ty, self.rows, self.cols) {
             return self;
         }
         let chunk = repack::X16 * self.row_bytes * REPACK_GROUPS;
@@ -187,10 +187,7 @@ impl WeightMatrix {
         if n == 0 || self.rows == 0 {
             return;
         }
-        let act = self
-            .ty
-            .act_type()
-            .expect("WeightMatrix::new refuses types without a kernel");
+        let act = self.act_type();
         // Taken out (not borrowed) so a nested call on this thread cannot conflict.
         let mut acts = ACTS.with(|c| c.take());
         acts.quantize(act, x, self.cols);
@@ -201,6 +198,9 @@ impl WeightMatrix {
     /// The activation format `gemm` quantizes its input to (products that share an input
     /// quantize it once: [`ActBuf::quantize`], then [`gemm_batch`]).
     pub fn act_type(&self) -> ActType {
+        if self.ty == GgmlType::BF16 && self.is_interleaved() && kernels::bf16_dot() {
+            return ActType::Bf16;
+        }
         self.ty
             .act_type()
             .expect("WeightMatrix::new refuses types without a kernel")

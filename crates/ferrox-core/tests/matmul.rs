@@ -2,7 +2,7 @@
 //! path included), and close to the dequantized f32 product.
 
 use ferrox_core::matmul::WeightMatrix;
-use ferrox_core::quant::GgmlType;
+use ferrox_core::quant::{ActType, GgmlType};
 use ferrox_core::storage::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -163,7 +163,7 @@ fn interleaved_matrices_match_the_ggml_layout() {
         GgmlType::BF16,
     ] {
         let shapes: &[(usize, usize)] = if ty.block_size() == 1 {
-            &[(16, 1), (16, 7), (48, 96), (304, 896)]
+            &[(16, 2), (16, 6), (48, 96), (304, 896)]
         } else if ty.block_size() == 256 {
             &[(16, 256), (48, 1536), (304, 4864)]
         } else {
@@ -191,9 +191,54 @@ fn interleaved_matrices_match_the_ggml_layout() {
                     .zip(&x[t * cols..])
                     .map(|(p, q)| (p * q).abs())
                     .sum();
+                // BF16 with `vdpbf16ps` takes bf16 activations (2^-9 relative each).
+                let tol = if m.act_type() == ActType::Bf16 {
+                    4e-3
+                } else {
+                    1e-5
+                };
                 assert!(
-                    (g - w).abs() <= 1e-5 * mag + 1e-6,
+                    (g - w).abs() <= tol * mag + 1e-6,
                     "{ty:?} {rows}x{cols} token {t} row {r}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+/// Interleaved BF16 weights against bf16 activations (`vdpbf16ps`, where the CPU has it):
+/// every output equals the scalar reference `dot_row_ref` on the bf16-rounded inputs, bit for
+/// bit, at every batch size; odd widths keep the row layout and f32 activations.
+#[test]
+fn bf16_dot_products_equal_the_scalar_reference() {
+    use ferrox_core::quant::{dot_row_ref, ActBuf};
+    let mut rng = StdRng::seed_from_u64(26);
+    for (rows, cols) in [(16, 2), (32, 10), (48, 896), (16, 7)] {
+        let plain = random_matrix(&mut rng, GgmlType::BF16, rows, cols);
+        let m = plain.clone().interleave();
+        if cols % 2 == 1 {
+            assert!(!m.is_interleaved() && m.act_type() == ActType::F32);
+        } else {
+            let bf16 = ferrox_core::kernels::bf16_dot();
+            assert_eq!(m.act_type() == ActType::Bf16, bf16, "{rows}x{cols}");
+        }
+        if m.act_type() != ActType::Bf16 {
+            continue;
+        }
+        let n = 13;
+        let (x, single) = assert_gemm_is_gemv(&mut rng, &m, n, &[1, 2, 12, 13]);
+        let mut acts = ActBuf::default();
+        acts.quantize(ActType::Bf16, &x, cols);
+        let row_bytes = cols * 2;
+        for t in 0..n {
+            for r in 0..rows {
+                let w = &plain.bytes()[r * row_bytes..(r + 1) * row_bytes];
+                let want = dot_row_ref(GgmlType::BF16, w, acts.row(t)).unwrap();
+                let got = single[t * rows + r];
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{rows}x{cols} token {t} row {r}"
                 );
             }
         }

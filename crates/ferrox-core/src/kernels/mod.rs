@@ -367,6 +367,17 @@ pub(crate) fn dot_block_iq1t(
     }
 }
 
+/// Whether interleaved BF16 weights take bf16 activations and `vdpbf16ps` (AVX-512 BF16:
+/// twice the multiply-adds of f32 per instruction, as ggml pairs BF16 with bf16).
+pub fn bf16_dot() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        interleaves(isa(), GgmlType::BF16) && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Tokens one `gemm_x16` call takes at most.
 pub(crate) const X16_MAX_TOKENS: usize = 64;
 
@@ -389,7 +400,13 @@ pub(crate) unsafe fn gemm_x16(
     ld: usize,
 ) {
     assert!(interleaves(isa, ty), "no interleaved kernel for {ty:?}");
-    assert_eq!(ty.act_type(), acts.act_type(), "activation format");
+    let bf16 = ty == GgmlType::BF16 && bf16_dot();
+    let act = if bf16 {
+        Some(crate::quant::ActType::Bf16)
+    } else {
+        ty.act_type()
+    };
+    assert_eq!(act, acts.act_type(), "activation format");
     assert!(
         t0 + nt <= acts.rows() && nt <= X16_MAX_TOKENS,
         "token range"
@@ -408,6 +425,12 @@ pub(crate) unsafe fn gemm_x16(
                     x16_k::gemm_q6k(w, cols, a, nt, y, ld)
                 }
             }
+        }
+        GgmlType::BF16 if bf16 => {
+            let x = &acts.bf16[t0 * cols..(t0 + nt) * cols];
+            // SAFETY: AVX-512 checked by `interleaves`, AVX-512 BF16 by `bf16_dot`; shapes
+            // checked here and by the caller.
+            unsafe { x16_f::gemm_bf16(w, cols, x, nt, y, ld) };
         }
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
             let x = &acts.f32[t0 * cols..(t0 + nt) * cols];

@@ -5,6 +5,10 @@
 //! tokens in registers, and no horizontal sums. The row kernels (`avx2::float`) load an
 //! activation vector per multiply-add instead, which bounds them well below the FMA rate.
 //!
+//! BF16 weights on CPUs with AVX-512 BF16 take bf16 activations instead (`gemm_bf16`):
+//! `vdpbf16ps` multiplies a pair of columns of 16 rows by a token's broadcast pair and adds
+//! both products, twice the multiply-adds of an f32 FMA.
+//!
 //! Per (row, token) the arithmetic is fixed: two f32 accumulators, even and odd columns in
 //! order, added at the end — whatever the number of tokens or the tile they fall in, so gemm
 //! rows equal gemv bit for bit.
@@ -79,7 +83,30 @@ pub(crate) unsafe fn gemm(
     }
 }
 
-/// Column `k`'s 16 weights (row `i` in lane `i`) as f32.
+/// Columns `k` and `k + 1` (k even) of a group, 16 weights each (row `i` in lane `i`), as
+/// f32: two column loads, or for BF16 one vector of pairs split by a shift and a mask.
+///
+/// # Safety
+/// As [`column`], for both columns (`col` bytes apart unless BF16).
+#[inline(always)]
+unsafe fn columns<const KIND: u8>(p: *const u8, col: usize) -> (__m512, __m512) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if KIND == BF16 {
+            let v = _mm512_loadu_si512(p.cast());
+            let hi = _mm512_set1_epi32(0xFFFF_0000u32 as i32);
+            let even = _mm512_slli_epi32::<16>(v);
+            (
+                _mm512_castsi512_ps(even),
+                _mm512_castsi512_ps(_mm512_and_si512(v, hi)),
+            )
+        } else {
+            (column::<KIND>(p), column::<KIND>(p.add(col)))
+        }
+    }
+}
+
+/// Column `k`'s 16 weights (row `i` in lane `i`) as f32 (F32 / F16 only).
 ///
 /// # Safety
 /// AVX-512 F/BW and F16C are present; `16 × element size` bytes at `p` are readable.
@@ -89,10 +116,7 @@ unsafe fn column<const KIND: u8>(p: *const u8) -> __m512 {
     unsafe {
         match KIND {
             F32 => _mm512_loadu_ps(p.cast()),
-            F16 => _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
-            _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
-                _mm256_loadu_si256(p.cast()),
-            ))),
+            _ => _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())),
         }
     }
 }
@@ -122,7 +146,7 @@ unsafe fn tile<const T: usize, const KIND: u8>(
             // No software prefetch: the group is one sequential stream the hardware
             // prefetchers follow, and prefetching 1 KiB ahead measured slower (tg128 on the
             // 0.5B F16: 29-36 vs 38-42 t/s).
-            let (w0, w1) = (column::<KIND>(p), column::<KIND>(p.add(col)));
+            let (w0, w1) = columns::<KIND>(p, col);
             for t in 0..T {
                 let xr = x.add(t * cols + k);
                 acc[t][0] = _mm512_fmadd_ps(w0, _mm512_set1_ps(*xr), acc[t][0]);
@@ -132,6 +156,7 @@ unsafe fn tile<const T: usize, const KIND: u8>(
         k += 2;
     }
     if k < cols {
+        debug_assert!(KIND != BF16, "BF16 groups have whole column pairs");
         // SAFETY: column k < cols (the last, even one).
         unsafe {
             let w0 = column::<KIND>(gw.add(k * col));
@@ -144,4 +169,110 @@ unsafe fn tile<const T: usize, const KIND: u8>(
         // SAFETY: the caller's contract.
         unsafe { _mm512_storeu_ps(y.add(t * ld), _mm512_add_ps(acc[t][0], acc[t][1])) };
     }
+}
+
+/// [`gemm`] for BF16 weights (pair layout) against bf16 activations `x`: per (row, token),
+/// column pairs in order alternate between two accumulators (`quant::act::dot_bf16_pairs`
+/// is the scalar reference, bit for bit).
+///
+/// # Safety
+/// As [`gemm`], plus AVX-512 BF16; `cols` is even.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_bf16(
+    w: &[u8],
+    cols: usize,
+    x: &[u16],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    let group = X16 * cols * 2;
+    assert!(cols > 0 && cols.is_multiple_of(2) && w.len().is_multiple_of(group));
+    assert!(x.len() >= nt * cols);
+    for (g, gw) in w.chunks_exact(group).enumerate() {
+        let mut t0 = 0;
+        while t0 < nt {
+            let tt = (nt - t0).min(TOKENS);
+            let (gw, xt) = (gw.as_ptr(), x[t0 * cols..].as_ptr());
+            // SAFETY: tokens t0..t0 + tt of x and the group's outputs for them (the caller's
+            // contract); the group holds 16 × cols elements.
+            let yt = unsafe { y.add(t0 * ld + g * X16) };
+            macro_rules! go {
+                ($t:literal) => {
+                    // SAFETY: as above; AVX-512 BF16 is present (this function's features).
+                    unsafe { tile_bf16::<$t>(gw, cols / 2, xt.cast(), yt, ld) }
+                };
+            }
+            match tt {
+                12 => go!(12),
+                11 => go!(11),
+                10 => go!(10),
+                9 => go!(9),
+                8 => go!(8),
+                7 => go!(7),
+                6 => go!(6),
+                5 => go!(5),
+                4 => go!(4),
+                3 => go!(3),
+                2 => go!(2),
+                _ => go!(1),
+            }
+            t0 += tt;
+        }
+    }
+}
+
+/// One group against `T` tokens of bf16 pairs (`x` as u32 pairs, rows `pairs` long).
+///
+/// # Safety
+/// AVX-512 F and BF16 are present; `gw` holds `pairs` vectors of 64 bytes; `x` holds `T` rows
+/// of `pairs` u32; `y[t * ld .. + 16]` is writable for `t < T`.
+#[inline(always)]
+unsafe fn tile_bf16<const T: usize>(
+    gw: *const u8,
+    pairs: usize,
+    x: *const u32,
+    y: *mut f32,
+    ld: usize,
+) {
+    // SAFETY: AVX-512 F is present (the caller's contract).
+    let mut acc = [[unsafe { _mm512_setzero_ps() }; 2]; T];
+    let mut p = 0;
+    while p + 2 <= pairs {
+        // SAFETY: pairs p and p + 1 lie inside the group and x's rows.
+        unsafe {
+            let w0: __m512bh = std::mem::transmute(_mm512_loadu_si512(gw.add(64 * p).cast()));
+            let w1: __m512bh = std::mem::transmute(_mm512_loadu_si512(gw.add(64 * p + 64).cast()));
+            for t in 0..T {
+                let xr = x.add(t * pairs + p);
+                let x0 = bh(_mm512_set1_epi32(xr.read_unaligned() as i32));
+                let x1 = bh(_mm512_set1_epi32(xr.add(1).read_unaligned() as i32));
+                acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, x0);
+                acc[t][1] = _mm512_dpbf16_ps(acc[t][1], w1, x1);
+            }
+        }
+        p += 2;
+    }
+    if p < pairs {
+        // SAFETY: the last pair lies inside the group and x's rows.
+        unsafe {
+            let w0 = bh(_mm512_loadu_si512(gw.add(64 * p).cast()));
+            for t in 0..T {
+                let xv = x.add(t * pairs + p).read_unaligned() as i32;
+                let x0 = bh(_mm512_set1_epi32(xv));
+                acc[t][0] = _mm512_dpbf16_ps(acc[t][0], w0, x0);
+            }
+        }
+    }
+    for t in 0..T {
+        // SAFETY: the caller's contract.
+        unsafe { _mm512_storeu_ps(y.add(t * ld), _mm512_add_ps(acc[t][0], acc[t][1])) };
+    }
+}
+
+/// 32 bf16 pairs from their bits.
+#[inline(always)]
+fn bh(v: __m512i) -> __m512bh {
+    // SAFETY: both are 64 bytes of plain data; every bit pattern is a valid bf16 vector.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
 }

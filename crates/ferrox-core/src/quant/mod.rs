@@ -277,6 +277,9 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActType {
     F32,
+    /// bf16 (round to nearest even): BF16 weights where the CPU has `vdpbf16ps`
+    /// ([`crate::matmul::WeightMatrix::act_type`]), as ggml's `vec_dot_type` for BF16.
+    Bf16,
     Q8_0,
     Q8_1,
     Q8K,
@@ -301,6 +304,8 @@ impl GgmlType {
 #[derive(Debug, Clone, Copy)]
 pub enum ActRow<'a> {
     F32(&'a [f32]),
+    /// bf16 bit patterns.
+    Bf16(&'a [u16]),
     Q8_0(&'a [BlockQ8_0]),
     Q8_1(&'a [BlockQ8_1]),
     Q8K(&'a [BlockQ8K]),
@@ -310,6 +315,7 @@ impl ActRow<'_> {
     pub fn act_type(&self) -> ActType {
         match self {
             ActRow::F32(_) => ActType::F32,
+            ActRow::Bf16(_) => ActType::Bf16,
             ActRow::Q8_0(_) => ActType::Q8_0,
             ActRow::Q8_1(_) => ActType::Q8_1,
             ActRow::Q8K(_) => ActType::Q8K,
@@ -320,6 +326,7 @@ impl ActRow<'_> {
     pub fn len(&self) -> usize {
         match self {
             ActRow::F32(x) => x.len(),
+            ActRow::Bf16(x) => x.len(),
             ActRow::Q8_0(b) => b.len() * 32,
             ActRow::Q8_1(b) => b.len() * 32,
             ActRow::Q8K(b) => b.len() * QK_K,
@@ -338,6 +345,7 @@ pub struct ActBuf {
     cols: usize,
     rows: usize,
     pub(crate) f32: Vec<f32>,
+    pub(crate) bf16: Vec<u16>,
     pub(crate) q8_0: Vec<BlockQ8_0>,
     pub(crate) q8_1: Vec<BlockQ8_1>,
     pub(crate) q8k: Vec<BlockQ8K>,
@@ -396,6 +404,10 @@ impl ActBuf {
             ActType::F32 => {
                 self.f32.clear();
                 self.f32.extend_from_slice(x);
+            }
+            ActType::Bf16 => {
+                self.bf16.clear();
+                self.bf16.extend(x.iter().map(|&v| act::f32_to_bf16(v)));
             }
             ActType::Q8_0 => {
                 self.q8_0.resize(x.len() / 32, BlockQ8_0::default());
@@ -456,6 +468,7 @@ impl ActBuf {
         let c = src.cols;
         match ty {
             ActType::F32 => take(&mut self.f32, &src.f32, c, rows),
+            ActType::Bf16 => take(&mut self.bf16, &src.bf16, c, rows),
             ActType::Q8_0 => {
                 take(&mut self.q8_0, &src.q8_0, c / 32, rows);
                 take(&mut self.d8, &src.d8, c / 32, rows);
@@ -493,6 +506,7 @@ impl ActBuf {
         let c = self.cols;
         match self.ty.expect("ActBuf::row before quantize") {
             ActType::F32 => ActRow::F32(&self.f32[i * c..(i + 1) * c]),
+            ActType::Bf16 => ActRow::Bf16(&self.bf16[i * c..(i + 1) * c]),
             ActType::Q8_0 => ActRow::Q8_0(&self.q8_0[i * c / 32..(i + 1) * c / 32]),
             ActType::Q8_1 => ActRow::Q8_1(&self.q8_1[i * c / 32..(i + 1) * c / 32]),
             ActType::Q8K => ActRow::Q8K(&self.q8k[i * c / QK_K..(i + 1) * c / QK_K]),
@@ -521,6 +535,13 @@ pub fn dot_row_ref(ty: GgmlType, w: &[u8], a: ActRow<'_>) -> Result<f32, QuantEr
                 acc += wv * xv;
             }
             acc
+        }
+        (T::BF16, ActRow::Bf16(x)) => {
+            let w: Vec<u16> = w
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect();
+            act::dot_bf16_pairs(&w, x)
         }
         (T::Q4_0, ActRow::Q8_0(y)) => dot::dot_q4_0_q8_0(b(w), y),
         (T::Q5_0, ActRow::Q8_0(y)) => dot::dot_q5_0_q8_0(b(w), y),

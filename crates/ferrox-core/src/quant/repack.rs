@@ -12,8 +12,10 @@
 //! - Q8_0 (544 B): d[16], then 8 × 64 B: vector c, lane i, byte b = q(i, 4c + b) + 128.
 //! - IQ4_NL (288 B): as Q4_0 (its blocks are laid out alike; the nibbles index the codebook).
 //! - Q4_K and Q6_K: see `repack_k`.
-//! - F32 / F16 / BF16: element `k` of the group's rows is 16 consecutive values (row `i` at
+//! - F32 / F16: element `k` of the group's rows is 16 consecutive values (row `i` at
 //!   `16k + i`): one vector load gives a column of 16 rows.
+//! - BF16 (an even number of columns): columns in pairs, row `i`'s elements `2p, 2p + 1` in
+//!   32-bit lane `i` of vector `p` (low half even) — the operand layout of `vdpbf16ps`.
 
 use super::blocks::{BlockQ4_0, BlockQ5_0, BlockQ8_0};
 use super::GgmlType;
@@ -51,7 +53,7 @@ pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
                 let es = ty.type_size();
                 for (i, row) in s.chunks_exact(row_bytes).enumerate() {
                     for (k, e) in row.chunks_exact(es).enumerate() {
-                        d[(X16 * k + i) * es..][..es].copy_from_slice(e);
+                        d[float_at(ty, i, k)..][..es].copy_from_slice(e);
                     }
                 }
             }
@@ -76,11 +78,25 @@ pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
             let es = ty.type_size();
             for (k, e) in dst.chunks_exact_mut(es).enumerate() {
-                e.copy_from_slice(&g[(X16 * k + lane) * es..][..es]);
+                e.copy_from_slice(&g[float_at(ty, lane, k)..][..es]);
             }
         }
         _ => panic!("no interleaved layout for {ty:?}"),
     }
+}
+
+/// Byte offset in a float group of row `i`'s element `k`.
+fn float_at(ty: GgmlType, i: usize, k: usize) -> usize {
+    match ty {
+        GgmlType::BF16 => ((k / 2) * X16 + i) * 4 + (k % 2) * 2,
+        _ => (X16 * k + i) * ty.type_size(),
+    }
+}
+
+/// Whether a `rows` × `cols` matrix of `ty` can take the interleaved layout: whole groups of
+/// 16 rows, and BF16 column pairs.
+pub fn fits(ty: GgmlType, rows: usize, cols: usize) -> bool {
+    rows.is_multiple_of(X16) && (ty != GgmlType::BF16 || cols.is_multiple_of(2))
 }
 
 /// The 16 rows of a group, each as its ggml blocks.
