@@ -276,3 +276,64 @@ fn bh(v: __m512i) -> __m512bh {
     // SAFETY: both are 64 bytes of plain data; every bit pattern is a valid bf16 vector.
     unsafe { std::mem::transmute::<__m512i, __m512bh>(v) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{dequantize_row, repack};
+    use rand::{Rng, SeedableRng};
+
+    /// The f32-activation kernel (every float type, BF16 included though this CPU may take
+    /// the bf16 path for it) equals its definition: per (row, token) fused multiply-adds over
+    /// the even columns and over the odd ones, in order, then their sum.
+    #[test]
+    fn float_kernel_is_two_fma_chains() {
+        if !crate::kernels::Isa::Avx512.supported() {
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            for (rows, cols, nt) in [(16, 2, 1), (32, 10, 13), (48, 96, 25), (16, 7, 3)] {
+                if !repack::fits(ty, rows, cols) {
+                    continue;
+                }
+                let vals: Vec<f32> = (0..rows * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let bytes: Vec<u8> = match ty {
+                    GgmlType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    GgmlType::F16 => vals
+                        .iter()
+                        .flat_map(|&v| crate::quant::blocks::f32_to_f16(v))
+                        .collect(),
+                    _ => vals
+                        .iter()
+                        .flat_map(|&v| crate::quant::act::f32_to_bf16(v).to_le_bytes())
+                        .collect(),
+                };
+                let mut w = vec![0u8; bytes.len()];
+                repack::repack(ty, cols, &bytes, &mut w);
+                let x: Vec<f32> = (0..nt * cols).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let mut y = vec![0f32; nt * rows];
+                // SAFETY: AVX-512 checked above; whole groups, nt rows of x, y is nt × rows.
+                unsafe { gemm(ty, &w, cols, &x, nt, y.as_mut_ptr(), rows) };
+                let es = ty.type_size();
+                let mut row = vec![0f32; cols];
+                for r in 0..rows {
+                    dequantize_row(ty, &bytes[r * cols * es..(r + 1) * cols * es], &mut row)
+                        .unwrap();
+                    for t in 0..nt {
+                        let mut acc = [0f32; 2];
+                        for (k, &wv) in row.iter().enumerate() {
+                            acc[k % 2] = wv.mul_add(x[t * cols + k], acc[k % 2]);
+                        }
+                        let (got, want) = (y[t * rows + r], acc[0] + acc[1]);
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{ty:?} {rows}x{cols} {t} {r}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
