@@ -73,7 +73,11 @@ impl WeightMatrix {
             return self;
         }
         if let Some(conv) = kernels::conversion(isa, self.ty) {
-            return self.convert(conv);
+            let (_, row_bytes) = conv.target(self.ty, self.cols);
+            let extra = (row_bytes - self.row_bytes) * self.rows;
+            if kernels::reserve_conversion(extra) {
+                return self.convert(conv);
+            }
         }
         if !kernels::interleaves(isa, self.ty) || !repack::fits(self.ty, self.rows, self.cols) {
             return self;

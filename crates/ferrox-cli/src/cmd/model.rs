@@ -34,7 +34,47 @@ pub fn resolve(model: Option<&str>) -> anyhow::Result<PathBuf> {
     let bar = BarProgress::new();
     let r = hub().and_then(|h| h.resolve(&ModelRef::parse(name)?, &bar));
     bar.finish();
-    Ok(r?)
+    let path = r?;
+    limit_conversions(&path);
+    Ok(path)
+}
+
+/// Lets the load-time conversions that grow weights (IQ1 to 2.5 bits a weight; see
+/// `ferrox_core::kernels::limit_conversions`) take at most half of the memory available now
+/// beyond the model's files: users pick IQ1 files to fit a model, and a model that barely
+/// fits keeps the file's layout.
+fn limit_conversions(model: &std::path::Path) {
+    let avail = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        });
+    let budget = avail.map_or(0, |kib| {
+        (kib.saturating_mul(1024)).saturating_sub(model_bytes(model)) / 2
+    });
+    ferrox_core::kernels::limit_conversions(budget);
+}
+
+/// The bytes of a model's files: every shard of a split GGUF (`*-00001-of-00003.gguf`).
+fn model_bytes(path: &std::path::Path) -> usize {
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len() as usize);
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let (Some(dir), Some(at)) = (path.parent(), name.find("-00001-of-")) else {
+        return size(path);
+    };
+    let prefix = &name[..at];
+    std::fs::read_dir(dir).map_or(size(path), |entries| {
+        entries
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name();
+                let n = n.to_string_lossy();
+                n.starts_with(prefix) && n[prefix.len()..].contains("-of-")
+            })
+            .map(|e| size(&e.path()))
+            .sum()
+    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,7 @@
 
 use crate::quant::blocks::{BlockQ8K, BlockQ8_0};
 use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 mod attn;
@@ -322,6 +323,31 @@ pub fn conversion(isa: Isa, ty: GgmlType) -> Option<crate::quant::ternary::Conve
     let on = config().x16 && isa == Isa::Avx512 && isa.supported();
     on.then(|| crate::quant::ternary::Conversion::of(ty))
         .flatten()
+}
+
+/// Bytes the load-time conversions have added so far, and the most they may add.
+static CONVERTED: AtomicUsize = AtomicUsize::new(0);
+static CONVERT_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Caps the bytes the load-time conversions (`quant::ternary`: IQ1 to 2.5 bits a weight,
+/// TQ1_0 to TQ2_0) may add to the weights of this process in total (unlimited unless set): a
+/// matrix whose conversion would exceed what is left keeps the file's layout, its products
+/// the same, only slower. The IQ1 types are what users pick to fit a model in memory, so an
+/// application sets this from the memory it has (the `ferrox` CLI: half of what the model
+/// file leaves available).
+pub fn limit_conversions(bytes: usize) {
+    CONVERT_LIMIT.store(bytes, Ordering::SeqCst);
+}
+
+/// Takes `extra` bytes from the conversion budget; `false` (nothing taken) when they do not
+/// fit what is left.
+pub(crate) fn reserve_conversion(extra: usize) -> bool {
+    let limit = CONVERT_LIMIT.load(Ordering::SeqCst);
+    CONVERTED
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |used| {
+            used.checked_add(extra).filter(|&n| n <= limit)
+        })
+        .is_ok()
 }
 
 /// [`dot_block`] for IQ1_S / IQ1_M weights converted to the ternary layout: `w` is whole
