@@ -3,13 +3,13 @@
 //!
 //! On CPUs with interleaved kernels, `interleave` repacks a matrix at load into 16-row groups
 //! (`quant::repack`), or converts the types whose decode costs more than their bytes
-//! (`quant::ternary`); the map's pages of the original are then released.
+//! (`quant::convert`); the map's pages of the original are then released.
 //!
 //! Batch invariance: every output element is produced by the same per-row reduction whatever
 //! the batch size or thread split, so `gemm` rows are bit-identical to `gemv`.
 
 use crate::kernels;
-use crate::quant::{self, repack, ternary, ActBuf, ActType, GgmlType, QuantError};
+use crate::quant::{self, convert, repack, ActBuf, ActType, GgmlType, QuantError};
 use crate::storage::Bytes;
 use rayon::prelude::*;
 
@@ -31,8 +31,8 @@ enum Layout {
     Rows,
     /// Groups of 16 rows in the `quant::repack` layout.
     X16,
-    /// IQ1_S / IQ1_M rows as `quant::ternary::BlockIQ1T`s.
-    Iq1t,
+    /// Rows converted at load into a layout of `quant::convert` (the matrix keeps its type).
+    Converted,
 }
 
 impl WeightMatrix {
@@ -104,7 +104,7 @@ impl WeightMatrix {
     }
 
     /// The rows converted as `conv` says (an owned copy; the original's pages released).
-    fn convert(self, conv: ternary::Conversion) -> Self {
+    fn convert(self, conv: convert::Conversion) -> Self {
         let (ty, row_bytes) = conv.target(self.ty, self.cols);
         let chunk_rows = repack::X16 * REPACK_GROUPS;
         let data = Bytes::aligned_with(row_bytes * self.rows, |out| {
@@ -116,13 +116,13 @@ impl WeightMatrix {
                         .data
                         .slice(c * chunk_rows * self.row_bytes, n * self.row_bytes)
                         .expect("inside the matrix");
-                    ternary::convert(self.ty, &src, d);
+                    convert::convert(self.ty, &src, d);
                     src.release();
                 })
         });
         let layout = match conv {
-            ternary::Conversion::Iq1Ternary => Layout::Iq1t,
-            ternary::Conversion::Tq1ToTq2 => Layout::Rows,
+            convert::Conversion::Iq1Ternary | convert::Conversion::IqNibbles => Layout::Converted,
+            convert::Conversion::Tq1ToTq2 => Layout::Rows,
         };
         WeightMatrix {
             ty,
@@ -166,9 +166,12 @@ impl WeightMatrix {
                 repack::unpack_row(self.ty, self.cols, &self.data, r, &mut row);
                 quant::dequantize_row(self.ty, &row, out)
             }
-            Layout::Iq1t => {
+            Layout::Converted => {
                 assert_eq!(out.len(), self.cols, "dequantize_row: output width");
-                ternary::dequantize_iq1t_row(row, out);
+                match convert::Conversion::of(self.ty) {
+                    Some(convert::Conversion::Iq1Ternary) => convert::dequantize_iq1t_row(row, out),
+                    _ => convert::dequantize_iqn_row(self.ty, row, out),
+                }
                 Ok(())
             }
             Layout::Rows => quant::dequantize_row(self.ty, row, out),
@@ -299,7 +302,9 @@ impl WeightMatrix {
                 let w = &self.data[b0 * self.row_bytes..b1 * self.row_bytes];
                 let o = &mut tmp[..(b1 - b0) * nt];
                 match self.layout {
-                    Layout::Iq1t => kernels::dot_block_iq1t(isa, self.ty, w, acts, a0 + t0, nt, o),
+                    Layout::Converted => {
+                        kernels::dot_block_converted(isa, self.ty, w, acts, a0 + t0, nt, o)
+                    }
                     _ => kernels::dot_block(isa, self.ty, w, acts, a0 + t0, nt, o),
                 }
                 for (i, r) in (b0..b1).enumerate() {

@@ -59,7 +59,7 @@ fn bench(ty: GgmlType, rows: usize, cols: usize, batches: &[usize], x16: bool) {
             }
         })
         .collect();
-    // The "x16" runs are the load-time layout: interleaved, or converted (`quant::ternary`).
+    // The "x16" runs are the load-time layout: interleaved, or converted (`quant::convert`).
     if x16 && mats[0].bytes().len() == bytes && !mats[0].is_interleaved() {
         return;
     }

@@ -245,14 +245,15 @@ fn bf16_dot_products_equal_the_scalar_reference() {
     }
 }
 
-/// The load-time conversions (`quant::ternary`, AVX-512 CPUs): IQ1_S / IQ1_M to the ternary
+/// The load-time conversions (`quant::convert`, AVX-512 CPUs): IQ1_S / IQ1_M to the ternary
 /// layout and TQ1_0 to TQ2_0 give exactly the products and the dequantized rows of the file's
 /// blocks, gemm rows equal gemv at every batch size, and the conversion really ran.
 #[test]
 fn converted_matrices_equal_the_file_layout_bit_for_bit() {
     use ferrox_core::kernels::{conversion, isa};
     let mut rng = StdRng::seed_from_u64(25);
-    for ty in [GgmlType::IQ1S, GgmlType::IQ1M, GgmlType::TQ1_0] {
+    use GgmlType::*;
+    for ty in [IQ1S, IQ1M, TQ1_0, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S] {
         for (rows, cols) in [(13, 256), (37, 4864), (300, 1792)] {
             let plain = random_matrix(&mut rng, ty, rows, cols);
             let m = plain.clone().interleave();

@@ -19,8 +19,8 @@ use super::avx2::f16;
 use super::avx2_k::{self, u16_at, u32_at, u64_at};
 use super::BlockArgs;
 use crate::quant::blocks::*;
+use crate::quant::convert::{as_iq1t, as_iqn, magnitudes, BlockIQ1T, BlockIQN, Conversion};
 use crate::quant::iq_grids::*;
-use crate::quant::ternary::{as_iq1t, BlockIQ1T, IQ1T_BYTES};
 use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
@@ -64,28 +64,37 @@ pub(super) const TILE: (usize, usize) = (16, 64);
 /// activations; `out.len()` = rows × nt.
 pub(super) unsafe fn dot_block(a: BlockArgs<'_>, out: &mut [f32]) {
     // SAFETY: forwarded from the caller.
-    unsafe { block(a, out, false) }
+    unsafe { block(a, out, None) }
 }
 
-/// [`dot_block`] for IQ1_S / IQ1_M rows converted to [`BlockIQ1T`]s (`quant::ternary`).
+/// [`dot_block`] for rows converted as `conv` says (`quant::convert`): IQ1_S / IQ1_M to
+/// [`BlockIQ1T`]s, IQ2 / IQ3 to [`BlockIQN`]s.
 ///
 /// # Safety
-/// As [`dot_block`], with `a.w` whole rows of `cols / 256` ternary blocks.
-pub(super) unsafe fn dot_block_iq1t(a: BlockArgs<'_>, out: &mut [f32]) {
+/// As [`dot_block`], with `a.w` whole rows of `cols / 256` converted blocks.
+pub(super) unsafe fn dot_block_converted(a: BlockArgs<'_>, out: &mut [f32], conv: Conversion) {
     // SAFETY: forwarded from the caller.
-    unsafe { block(a, out, true) }
+    unsafe { block(a, out, Some(conv)) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-fn block(a: BlockArgs<'_>, out: &mut [f32], iq1t: bool) {
+fn block(a: BlockArgs<'_>, out: &mut [f32], conv: Option<Conversion>) {
     let cols = a.acts.cols();
     let nb = cols / QK_K;
-    let row_bytes = match iq1t {
-        true => nb * IQ1T_BYTES,
-        false => {
+    let row_bytes = match conv {
+        Some(c) => c.target(a.ty, cols).1,
+        None => {
             a.ty.row_bytes(cols)
                 .expect("validated by kernels::dot_block")
         }
+    };
+    // The nibble layout's magnitude table (in both 8-byte halves of each 16-byte lane, so the
+    // sign bit of an index does not change its magnitude) and the type's float factor.
+    let table = _mm512_set1_epi64(u64::from_le_bytes(magnitudes(a.ty)) as i64);
+    let k = match a.ty {
+        GgmlType::IQ3XXS => 0.25,
+        GgmlType::IQ3S => 1.0,
+        _ => 0.125,
     };
     let y = |k: usize| &a.acts.q8k[(a.t0 + k) * nb..(a.t0 + k + 1) * nb];
     for (r, wr) in a.w.chunks_exact(row_bytes).enumerate() {
@@ -102,15 +111,22 @@ fn block(a: BlockArgs<'_>, out: &mut [f32], iq1t: bool) {
                 ($n:literal) => {{
                     let mut res = [0f32; $n];
                     let ys = std::array::from_fn(|k| y(t + k));
-                    match iq1t {
-                        true => rows::<$n, _, false>(
+                    match conv {
+                        Some(Conversion::Iq1Ternary) => rows::<$n, _, false>(
                             as_iq1t(wr).expect("whole blocks"),
                             ys,
                             &mut res,
                             // SAFETY: this function's features are present.
                             |b| unsafe { dec_iq1t(b) },
                         ),
-                        false => row::<$n>(a.ty, wr, ys, &mut res),
+                        Some(_) => rows::<$n, _, false>(
+                            as_iqn(wr).expect("whole blocks"),
+                            ys,
+                            &mut res,
+                            // SAFETY: this function's features are present.
+                            |b| unsafe { dec_iqn(b, table, k) },
+                        ),
+                        None => row::<$n>(a.ty, wr, ys, &mut res),
                     }
                     o.copy_from_slice(&res);
                 }};
@@ -728,6 +744,36 @@ unsafe fn dec_iq1t(b: &BlockIQ1T) -> Sb512 {
     }
 }
 
+/// IQ2 / IQ3 in the load-time nibble layout: magnitudes by one `vpshufb` of the type's
+/// `table` (its 8 magnitudes in each half of every 128-bit lane), signs from bit 3, the odd
+/// scales as stored and the factor `d·k` — what the native decoders build (tested).
+///
+/// # Safety
+/// AVX-512 F/BW/VL, AVX2 and F16C are present.
+#[inline(always)]
+unsafe fn dec_iqn(b: &BlockIQN, table: __m512i, k: f32) -> Sb512 {
+    // SAFETY: the features are present (the caller's contract).
+    unsafe {
+        let m = _mm512_set1_epi8(0x0F);
+        let v = [
+            _mm512_loadu_si512(b.nib.as_ptr().cast()),
+            _mm512_loadu_si512(b.nib.as_ptr().add(64).cast()),
+        ];
+        let mut u = [_mm512_setzero_si512(); 4];
+        let mut neg = [0; 4];
+        for j in 0..4 {
+            let n = match j % 2 {
+                0 => _mm512_and_si512(v[j / 2], m),
+                _ => _mm512_and_si512(_mm512_srli_epi16::<4>(v[j / 2]), m),
+            };
+            u[j] = _mm512_shuffle_epi8(table, n);
+            neg[j] = _mm512_test_epi8_mask(n, _mm512_set1_epi8(8));
+        }
+        let ls = _mm256_cvtepu8_epi16(load16(&b.ls, 0));
+        signed(u, neg, spread16(ls), f16(b.d) * k)
+    }
+}
+
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -885,7 +931,7 @@ mod tests {
 #[cfg(test)]
 mod iq1t_tests {
     use super::*;
-    use crate::quant::ternary::{convert, IQ1T_BYTES};
+    use crate::quant::convert::{convert, IQ1T_BYTES};
     use rand::{Rng, SeedableRng};
 
     fn bytes(v: __m512i) -> [u8; 64] {
@@ -922,6 +968,66 @@ mod iq1t_tests {
                     (want, dec_iq1t(conv))
                 };
                 for j in 0..4 {
+                    assert_eq!(bytes(got.u[j]), bytes(want.u[j]), "{ty:?} magnitudes {j}");
+                    assert_eq!(got.neg[j], want.neg[j], "{ty:?} signs {j}");
+                    assert_eq!(bytes(got.sc[j]), bytes(want.sc[j]), "{ty:?} scales {j}");
+                }
+                assert_eq!(got.f.to_bits(), want.f.to_bits(), "{ty:?} factor");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod iqn_tests {
+    use super::*;
+    use crate::quant::convert::{convert, IQN_BYTES};
+    use rand::{Rng, SeedableRng};
+
+    fn bytes(v: __m512i) -> [u8; 64] {
+        // SAFETY: both are 64 bytes.
+        unsafe { std::mem::transmute(v) }
+    }
+
+    /// The nibble layout's decoder builds exactly the IQ2 / IQ3 decoders' vectors (no weight
+    /// is zero, so every sign counts), on random blocks with finite scales.
+    #[test]
+    fn iqn_decodes_as_the_iq2_and_iq3_types() {
+        if !super::super::Isa::Avx512.supported() {
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        use GgmlType::*;
+        for ty in [IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S] {
+            // SAFETY: AVX-512 F is present (checked above).
+            let table = unsafe { _mm512_set1_epi64(u64::from_le_bytes(magnitudes(ty)) as i64) };
+            let k = match ty {
+                IQ3XXS => 0.25,
+                IQ3S => 1.0,
+                _ => 0.125,
+            };
+            for _ in 0..2000 {
+                let mut raw: Vec<u8> = (0..ty.type_size()).map(|_| rng.gen()).collect();
+                raw[1] &= 0x3F; // a finite f16 d (the first field of each)
+                let mut t = [0u8; IQN_BYTES];
+                convert(ty, &raw, &mut t);
+                let conv = &as_iqn(&t).unwrap()[0];
+                // SAFETY: the features are present (checked above).
+                let (want, got) = unsafe {
+                    let want = match ty {
+                        IQ2XXS => dec_iq2xxs(&as_blocks::<BlockIQ2XXS>(&raw).unwrap()[0]),
+                        IQ2XS => dec_iq2xs(&as_blocks::<BlockIQ2XS>(&raw).unwrap()[0]),
+                        IQ2S => dec_iq2s(&as_blocks::<BlockIQ2S>(&raw).unwrap()[0]),
+                        IQ3XXS => dec_iq3xxs(&as_blocks::<BlockIQ3XXS>(&raw).unwrap()[0]),
+                        _ => dec_iq3s(&as_blocks::<BlockIQ3S>(&raw).unwrap()[0]),
+                    };
+                    (want, dec_iqn(conv, table, k))
+                };
+                for j in 0..4 {
+                    assert!(
+                        bytes(want.u[j]).iter().all(|&m| m != 0),
+                        "{ty:?}: a zero weight"
+                    );
                     assert_eq!(bytes(got.u[j]), bytes(want.u[j]), "{ty:?} magnitudes {j}");
                     assert_eq!(got.neg[j], want.neg[j], "{ty:?} signs {j}");
                     assert_eq!(bytes(got.sc[j]), bytes(want.sc[j]), "{ty:?} scales {j}");

@@ -317,11 +317,11 @@ pub fn interleaves(isa: Isa, ty: GgmlType) -> bool {
 }
 
 /// What a matrix of type `ty` is converted to at load for this instruction set
-/// (`quant::ternary`): only where the AVX-512 kernels read the result, and never with
+/// (`quant::convert`): only where the AVX-512 kernels read the result, and never with
 /// [`KernelOptions::x16`] `false` (which keeps every matrix as the file has it).
-pub fn conversion(isa: Isa, ty: GgmlType) -> Option<crate::quant::ternary::Conversion> {
+pub fn conversion(isa: Isa, ty: GgmlType) -> Option<crate::quant::convert::Conversion> {
     let on = config().x16 && isa == Isa::Avx512 && isa.supported();
-    on.then(|| crate::quant::ternary::Conversion::of(ty))
+    on.then(|| crate::quant::convert::Conversion::of(ty))
         .flatten()
 }
 
@@ -329,7 +329,7 @@ pub fn conversion(isa: Isa, ty: GgmlType) -> Option<crate::quant::ternary::Conve
 static CONVERTED: AtomicUsize = AtomicUsize::new(0);
 static CONVERT_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
-/// Caps the bytes the load-time conversions (`quant::ternary`: IQ1 to 2.5 bits a weight,
+/// Caps the bytes the load-time conversions (`quant::convert`: IQ1 to 2.5 bits a weight,
 /// TQ1_0 to TQ2_0) may add to the weights of this process in total (unlimited unless set): a
 /// matrix whose conversion would exceed what is left keeps the file's layout, its products
 /// the same, only slower. The IQ1 types are what users pick to fit a model in memory, so an
@@ -350,9 +350,9 @@ pub(crate) fn reserve_conversion(extra: usize) -> bool {
         .is_ok()
 }
 
-/// [`dot_block`] for IQ1_S / IQ1_M weights converted to the ternary layout: `w` is whole
-/// rows of `acts.cols() / 256` [`crate::quant::ternary::BlockIQ1T`]s.
-pub(crate) fn dot_block_iq1t(
+/// [`dot_block`] for weights converted at load into a layout of `quant::convert` (IQ1 to
+/// ternary codes, IQ2 / IQ3 to nibbles): `w` is whole converted rows of `acts.cols()`.
+pub(crate) fn dot_block_converted(
     isa: Isa,
     ty: GgmlType,
     w: &[u8],
@@ -361,15 +361,14 @@ pub(crate) fn dot_block_iq1t(
     nt: usize,
     out: &mut [f32],
 ) {
-    use crate::quant::ternary::{Conversion, IQ1T_BYTES};
-    assert_eq!(
-        conversion(isa, ty),
-        Some(Conversion::Iq1Ternary),
-        "no ternary kernel for {ty:?} on {isa:?}"
-    );
+    use crate::quant::convert::Conversion;
+    let conv = match conversion(isa, ty) {
+        Some(c @ (Conversion::Iq1Ternary | Conversion::IqNibbles)) => c,
+        _ => panic!("no converted-layout kernel for {ty:?} on {isa:?}"),
+    };
     assert_eq!(ty.act_type(), acts.act_type(), "activation format");
     assert!(t0 + nt <= acts.rows(), "token range");
-    let row_bytes = acts.cols() / crate::quant::blocks::QK_K * IQ1T_BYTES;
+    let row_bytes = conv.target(ty, acts.cols()).1;
     assert!(
         row_bytes > 0 && w.len().is_multiple_of(row_bytes),
         "whole weight rows"
@@ -389,7 +388,7 @@ pub(crate) fn dot_block_iq1t(
         };
         // SAFETY: AVX-512 F/BW/VL and AVX2/FMA/F16C checked by `conversion`; shapes and the
         // (Q8_K) activation format checked above.
-        unsafe { avx512_q8k::dot_block_iq1t(a, out) }
+        unsafe { avx512_q8k::dot_block_converted(a, out, conv) }
     }
 }
 

@@ -283,7 +283,7 @@ impl Decode for BlockTQ2_0 {
 
 /// IQ2 / IQ3 with a half-step scale: `x = (d·(0.5 + s)·k) · w` per group of 16 with 4-bit `s`
 /// (`ls = 2s + 1`), the sign inside `w` (negation commutes with rounding).
-fn dequantize_half_step(d: [u8; 2], k: f32, dec: &Decoded, out: &mut [f32]) {
+pub(crate) fn dequantize_half_step(d: [u8; 2], k: f32, dec: &Decoded, out: &mut [f32]) {
     let d = f16_to_f32(d);
     for (g, &ls) in dec.ls.iter().enumerate() {
         let db = d * (0.5 + ((ls - 1) / 2) as f32) * k;
@@ -319,7 +319,7 @@ impl Dequantize for BlockIQ3XXS {
 }
 
 /// `x = (d·ls) · w` per group of 16 (IQ3_S's `1 + 2s`, the ternary types' 1).
-fn dequantize_int_scale(d: f32, dec: &Decoded, out: &mut [f32]) {
+pub(crate) fn dequantize_int_scale(d: f32, dec: &Decoded, out: &mut [f32]) {
     for (g, &ls) in dec.ls.iter().enumerate() {
         let db = d * ls as f32;
         let range = 16 * g..16 * g + 16;

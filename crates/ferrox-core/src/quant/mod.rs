@@ -5,13 +5,13 @@ use thiserror::Error;
 
 pub mod act;
 pub mod blocks;
+pub mod convert;
 pub mod dequant;
 pub mod dot;
 pub mod iq;
 pub mod iq_grids;
 pub mod repack;
 pub(crate) mod repack_k;
-pub mod ternary;
 
 use blocks::*;
 use dequant::dequantize_blocks;

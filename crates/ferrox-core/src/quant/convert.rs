@@ -9,11 +9,15 @@
 //!   are bit-identical (tested against the IQ1 decoders).
 //! - TQ1_0 becomes TQ2_0: the same ternary values and scale, two bits each instead of base-3
 //!   digits (66 bytes instead of 54), which both kernels sum identically.
+//! - IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S become [`BlockIQN`]: each weight a nibble, the
+//!   index of its magnitude among the type's few grid values (IQ2: 8, 25, 43; IQ3: 8 each)
+//!   and its sign, plus the odd scale per 16 and the f16 `d` — 146 bytes per 256 (4.6 bits,
+//!   instead of 2.1–3.4): a decode is a `vpshufb` and a mask, like IQ4_NL's.
 //!
 //! The IQ1 definitions are ggml-quants.c's `dequantize_row_iq1_s` / `_iq1_m` (see `iq.rs`).
 
 use super::blocks::*;
-use super::iq::{Decode, Decoded};
+use super::iq::{dequantize_half_step, dequantize_int_scale, Decode, Decoded};
 use super::GgmlType;
 
 /// Bytes of one [`BlockIQ1T`].
@@ -50,6 +54,8 @@ pub fn as_iq1t(bytes: &[u8]) -> Option<&[BlockIQ1T]> {
 pub enum Conversion {
     /// IQ1_S / IQ1_M rows become [`BlockIQ1T`] rows (the matrix keeps its type).
     Iq1Ternary,
+    /// IQ2 / IQ3 rows become [`BlockIQN`] rows (the matrix keeps its type).
+    IqNibbles,
     /// TQ1_0 rows become TQ2_0 rows (the matrix becomes TQ2_0).
     Tq1ToTq2,
 }
@@ -59,6 +65,11 @@ impl Conversion {
         match ty {
             GgmlType::IQ1S | GgmlType::IQ1M => Some(Conversion::Iq1Ternary),
             GgmlType::TQ1_0 => Some(Conversion::Tq1ToTq2),
+            GgmlType::IQ2XXS
+            | GgmlType::IQ2XS
+            | GgmlType::IQ2S
+            | GgmlType::IQ3XXS
+            | GgmlType::IQ3S => Some(Conversion::IqNibbles),
             _ => None,
         }
     }
@@ -68,6 +79,7 @@ impl Conversion {
         match self {
             Conversion::Iq1Ternary => (ty, cols / QK_K * IQ1T_BYTES),
             Conversion::Tq1ToTq2 => (GgmlType::TQ2_0, cols / QK_K * 66),
+            Conversion::IqNibbles => (ty, cols / QK_K * IQN_BYTES),
         }
     }
 }
@@ -85,7 +97,99 @@ pub fn convert(ty: GgmlType, src: &[u8], dst: &mut [u8]) {
             out[..64].copy_from_slice(&tq2_codes(&b.decode()));
             out[64..].copy_from_slice(&b.d);
         }),
+        GgmlType::IQ2XXS => each::<BlockIQ2XXS, IQN_BYTES>(src, dst, |b, o| iqn(ty, b, b.d, o)),
+        GgmlType::IQ2XS => each::<BlockIQ2XS, IQN_BYTES>(src, dst, |b, o| iqn(ty, b, b.d, o)),
+        GgmlType::IQ2S => each::<BlockIQ2S, IQN_BYTES>(src, dst, |b, o| iqn(ty, b, b.d, o)),
+        GgmlType::IQ3XXS => each::<BlockIQ3XXS, IQN_BYTES>(src, dst, |b, o| iqn(ty, b, b.d, o)),
+        GgmlType::IQ3S => each::<BlockIQ3S, IQN_BYTES>(src, dst, |b, o| iqn(ty, b, b.d, o)),
         other => unreachable!("no load-time conversion for {other:?}"),
+    }
+}
+
+/// Bytes of one [`BlockIQN`].
+pub const IQN_BYTES: usize = 146;
+
+/// An IQ2 / IQ3 super-block as nibbles: weight `128m + 64h + l` is nibble `h` (low first) of
+/// `nib[64m + l]`: bits 0–2 index [`magnitudes`] of the type, bit 3 is the sign; `ls` holds
+/// the odd scale of each 16 weights, `d` the block's f16.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockIQN {
+    pub nib: [u8; 128],
+    pub ls: [u8; 16],
+    pub d: [u8; 2],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockIQN>() == IQN_BYTES);
+
+/// Views whole [`BlockIQN`]s in `bytes`; `None` when the length is not a whole number.
+pub fn as_iqn(bytes: &[u8]) -> Option<&[BlockIQN]> {
+    const { assert!(std::mem::align_of::<BlockIQN>() == 1) };
+    if !bytes.len().is_multiple_of(IQN_BYTES) {
+        return None;
+    }
+    // SAFETY: repr(C) of u8 arrays only: alignment 1, no padding, every bit pattern valid;
+    // the length is whole blocks and the lifetime is tied to `bytes`.
+    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / IQN_BYTES) })
+}
+
+/// The grid magnitudes of an IQ2 / IQ3 type in nibble-index order: ggml's `iq2*_grid`
+/// bytes are 8, 25, 43, `iq3xxs_grid`'s 4, 12, … 62, `iq3s_grid`'s 1, 3, … 15.
+pub fn magnitudes(ty: GgmlType) -> [u8; 8] {
+    match ty {
+        GgmlType::IQ3XXS => [4, 12, 20, 28, 36, 44, 52, 62],
+        GgmlType::IQ3S => [1, 3, 5, 7, 9, 11, 13, 15],
+        _ => [8, 25, 43, 0, 0, 0, 0, 0],
+    }
+}
+
+fn iqn(ty: GgmlType, b: &impl Decode, d: [u8; 2], out: &mut [u8]) {
+    let dec = b.decode();
+    let mags = magnitudes(ty);
+    let mut nib = [0u8; 128];
+    for (e, &v) in dec.v.iter().enumerate() {
+        let mag = v.unsigned_abs();
+        // The grids hold only these magnitudes (tested), whatever the file's bits.
+        let idx = mags.iter().position(|&m| m == mag).unwrap_or(0) as u8;
+        let code = idx | (u8::from(v < 0) << 3);
+        let (m, h, l) = (e / 128, (e / 64) % 2, e % 64);
+        nib[64 * m + l] |= code << (4 * h);
+    }
+    out[..128].copy_from_slice(&nib);
+    for (o, &ls) in out[128..144].iter_mut().zip(&dec.ls) {
+        *o = ls as u8;
+    }
+    out[144..146].copy_from_slice(&d);
+}
+
+impl BlockIQN {
+    /// The weights and scales as the type's decoder gives them.
+    fn decoded(&self, ty: GgmlType) -> Decoded {
+        let mags = magnitudes(ty);
+        let mut o = Decoded::default();
+        for (e, v) in o.v.iter_mut().enumerate() {
+            let (m, h, l) = (e / 128, (e / 64) % 2, e % 64);
+            let code = (self.nib[64 * m + l] >> (4 * h)) & 15;
+            let mag = mags[(code & 7) as usize] as i8;
+            *v = if code & 8 != 0 { -mag } else { mag };
+        }
+        for (o, &ls) in o.ls.iter_mut().zip(&self.ls) {
+            *o = ls as i32;
+        }
+        o
+    }
+}
+
+/// Dequantizes a row of [`BlockIQN`]s of `ty` with the type's own reference formula.
+pub fn dequantize_iqn_row(ty: GgmlType, src: &[u8], out: &mut [f32]) {
+    let blocks = as_iqn(src).expect("whole blocks");
+    for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let dec = b.decoded(ty);
+        match ty {
+            GgmlType::IQ3S => dequantize_int_scale(f16_to_f32(b.d), &dec, o),
+            GgmlType::IQ3XXS => dequantize_half_step(b.d, 0.5, &dec, o),
+            _ => dequantize_half_step(b.d, 0.25, &dec, o),
+        }
     }
 }
 
@@ -192,9 +296,36 @@ mod tests {
         bytes
     }
 
+    /// Every byte of every grid entry is one of its type's nibble magnitudes, so the
+    /// conversion is exact for any file.
+    #[test]
+    fn grids_hold_only_the_nibble_magnitudes() {
+        use crate::quant::iq_grids::*;
+        let check = |ty: GgmlType, bytes: Vec<u8>| {
+            let mags = magnitudes(ty);
+            assert!(bytes.iter().all(|b| mags.contains(b) && *b != 0), "{ty:?}");
+        };
+        let b64 = |g: &[u64]| g.iter().flat_map(|e| e.to_le_bytes()).collect::<Vec<_>>();
+        let b32 = |g: &[u32]| g.iter().flat_map(|e| e.to_le_bytes()).collect::<Vec<_>>();
+        check(GgmlType::IQ2XXS, b64(&IQ2XXS_GRID));
+        check(GgmlType::IQ2XS, b64(&IQ2XS_GRID));
+        check(GgmlType::IQ2S, b64(&IQ2S_GRID));
+        check(GgmlType::IQ3XXS, b32(&IQ3XXS_GRID));
+        check(GgmlType::IQ3S, b32(&IQ3S_GRID));
+    }
+
     #[test]
     fn conversions_dequantize_to_the_original_bit_for_bit() {
-        for ty in [GgmlType::IQ1S, GgmlType::IQ1M, GgmlType::TQ1_0] {
+        for ty in [
+            GgmlType::IQ1S,
+            GgmlType::IQ1M,
+            GgmlType::TQ1_0,
+            GgmlType::IQ2XXS,
+            GgmlType::IQ2XS,
+            GgmlType::IQ2S,
+            GgmlType::IQ3XXS,
+            GgmlType::IQ3S,
+        ] {
             let conv = Conversion::of(ty).unwrap();
             let cols = 4 * QK_K;
             let src = random_row(ty, 4, ty as u64);
@@ -205,6 +336,7 @@ mod tests {
             dequantize_row(ty, &src, &mut want).unwrap();
             match conv {
                 Conversion::Iq1Ternary => dequantize_iq1t_row(&dst, &mut got),
+                Conversion::IqNibbles => dequantize_iqn_row(ty, &dst, &mut got),
                 Conversion::Tq1ToTq2 => dequantize_row(to, &dst, &mut got).unwrap(),
             }
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
