@@ -88,14 +88,7 @@ fn block(a: BlockArgs<'_>, out: &mut [f32], conv: Option<Conversion>) {
                 .expect("validated by kernels::dot_block")
         }
     };
-    // The nibble layout's magnitude table (in both 8-byte halves of each 16-byte lane, so the
-    // sign bit of an index does not change its magnitude) and the type's float factor.
-    let table = _mm512_set1_epi64(u64::from_le_bytes(magnitudes(a.ty)) as i64);
-    let k = match a.ty {
-        GgmlType::IQ3XXS => 0.25,
-        GgmlType::IQ3S => 1.0,
-        _ => 0.125,
-    };
+    let (table, k) = iqn_params(a.ty);
     let y = |k: usize| &a.acts.q8k[(a.t0 + k) * nb..(a.t0 + k + 1) * nb];
     for (r, wr) in a.w.chunks_exact(row_bytes).enumerate() {
         let mut t = 0;
@@ -744,6 +737,20 @@ unsafe fn dec_iq1t(b: &BlockIQ1T) -> Sb512 {
     }
 }
 
+/// [`dec_iqn`]'s operands for `ty`: the magnitude table (in both 8-byte halves of each
+/// 16-byte lane, so an index's sign bit does not change its magnitude) and the factor of `d`
+/// the type's own decoder applies.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn iqn_params(ty: GgmlType) -> (__m512i, f32) {
+    let table = _mm512_set1_epi64(u64::from_le_bytes(magnitudes(ty)) as i64);
+    let k = match ty {
+        GgmlType::IQ3XXS => 0.25,
+        GgmlType::IQ3S => 1.0,
+        _ => 0.125,
+    };
+    (table, k)
+}
+
 /// IQ2 / IQ3 in the load-time nibble layout: magnitudes by one `vpshufb` of the type's
 /// `table` (its 8 magnitudes in each half of every 128-bit lane), signs from bit 3, the odd
 /// scales as stored and the factor `d·k` — what the native decoders build (tested).
@@ -929,9 +936,9 @@ mod tests {
 }
 
 #[cfg(test)]
-mod iq1t_tests {
+mod converted_tests {
     use super::*;
-    use crate::quant::convert::{convert, IQ1T_BYTES};
+    use crate::quant::convert::{convert, IQ1T_BYTES, IQN_BYTES};
     use rand::{Rng, SeedableRng};
 
     fn bytes(v: __m512i) -> [u8; 64] {
@@ -939,79 +946,70 @@ mod iq1t_tests {
         unsafe { std::mem::transmute(v) }
     }
 
-    /// The ternary layout's decoder builds exactly the IQ1 decoders' vectors (every weight is
-    /// nonzero, so every sign counts), on random blocks with finite scales.
+    /// A converted block's decode equals the file block's: every magnitude (none is zero,
+    /// so every sign counts), sign, scale and the factor.
+    fn assert_same(got: &Sb512, want: &Sb512, ty: GgmlType) {
+        for j in 0..4 {
+            assert!(
+                bytes(want.u[j]).iter().all(|&m| m != 0),
+                "{ty:?}: a zero weight"
+            );
+            assert_eq!(bytes(got.u[j]), bytes(want.u[j]), "{ty:?} magnitudes {j}");
+            assert_eq!(got.neg[j], want.neg[j], "{ty:?} signs {j}");
+            assert_eq!(bytes(got.sc[j]), bytes(want.sc[j]), "{ty:?} scales {j}");
+        }
+        assert_eq!(got.f.to_bits(), want.f.to_bits(), "{ty:?} factor");
+    }
+
+    /// Random blocks of `ty` whose f16 `d` is finite (its high byte at `d_hi` kept below the
+    /// Inf/NaN exponents).
+    fn blocks(ty: GgmlType, d_hi: usize, seed: u64) -> impl Iterator<Item = Vec<u8>> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..2000).map(move |_| {
+            let mut raw: Vec<u8> = (0..ty.type_size()).map(|_| rng.gen()).collect();
+            raw[d_hi] &= 0x3F;
+            raw
+        })
+    }
+
+    /// The ternary layout's decoder builds exactly the IQ1 decoders' vectors.
     #[test]
     fn iq1t_decodes_as_iq1s_and_iq1m() {
         if !super::super::Isa::Avx512.supported() {
             return;
         }
-        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        for ty in [GgmlType::IQ1S, GgmlType::IQ1M] {
-            for _ in 0..2000 {
-                let mut raw: Vec<u8> = (0..ty.type_size()).map(|_| rng.gen()).collect();
-                // Exponent bits of every f16 (IQ1_S: bytes 0..2; IQ1_M: scale-word top
-                // nibbles) kept below the Inf/NaN range.
-                match ty {
-                    GgmlType::IQ1S => raw[1] &= 0x3F,
-                    _ => raw[55] &= 0x3F,
-                }
+        // IQ1_M's f16 is spread over its scale words' top nibbles; byte 55 holds its top.
+        for (ty, d_hi) in [(GgmlType::IQ1S, 1), (GgmlType::IQ1M, 55)] {
+            for raw in blocks(ty, d_hi, 9) {
                 let mut t = [0u8; IQ1T_BYTES];
                 convert(ty, &raw, &mut t);
-                let conv = &as_iq1t(&t).unwrap()[0];
                 // SAFETY: the features are present (checked above).
                 let (want, got) = unsafe {
                     let want = match ty {
                         GgmlType::IQ1S => dec_iq1s(&as_blocks::<BlockIQ1S>(&raw).unwrap()[0]),
                         _ => dec_iq1m(&as_blocks::<BlockIQ1M>(&raw).unwrap()[0]),
                     };
-                    (want, dec_iq1t(conv))
+                    (want, dec_iq1t(&as_iq1t(&t).unwrap()[0]))
                 };
-                for j in 0..4 {
-                    assert_eq!(bytes(got.u[j]), bytes(want.u[j]), "{ty:?} magnitudes {j}");
-                    assert_eq!(got.neg[j], want.neg[j], "{ty:?} signs {j}");
-                    assert_eq!(bytes(got.sc[j]), bytes(want.sc[j]), "{ty:?} scales {j}");
-                }
-                assert_eq!(got.f.to_bits(), want.f.to_bits(), "{ty:?} factor");
+                assert_same(&got, &want, ty);
             }
         }
     }
-}
 
-#[cfg(test)]
-mod iqn_tests {
-    use super::*;
-    use crate::quant::convert::{convert, IQN_BYTES};
-    use rand::{Rng, SeedableRng};
-
-    fn bytes(v: __m512i) -> [u8; 64] {
-        // SAFETY: both are 64 bytes.
-        unsafe { std::mem::transmute(v) }
-    }
-
-    /// The nibble layout's decoder builds exactly the IQ2 / IQ3 decoders' vectors (no weight
-    /// is zero, so every sign counts), on random blocks with finite scales.
+    /// The nibble layout's decoder builds exactly the IQ2 / IQ3 decoders' vectors.
     #[test]
     fn iqn_decodes_as_the_iq2_and_iq3_types() {
         if !super::super::Isa::Avx512.supported() {
             return;
         }
-        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         use GgmlType::*;
         for ty in [IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S] {
             // SAFETY: AVX-512 F is present (checked above).
-            let table = unsafe { _mm512_set1_epi64(u64::from_le_bytes(magnitudes(ty)) as i64) };
-            let k = match ty {
-                IQ3XXS => 0.25,
-                IQ3S => 1.0,
-                _ => 0.125,
-            };
-            for _ in 0..2000 {
-                let mut raw: Vec<u8> = (0..ty.type_size()).map(|_| rng.gen()).collect();
-                raw[1] &= 0x3F; // a finite f16 d (the first field of each)
+            let (table, k) = unsafe { iqn_params(ty) };
+            // `d` is the first field of each.
+            for raw in blocks(ty, 1, 11) {
                 let mut t = [0u8; IQN_BYTES];
                 convert(ty, &raw, &mut t);
-                let conv = &as_iqn(&t).unwrap()[0];
                 // SAFETY: the features are present (checked above).
                 let (want, got) = unsafe {
                     let want = match ty {
@@ -1021,18 +1019,9 @@ mod iqn_tests {
                         IQ3XXS => dec_iq3xxs(&as_blocks::<BlockIQ3XXS>(&raw).unwrap()[0]),
                         _ => dec_iq3s(&as_blocks::<BlockIQ3S>(&raw).unwrap()[0]),
                     };
-                    (want, dec_iqn(conv, table, k))
+                    (want, dec_iqn(&as_iqn(&t).unwrap()[0], table, k))
                 };
-                for j in 0..4 {
-                    assert!(
-                        bytes(want.u[j]).iter().all(|&m| m != 0),
-                        "{ty:?}: a zero weight"
-                    );
-                    assert_eq!(bytes(got.u[j]), bytes(want.u[j]), "{ty:?} magnitudes {j}");
-                    assert_eq!(got.neg[j], want.neg[j], "{ty:?} signs {j}");
-                    assert_eq!(bytes(got.sc[j]), bytes(want.sc[j]), "{ty:?} scales {j}");
-                }
-                assert_eq!(got.f.to_bits(), want.f.to_bits(), "{ty:?} factor");
+                assert_same(&got, &want, ty);
             }
         }
     }

@@ -255,17 +255,10 @@ pub fn dot_block(
     out: &mut [f32],
 ) {
     assert!(isa.supported(), "instruction set {isa:?} not available");
-    assert_eq!(ty.act_type(), acts.act_type(), "activation format");
-    assert!(t0 + nt <= acts.rows(), "token range");
     let row_bytes = ty
         .row_bytes(acts.cols())
         .expect("activation width fits the type");
-    assert!(
-        row_bytes > 0 && w.len().is_multiple_of(row_bytes),
-        "whole weight rows"
-    );
-    assert_eq!(out.len(), w.len() / row_bytes * nt, "output shape");
-    if nt == 0 {
+    if !check_block(ty, row_bytes, w, acts, t0, nt, out) {
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -294,6 +287,27 @@ pub fn dot_block(
         Kernel::Avx2 => unsafe { avx2::dot_block(a, out) },
         _ => dot_block_ref(ty, w, row_bytes, acts, t0, nt, out),
     }
+}
+
+/// The shape checks of a block product: `ty`'s activation format, tokens inside `acts`, `w`
+/// whole rows of `row_bytes`, `out` one value per row and token. `false`: nothing to do.
+fn check_block(
+    ty: GgmlType,
+    row_bytes: usize,
+    w: &[u8],
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    out: &[f32],
+) -> bool {
+    assert_eq!(ty.act_type(), acts.act_type(), "activation format");
+    assert!(t0 + nt <= acts.rows(), "token range");
+    assert!(
+        row_bytes > 0 && w.len().is_multiple_of(row_bytes),
+        "whole weight rows"
+    );
+    assert_eq!(out.len(), w.len() / row_bytes * nt, "output shape");
+    nt > 0
 }
 
 /// The operands of one SIMD `dot_block` kernel call, shapes checked by [`dot_block`]: `w` is
@@ -366,15 +380,8 @@ pub(crate) fn dot_block_converted(
         Some(c @ (Conversion::Iq1Ternary | Conversion::IqNibbles)) => c,
         _ => panic!("no converted-layout kernel for {ty:?} on {isa:?}"),
     };
-    assert_eq!(ty.act_type(), acts.act_type(), "activation format");
-    assert!(t0 + nt <= acts.rows(), "token range");
     let row_bytes = conv.target(ty, acts.cols()).1;
-    assert!(
-        row_bytes > 0 && w.len().is_multiple_of(row_bytes),
-        "whole weight rows"
-    );
-    assert_eq!(out.len(), w.len() / row_bytes * nt, "output shape");
-    if nt == 0 {
+    if !check_block(ty, row_bytes, w, acts, t0, nt, out) {
         return;
     }
     #[cfg(target_arch = "x86_64")]

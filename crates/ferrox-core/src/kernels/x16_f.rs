@@ -20,6 +20,27 @@ use std::arch::x86_64::*;
 /// Tokens per register tile: 12 × 2 accumulators of 16 lanes (of 32 registers).
 const TOKENS: usize = 12;
 
+/// `$go!(T)` with the literal `T` equal to `$tt` (1 ..= [`TOKENS`]): a tile's token count is a
+/// constant so that its accumulators stay in registers.
+macro_rules! with_tokens {
+    ($tt:expr, $go:ident) => {
+        match $tt {
+            12 => $go!(12),
+            11 => $go!(11),
+            10 => $go!(10),
+            9 => $go!(9),
+            8 => $go!(8),
+            7 => $go!(7),
+            6 => $go!(6),
+            5 => $go!(5),
+            4 => $go!(4),
+            3 => $go!(3),
+            2 => $go!(2),
+            _ => $go!(1),
+        }
+    };
+}
+
 const F32: u8 = 0;
 const F16: u8 = 1;
 const BF16: u8 = 2;
@@ -44,40 +65,36 @@ pub(crate) unsafe fn gemm(
     let es = ty.type_size();
     let group = X16 * cols * es;
     assert!(cols > 0 && w.len().is_multiple_of(group) && x.len() >= nt * cols);
+    tiles(w, group, nt, |g, gw, t0, tt| {
+        let (gw, xt) = (gw.as_ptr(), x[t0 * cols..].as_ptr());
+        // SAFETY: tokens t0..t0 + tt of x and the group's outputs for them (the caller's
+        // contract); the group holds 16 × cols elements.
+        let yt = unsafe { y.add(t0 * ld + g * X16) };
+        macro_rules! go {
+            ($t:literal) => {
+                // SAFETY: as above.
+                unsafe {
+                    match ty {
+                        GgmlType::F32 => tile::<$t, F32>(gw, cols, xt, yt, ld),
+                        GgmlType::F16 => tile::<$t, F16>(gw, cols, xt, yt, ld),
+                        _ => tile::<$t, BF16>(gw, cols, xt, yt, ld),
+                    }
+                }
+            };
+        }
+        with_tokens!(tt, go);
+    });
+}
+
+/// Calls `f(g, group g's bytes, t0, tt)` for every group of `w` (`group` bytes each) and every
+/// tile `t0..t0 + tt` of at most [`TOKENS`] of the `nt` tokens.
+#[inline(always)]
+fn tiles(w: &[u8], group: usize, nt: usize, mut f: impl FnMut(usize, &[u8], usize, usize)) {
     for (g, gw) in w.chunks_exact(group).enumerate() {
         let mut t0 = 0;
         while t0 < nt {
             let tt = (nt - t0).min(TOKENS);
-            let (gw, xt) = (gw.as_ptr(), x[t0 * cols..].as_ptr());
-            // SAFETY: tokens t0..t0 + tt of x and the group's outputs for them (the caller's
-            // contract); the group holds 16 × cols elements.
-            let yt = unsafe { y.add(t0 * ld + g * X16) };
-            macro_rules! go {
-                ($t:literal) => {
-                    // SAFETY: as above.
-                    unsafe {
-                        match ty {
-                            GgmlType::F32 => tile::<$t, F32>(gw, cols, xt, yt, ld),
-                            GgmlType::F16 => tile::<$t, F16>(gw, cols, xt, yt, ld),
-                            _ => tile::<$t, BF16>(gw, cols, xt, yt, ld),
-                        }
-                    }
-                };
-            }
-            match tt {
-                12 => go!(12),
-                11 => go!(11),
-                10 => go!(10),
-                9 => go!(9),
-                8 => go!(8),
-                7 => go!(7),
-                6 => go!(6),
-                5 => go!(5),
-                4 => go!(4),
-                3 => go!(3),
-                2 => go!(2),
-                _ => go!(1),
-            }
+            f(g, gw, t0, tt);
             t0 += tt;
         }
     }
@@ -189,37 +206,19 @@ pub(crate) unsafe fn gemm_bf16(
     let group = X16 * cols * 2;
     assert!(cols > 0 && cols.is_multiple_of(2) && w.len().is_multiple_of(group));
     assert!(x.len() >= nt * cols);
-    for (g, gw) in w.chunks_exact(group).enumerate() {
-        let mut t0 = 0;
-        while t0 < nt {
-            let tt = (nt - t0).min(TOKENS);
-            let (gw, xt) = (gw.as_ptr(), x[t0 * cols..].as_ptr());
-            // SAFETY: tokens t0..t0 + tt of x and the group's outputs for them (the caller's
-            // contract); the group holds 16 × cols elements.
-            let yt = unsafe { y.add(t0 * ld + g * X16) };
-            macro_rules! go {
-                ($t:literal) => {
-                    // SAFETY: as above; AVX-512 BF16 is present (this function's features).
-                    unsafe { tile_bf16::<$t>(gw, cols / 2, xt.cast(), yt, ld) }
-                };
-            }
-            match tt {
-                12 => go!(12),
-                11 => go!(11),
-                10 => go!(10),
-                9 => go!(9),
-                8 => go!(8),
-                7 => go!(7),
-                6 => go!(6),
-                5 => go!(5),
-                4 => go!(4),
-                3 => go!(3),
-                2 => go!(2),
-                _ => go!(1),
-            }
-            t0 += tt;
+    tiles(w, group, nt, |g, gw, t0, tt| {
+        let (gw, xt) = (gw.as_ptr(), x[t0 * cols..].as_ptr());
+        // SAFETY: tokens t0..t0 + tt of x and the group's outputs for them (the caller's
+        // contract); the group holds 16 × cols elements.
+        let yt = unsafe { y.add(t0 * ld + g * X16) };
+        macro_rules! go {
+            ($t:literal) => {
+                // SAFETY: as above; AVX-512 BF16 is present (this function's features).
+                unsafe { tile_bf16::<$t>(gw, cols / 2, xt.cast(), yt, ld) }
+            };
         }
-    }
+        with_tokens!(tt, go);
+    });
 }
 
 /// One group against `T` tokens of bf16 pairs (`x` as u32 pairs, rows `pairs` long).

@@ -40,13 +40,22 @@ const _: () = assert!(std::mem::size_of::<BlockIQ1T>() == IQ1T_BYTES);
 
 /// Views whole [`BlockIQ1T`]s in `bytes`; `None` when the length is not a whole number.
 pub fn as_iq1t(bytes: &[u8]) -> Option<&[BlockIQ1T]> {
-    const { assert!(std::mem::align_of::<BlockIQ1T>() == 1) };
-    if !bytes.len().is_multiple_of(IQ1T_BYTES) {
+    // SAFETY: BlockIQ1T is repr(C) of u8 arrays only.
+    unsafe { view(bytes) }
+}
+
+/// Whole `B`s over `bytes`; `None` when the length is not a whole number.
+///
+/// # Safety
+/// `B` is `repr(C)` of u8 arrays only: alignment 1, no padding, every bit pattern valid.
+unsafe fn view<B>(bytes: &[u8]) -> Option<&[B]> {
+    let size = std::mem::size_of::<B>();
+    if std::mem::align_of::<B>() != 1 || !bytes.len().is_multiple_of(size) {
         return None;
     }
-    // SAFETY: repr(C) of u8 arrays only: alignment 1, no padding, every bit pattern valid;
-    // the length is whole blocks and the lifetime is tied to `bytes`.
-    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / IQ1T_BYTES) })
+    // SAFETY: the caller's contract for B; the length is whole blocks and the lifetime is
+    // tied to `bytes`.
+    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / size) })
 }
 
 /// What a matrix of type `ty` is converted to at load, if anything.
@@ -124,13 +133,8 @@ const _: () = assert!(std::mem::size_of::<BlockIQN>() == IQN_BYTES);
 
 /// Views whole [`BlockIQN`]s in `bytes`; `None` when the length is not a whole number.
 pub fn as_iqn(bytes: &[u8]) -> Option<&[BlockIQN]> {
-    const { assert!(std::mem::align_of::<BlockIQN>() == 1) };
-    if !bytes.len().is_multiple_of(IQN_BYTES) {
-        return None;
-    }
-    // SAFETY: repr(C) of u8 arrays only: alignment 1, no padding, every bit pattern valid;
-    // the length is whole blocks and the lifetime is tied to `bytes`.
-    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / IQN_BYTES) })
+    // SAFETY: BlockIQN is repr(C) of u8 arrays only.
+    unsafe { view(bytes) }
 }
 
 /// The grid magnitudes of an IQ2 / IQ3 type in nibble-index order: ggml's `iq2*_grid`
