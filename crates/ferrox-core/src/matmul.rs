@@ -32,7 +32,7 @@ enum Layout {
     /// Groups of 16 rows in the `quant::repack` layout.
     X16,
     /// Rows converted at load into a layout of `quant::convert` (the matrix keeps its type).
-    Converted,
+    Converted(convert::Conversion),
 }
 
 impl WeightMatrix {
@@ -82,19 +82,9 @@ impl WeightMatrix {
         if !kernels::interleaves(isa, self.ty) || !repack::fits(self.ty, self.rows, self.cols) {
             return self;
         }
-        let chunk = repack::X16 * self.row_bytes * REPACK_GROUPS;
         let (ty, cols) = (self.ty, self.cols);
-        // Each source chunk is released as soon as it is copied, so the peak resident memory
-        // of a load stays near the model's size rather than twice a large tensor's.
-        let data = Bytes::aligned_with(self.data.len(), |out| {
-            out.par_chunks_mut(chunk).enumerate().for_each(|(c, d)| {
-                let src = self
-                    .data
-                    .slice(c * chunk, d.len())
-                    .expect("inside the matrix");
-                repack::repack(ty, cols, &src, d);
-                src.release();
-            })
+        let data = self.rebuilt(self.row_bytes, |src, dst| {
+            repack::repack(ty, cols, src, dst)
         });
         WeightMatrix {
             data,
@@ -106,23 +96,10 @@ impl WeightMatrix {
     /// The rows converted as `conv` says (an owned copy; the original's pages released).
     fn convert(self, conv: convert::Conversion) -> Self {
         let (ty, row_bytes) = conv.target(self.ty, self.cols);
-        let chunk_rows = repack::X16 * REPACK_GROUPS;
-        let data = Bytes::aligned_with(row_bytes * self.rows, |out| {
-            out.par_chunks_mut(row_bytes * chunk_rows)
-                .enumerate()
-                .for_each(|(c, d)| {
-                    let n = d.len() / row_bytes;
-                    let src = self
-                        .data
-                        .slice(c * chunk_rows * self.row_bytes, n * self.row_bytes)
-                        .expect("inside the matrix");
-                    convert::convert(self.ty, &src, d);
-                    src.release();
-                })
-        });
+        let data = self.rebuilt(row_bytes, |src, dst| convert::convert(self.ty, src, dst));
         let layout = match conv {
-            convert::Conversion::Iq1Ternary | convert::Conversion::IqNibbles => Layout::Converted,
             convert::Conversion::Tq1ToTq2 => Layout::Rows,
+            c => Layout::Converted(c),
         };
         WeightMatrix {
             ty,
@@ -131,6 +108,27 @@ impl WeightMatrix {
             layout,
             ..self
         }
+    }
+
+    /// The rows rewritten into an owned, cache-line aligned buffer of `row_bytes` a row by
+    /// `f(source rows, their new bytes)`, in parallel chunks of whole 16-row groups. Each
+    /// source chunk is released as soon as it is copied, so the peak resident memory of a
+    /// load stays near the model's size rather than twice a large tensor's.
+    fn rebuilt(&self, row_bytes: usize, f: impl Fn(&[u8], &mut [u8]) + Sync) -> Bytes {
+        let chunk_rows = repack::X16 * REPACK_GROUPS;
+        Bytes::aligned_with(row_bytes * self.rows, |out| {
+            out.par_chunks_mut(row_bytes * chunk_rows)
+                .enumerate()
+                .for_each(|(c, d)| {
+                    let n = d.len() / row_bytes;
+                    let src = self
+                        .data
+                        .slice(c * chunk_rows * self.row_bytes, n * self.row_bytes)
+                        .expect("inside the matrix");
+                    f(&src, d);
+                    src.release();
+                })
+        })
     }
 
     pub fn is_interleaved(&self) -> bool {
@@ -166,10 +164,10 @@ impl WeightMatrix {
                 repack::unpack_row(self.ty, self.cols, &self.data, r, &mut row);
                 quant::dequantize_row(self.ty, &row, out)
             }
-            Layout::Converted => {
+            Layout::Converted(conv) => {
                 assert_eq!(out.len(), self.cols, "dequantize_row: output width");
-                match convert::Conversion::of(self.ty) {
-                    Some(convert::Conversion::Iq1Ternary) => convert::dequantize_iq1t_row(row, out),
+                match conv {
+                    convert::Conversion::Iq1Ternary => convert::dequantize_iq1t_row(row, out),
                     _ => convert::dequantize_iqn_row(self.ty, row, out),
                 }
                 Ok(())
@@ -302,8 +300,9 @@ impl WeightMatrix {
                 let w = &self.data[b0 * self.row_bytes..b1 * self.row_bytes];
                 let o = &mut tmp[..(b1 - b0) * nt];
                 match self.layout {
-                    Layout::Converted => {
-                        kernels::dot_block_converted(isa, self.ty, w, acts, a0 + t0, nt, o)
+                    Layout::Converted(conv) => {
+                        let a = (acts, a0 + t0, nt);
+                        kernels::dot_block_converted(isa, self.ty, conv, w, a, o)
                     }
                     _ => kernels::dot_block(isa, self.ty, w, acts, a0 + t0, nt, o),
                 }

@@ -56,25 +56,12 @@ fn limit_conversions(model: &std::path::Path) {
     ferrox_core::kernels::limit_conversions(budget);
 }
 
-/// The bytes of a model's files: every shard of a split GGUF (`*-00001-of-00003.gguf`).
+/// The bytes of a model's files: every shard of a split GGUF.
 fn model_bytes(path: &std::path::Path) -> usize {
-    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len() as usize);
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let (Some(dir), Some(at)) = (path.parent(), name.find("-00001-of-")) else {
-        return size(path);
-    };
-    let prefix = &name[..at];
-    std::fs::read_dir(dir).map_or(size(path), |entries| {
-        entries
-            .flatten()
-            .filter(|e| {
-                let n = e.file_name();
-                let n = n.to_string_lossy();
-                n.starts_with(prefix) && n[prefix.len()..].contains("-of-")
-            })
-            .map(|e| size(&e.path()))
-            .sum()
-    })
+    ferrox_format::gguf::shard_paths(path)
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len() as usize))
+        .sum()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -88,7 +88,11 @@ fn block(a: BlockArgs<'_>, out: &mut [f32], conv: Option<Conversion>) {
                 .expect("validated by kernels::dot_block")
         }
     };
-    let (table, k) = iqn_params(a.ty);
+    // The nibble decoder's operands, once per call (only that layout reads them).
+    let (table, k) = match conv {
+        Some(Conversion::IqNibbles) => iqn_params(a.ty),
+        _ => (_mm512_setzero_si512(), 0.0),
+    };
     let y = |k: usize| &a.acts.q8k[(a.t0 + k) * nb..(a.t0 + k + 1) * nb];
     for (r, wr) in a.w.chunks_exact(row_bytes).enumerate() {
         let mut t = 0;

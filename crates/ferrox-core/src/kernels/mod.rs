@@ -365,21 +365,21 @@ pub(crate) fn reserve_conversion(extra: usize) -> bool {
 }
 
 /// [`dot_block`] for weights converted at load into a layout of `quant::convert` (IQ1 to
-/// ternary codes, IQ2 / IQ3 to nibbles): `w` is whole converted rows of `acts.cols()`.
+/// ternary codes, IQ2 / IQ3 to nibbles; the matrix's `conv`): `w` is whole converted rows of
+/// `acts.cols()`, against activation rows `t0..t0 + nt`.
 pub(crate) fn dot_block_converted(
     isa: Isa,
     ty: GgmlType,
+    conv: crate::quant::convert::Conversion,
     w: &[u8],
-    acts: &ActBuf,
-    t0: usize,
-    nt: usize,
+    (acts, t0, nt): (&ActBuf, usize, usize),
     out: &mut [f32],
 ) {
     use crate::quant::convert::Conversion;
-    let conv = match conversion(isa, ty) {
-        Some(c @ (Conversion::Iq1Ternary | Conversion::IqNibbles)) => c,
-        _ => panic!("no converted-layout kernel for {ty:?} on {isa:?}"),
-    };
+    assert!(
+        conversion(isa, ty) == Some(conv) && conv != Conversion::Tq1ToTq2,
+        "no {conv:?} kernel for {ty:?} on {isa:?}"
+    );
     let row_bytes = conv.target(ty, acts.cols()).1;
     if !check_block(ty, row_bytes, w, acts, t0, nt, out) {
         return;

@@ -95,6 +95,18 @@ fn split_name(path: &Path) -> Option<(String, u32)> {
     Some((prefix.to_string(), count.parse().ok()?))
 }
 
+/// Every file of the split set `path` names (`NAME-0000i-of-0000n.gguf` → all n, in order);
+/// `[path]` for a name that is not a shard's.
+pub fn shard_paths(path: &Path) -> Vec<PathBuf> {
+    let Some((prefix, count)) = split_name(path) else {
+        return vec![path.to_path_buf()];
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    (1..=count)
+        .map(|i| dir.join(format!("{prefix}-{i:05}-of-{count:05}.gguf")))
+        .collect()
+}
+
 impl GgufFile {
     /// Maps and parses `path`; a shard of a split set opens the whole set.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
@@ -107,7 +119,7 @@ impl GgufFile {
             path: path.to_path_buf(),
             problem,
         };
-        let (prefix, named) = split_name(path).ok_or_else(|| {
+        let (_, named) = split_name(path).ok_or_else(|| {
             split_err(format!(
                 "split.count is {count} but the name is not NAME-0000i-of-{count:05}.gguf"
             ))
@@ -117,10 +129,8 @@ impl GgufFile {
                 "name says {named} shards, split.count says {count}"
             )));
         }
-        let dir = path.parent().unwrap_or(Path::new("."));
         let mut whole: Option<GgufFile> = None;
-        for i in 0..count {
-            let p: PathBuf = dir.join(format!("{prefix}-{:05}-of-{count:05}.gguf", i + 1));
+        for (i, p) in (0..count).zip(shard_paths(path)) {
             let shard = Self::from_bytes(map_file(&p)?)?;
             let no = shard.get_u64("split.no");
             let c = shard.get_u64("split.count");
