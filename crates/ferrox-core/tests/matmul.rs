@@ -158,6 +158,8 @@ fn interleaved_matrices_match_the_ggml_layout() {
         GgmlType::IQ4NL,
         GgmlType::Q4K,
         GgmlType::Q6K,
+        GgmlType::Q3K,
+        GgmlType::IQ4XS,
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,

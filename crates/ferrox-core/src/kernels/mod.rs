@@ -446,17 +446,17 @@ pub(crate) unsafe fn gemm_x16(
     let cols = acts.cols();
     #[cfg(target_arch = "x86_64")]
     match ty {
-        GgmlType::Q4K | GgmlType::Q6K => {
+        GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q3K | GgmlType::IQ4XS => {
             let nb = cols / crate::quant::blocks::QK_K;
             let a = &acts.q8k[t0 * nb..(t0 + nt) * nb];
+            let gemm = match ty {
+                GgmlType::Q4K => x16_k::gemm_q4k,
+                GgmlType::Q6K => x16_k::gemm_q6k,
+                GgmlType::Q3K => x16_k::gemm_q3k,
+                _ => x16_k::gemm_iq4xs,
+            };
             // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
-            unsafe {
-                if ty == GgmlType::Q4K {
-                    x16_k::gemm_q4k(w, cols, a, nt, y, ld)
-                } else {
-                    x16_k::gemm_q6k(w, cols, a, nt, y, ld)
-                }
-            }
+            unsafe { gemm(w, cols, a, nt, y, ld) }
         }
         GgmlType::BF16 if bf16 => {
             let x = &acts.bf16[t0 * cols..(t0 + nt) * cols];

@@ -1,6 +1,7 @@
-//! AVX-512 VNNI GEMM kernels for Q4_K / Q6_K weights in the 16-row interleaved ("x16")
+//! AVX-512 VNNI GEMM kernels for Q4_K / Q6_K / Q3_K / IQ4_XS weights in the 16-row interleaved ("x16")
 //! layout of `quant::repack_k` against Q8_K activations. Block formats are ggml's
-//! (ggml/src/ggml-common.h, `block_q4_K` / `block_q6_K` / `block_q8_K`); `vpdpbusd` and
+//! (ggml/src/ggml-common.h, `block_q4_K` / `block_q6_K` / `block_q3_K` / `block_iq4_xs` /
+//! `block_q8_K`); `vpdpbusd` and
 //! `vpdpwssd` are as in the Intel SDM ("Multiply and Add Unsigned and Signed Bytes" / "Multiply
 //! and Add Signed Word Integers").
 //!
@@ -24,14 +25,18 @@
 //!   activation sum, |D_j| ≤ 32·8·127); then I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j and the mins
 //!   M = Σ_j m_j·S_j come from word pairs of scales / mins against (S_2i, S_2i+1) dwords.
 //! * Q6_K: per 8 k, Σ (q − 32)·a starts from −32·Σa (|·| ≤ 8·32·127).
+//! * Q3_K: per 16 k, Σ (q − 4)·a starts from −4·Σa (|·| ≤ 16·4·127), q = low | hbit << 2.
+//! * IQ4_XS: the codebook + 128 as unsigned bytes (one `vpshufb`); per sub-block (32 k),
+//!   D_j = Σ v·a starts from −128·S_j. |D_j| ≤ 32·127·127 is no i16, so the scale is applied
+//!   with `vpmulld` (|Σ_j ls_j·D_j| ≤ 8·32·516128 < 2^31).
 //!
 //! Both bounds use that Q8_K quants are in [−127, 127] (ggml's `quantize_row_q8_K` scales
 //! by −127/max and clamps at 127, so −128 never occurs).
 //!
-//! Per (row, token) the float steps are fixed: per super-block
-//! Q4_K `acc += (d·I − dmin·M)·d_a`, Q6_K `acc += I·(d·d_a)`, super-blocks in order. The
-//! sequence depends on neither the token count, the group nor neighbouring rows or tokens, so
-//! any batch gives the bits of per-token calls.
+//! Per (row, token) the float steps are fixed: per super-block Q4_K `acc += (d·I − dmin·M)·d_a`,
+//! Q6_K / Q3_K / IQ4_XS `acc += I·(d·d_a)`, super-blocks in order. The sequence depends on
+//! neither the token count, the group nor neighbouring rows or tokens, so any batch gives the
+//! bits of per-token calls.
 
 // Kernels index parallel per-token arrays by number.
 #![allow(clippy::needless_range_loop)]
@@ -58,6 +63,30 @@ const Q4K_D: usize = 76;
 const Q6K_REC: usize = 112;
 const Q6K_PRE: usize = 64;
 const Q6K_D: usize = 96;
+const Q3K_TILE: usize = ROWS * 110;
+const IQ4XS_TILE: usize = ROWS * 136;
+const Q3K_REC: usize = 96;
+const Q3K_PRE: usize = 64;
+const Q3K_D: usize = 80;
+const IQ4XS_REC: usize = 80;
+const IQ4XS_PRE: usize = 64;
+const IQ4XS_D: usize = 72;
+/// Offsets in a Q3_K tile of the high-bit and low-bit vectors, in an IQ4_XS tile of the
+/// index vectors (`quant::repack_k`).
+const Q3K_HM: usize = 32 + 3 * 64;
+const Q3K_QS: usize = Q3K_HM + 8 * 64;
+const IQ4XS_QS: usize = 128;
+
+/// IQ4_NL's codebook + 128 as unsigned bytes in every 128-bit lane: a `vpshufb` table.
+static IQ4_U8: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 64 {
+        t[i] = (crate::quant::blocks::IQ4NL_VALUES[i % 16] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
 
 /// A `vpshufb` control: in every dword d (within its 128-bit lane), byte b takes byte
 /// `picks[b]` of d (−1: zero).
@@ -514,11 +543,257 @@ unsafe fn q6k_tile<const T: usize>(
     }
 }
 
+/// As `gemm_q4k`, for Q3_K groups.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q3k(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    gemm_body!(w, cols, acts, nt, y, ld, Q3K_TILE, Q3K_REC, q3k_pre, q3k_tile)
+}
+
+/// Q3_K records: term j (0..16) = −4·Σ of quants 16j..16j + 16 (−4·bsum_j).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q3k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
+    records(acts, nt, nsb, rec, Q3K_REC, (Q3K_PRE, Q3K_D), |b, p| {
+        // SAFETY: 16 i16 block sums in, 16 i32 out (`p` holds Q3K_D − Q3K_PRE = 16).
+        unsafe {
+            let s = _mm512_cvtepi16_epi32(_mm256_loadu_si256(b.bsums.as_ptr().cast()));
+            let v = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(s, 2));
+            _mm512_storeu_si512(p.as_mut_ptr().cast(), v);
+        }
+    });
+}
+
+/// One Q3_K group × `T` tokens: per 16 k, D = Σ (q − 4)·a (an i16) takes its signed scale
+/// with one `vpdpwssd`.
+///
+/// # Safety
+/// AVX-512 as in `gemm_q3k`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records for
+/// sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q3k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    rec: *const u8,
+    stride: usize,
+    out: *mut f32,
+    ld: usize,
+) {
+    let m3 = _mm512_set1_epi8(3);
+    let m4 = _mm512_set1_epi8(0x0F);
+    let bit2 = _mm512_set1_epi8(4);
+    let m30 = _mm512_set1_epi8(0x30);
+    let c32 = _mm512_set1_epi8(32);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
+        // tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
+        unsafe {
+            let tile = w.add(sb * Q3K_TILE);
+            prefetch_tile(tile.wrapping_add(PREFETCH * Q3K_TILE), Q3K_TILE);
+            let r = rec.add(sb * stride);
+            const RB: usize = Q3K_REC * 4;
+            const PB: usize = Q3K_PRE * 4;
+            // Scales 4s..4s + 4 as signed bytes of sc[s] (ggml: low nibble from scales[i] or
+            // the high one of scales[i − 8], bits 4..6 from scales[8 + i % 4], minus 32).
+            let s0 = _mm512_loadu_si512(tile.add(32).cast());
+            let s1 = _mm512_loadu_si512(tile.add(96).cast());
+            let s2 = _mm512_loadu_si512(tile.add(160).cast());
+            let sc = [
+                (_mm512_and_si512(s0, m4), _mm512_slli_epi16(s2, 4)),
+                (_mm512_and_si512(s1, m4), _mm512_slli_epi16(s2, 2)),
+                (_mm512_and_si512(_mm512_srli_epi16(s0, 4), m4), s2),
+                (
+                    _mm512_and_si512(_mm512_srli_epi16(s1, 4), m4),
+                    _mm512_srli_epi16(s2, 2),
+                ),
+            ]
+            .map(|(lo, hi)| _mm512_sub_epi8(_mm512_ternarylogic_epi32(lo, hi, m30, OR_AND), c32));
+            let mut is = [z; T];
+            for j in 0..16 {
+                let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
+                let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
+                let lb = _mm512_loadu_si512(tile.add(Q3K_QS + 64 * j).cast());
+                let hm = _mm512_loadu_si512(tile.add(Q3K_HM + 64 * (j / 2)).cast());
+                let hb = if j % 2 == 0 {
+                    hm
+                } else {
+                    _mm512_srli_epi16(hm, 4)
+                };
+                // k 16j + 4c + b: low bits 2c..2c + 1 | (hmask bit c) << 2.
+                let q0 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(lb, m3),
+                    _mm512_slli_epi16(hb, 2),
+                    bit2,
+                    OR_AND,
+                );
+                let q1 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(_mm512_srli_epi16(lb, 2), m3),
+                    _mm512_slli_epi16(hb, 1),
+                    bit2,
+                    OR_AND,
+                );
+                let q2 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(_mm512_srli_epi16(lb, 4), m3),
+                    hb,
+                    bit2,
+                    OR_AND,
+                );
+                let q3 = _mm512_ternarylogic_epi32(
+                    _mm512_and_si512(_mm512_srli_epi16(lb, 6), m3),
+                    _mm512_srli_epi16(hb, 1),
+                    bit2,
+                    OR_AND,
+                );
+                let q = r.add(16 * j);
+                let pj = r.add(PB + 4 * j);
+                for k in 0..T {
+                    let q = q.add(k * RB);
+                    let d = dpbusd_chain!(bcast!(pj, k * RB), q, [q0, q1]);
+                    let d = dpbusd_chain!(d, q.add(8), [q2, q3]);
+                    is[k] = dpwssd!(is[k], d, sw);
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+            for k in 0..T {
+                let da = std::ptr::read(r.add(k * RB + 4 * Q3K_D).cast::<f32>());
+                let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
+            }
+        }
+    }
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
+/// As `gemm_q4k`, for IQ4_XS groups.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_iq4xs(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    gemm_body!(w, cols, acts, nt, y, ld, IQ4XS_TILE, IQ4XS_REC, iq4xs_pre, iq4xs_tile)
+}
+
+/// IQ4_XS records: term j (0..8) = −128·S_j, S_j the sub-block's activation sum.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn iq4xs_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
+    let ones = _mm256_set1_epi16(1);
+    records(
+        acts,
+        nt,
+        nsb,
+        rec,
+        IQ4XS_REC,
+        (IQ4XS_PRE, IQ4XS_D),
+        |b, p| {
+            // SAFETY: 16 i16 block sums in, 8 i32 out (`p` holds IQ4XS_D − IQ4XS_PRE = 8).
+            unsafe {
+                let s = _mm256_madd_epi16(_mm256_loadu_si256(b.bsums.as_ptr().cast()), ones);
+                let v = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, 7));
+                _mm256_storeu_si256(p.as_mut_ptr().cast(), v);
+            }
+        },
+    );
+}
+
+/// One IQ4_XS group × `T` tokens: per sub-block, D_j = Σ v·a (v the codebook value) times
+/// its scale ls_j − 32 with `vpmulld`, summed exactly in i32.
+///
+/// # Safety
+/// AVX-512 as in `gemm_iq4xs`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records
+/// for sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn iq4xs_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    rec: *const u8,
+    stride: usize,
+    out: *mut f32,
+    ld: usize,
+) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m3 = _mm512_set1_epi32(3);
+    let m15 = _mm512_set1_epi32(15);
+    let c32 = _mm512_set1_epi32(32);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
+        // tiles and the codebook table are plain bytes read unaligned.
+        unsafe {
+            let tbl = _mm512_loadu_si512(IQ4_U8.as_ptr().cast());
+            let tile = w.add(sb * IQ4XS_TILE);
+            prefetch_tile(tile.wrapping_add(PREFETCH * IQ4XS_TILE), IQ4XS_TILE);
+            let r = rec.add(sb * stride);
+            const RB: usize = IQ4XS_REC * 4;
+            const PB: usize = IQ4XS_PRE * 4;
+            let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(tile.add(32).cast()));
+            let sl = _mm512_loadu_si512(tile.add(64).cast());
+            let mut is = [z; T];
+            for j in 0..8 {
+                // ls_j − 32: bits 4j..4j + 4 of scales_l, bits 2j..2j + 2 of scales_h on top.
+                let lo = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j)), m15);
+                let hi = _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j)), m3);
+                let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), c32);
+                let v: [__m512i; 4] = std::array::from_fn(|p| {
+                    _mm512_loadu_si512(tile.add(IQ4XS_QS + 256 * j as usize + 64 * p).cast())
+                });
+                let lo = v.map(|x| _mm512_shuffle_epi8(tbl, _mm512_and_si512(x, m4)));
+                let hi = v.map(|x| {
+                    _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4))
+                });
+                let q = r.add(32 * j as usize);
+                let pj = r.add(PB + 4 * j as usize);
+                for k in 0..T {
+                    let q = q.add(k * RB);
+                    let d = dpbusd_chain!(
+                        bcast!(pj, k * RB),
+                        q,
+                        [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]]
+                    );
+                    is[k] = _mm512_add_epi32(is[k], _mm512_mullo_epi32(d, ls));
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+            for k in 0..T {
+                let da = std::ptr::read(r.add(k * RB + 4 * IQ4XS_D).cast::<f32>());
+                let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
+                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
+            }
+        }
+    }
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
 #[cfg(test)]
 mod tests_support {
     use super::*;
-    use crate::quant::blocks::{f16_to_f32, f32_to_f16, scale_min_k4};
-    use crate::quant::repack_k::{repack_q4k, repack_q6k};
+    use crate::quant::blocks::{
+        f16_to_f32, f32_to_f16, iq4xs_scales, q3k_scales, scale_min_k4, BlockIQ4XS,
+    };
+    use crate::quant::repack_k::{repack_iq4xs, repack_q3k, repack_q4k, repack_q6k};
     use crate::quant::{ActBuf, ActType, GgmlType};
     use rand::rngs::StdRng;
     use rand::Rng;
@@ -541,6 +816,8 @@ mod tests_support {
     pub fn random_rows(rng: &mut StdRng, ty: GgmlType, cols: usize, rows: usize) -> Vec<u8> {
         let (bsz, f16s): (usize, &[usize]) = match ty {
             GgmlType::Q4K => (144, &[0, 2]),
+            GgmlType::Q3K => (110, &[108]),
+            GgmlType::IQ4XS => (136, &[0]),
             _ => (210, &[208]),
         };
         let mut w: Vec<u8> = (0..rows * cols / QK_K * bsz).map(|_| rng.gen()).collect();
@@ -588,6 +865,22 @@ mod tests_support {
                     let sa: f64 = (32 * j..32 * j + 32).map(abs_a).sum();
                     total += da * (d.abs() * s as f64 * 15.0 * sa + dmin.abs() * m as f64 * sa);
                 }
+            } else if ty == GgmlType::Q3K {
+                let b = &row[sb * 110..(sb + 1) * 110];
+                let d = f16_to_f32([b[108], b[109]]) as f64;
+                let sc = q3k_scales(b[96..108].try_into().unwrap());
+                for g in 0..16 {
+                    let sa: f64 = (16 * g..16 * g + 16).map(abs_a).sum();
+                    total += da * d.abs() * (sc[g] as f64).abs() * 4.0 * sa;
+                }
+            } else if ty == GgmlType::IQ4XS {
+                let b = &row[sb * 136..(sb + 1) * 136];
+                let blk = crate::quant::blocks::as_blocks::<BlockIQ4XS>(b).unwrap()[0];
+                let d = f16_to_f32(blk.d) as f64;
+                for (j, ls) in iq4xs_scales(&blk).into_iter().enumerate() {
+                    let sa: f64 = (32 * j..32 * j + 32).map(abs_a).sum();
+                    total += da * d.abs() * (ls as f64).abs() * 127.0 * sa;
+                }
             } else {
                 let b = &row[sb * 210..(sb + 1) * 210];
                 let d = f16_to_f32([b[208], b[209]]) as f64;
@@ -606,6 +899,8 @@ mod tests_support {
         for (s, d) in rows.chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
             match ty {
                 GgmlType::Q4K => repack_q4k(s, cols, d),
+                GgmlType::Q3K => repack_q3k(s, cols, d),
+                GgmlType::IQ4XS => repack_iq4xs(s, cols, d),
                 _ => repack_q6k(s, cols, d),
             }
         }
@@ -716,6 +1011,9 @@ mod tests {
                         b[0..2].copy_from_slice(&d);
                         b[2..4].copy_from_slice(&f32_to_f16(0.02));
                     }
+                    // The fill saturates the scales (0xFF: ls 31 / +31, 0x00: −32) and quants.
+                    GgmlType::Q3K => b[108..110].copy_from_slice(&d),
+                    GgmlType::IQ4XS => b[0..2].copy_from_slice(&d),
                     _ => {
                         // Scales alternate between the i8 extremes.
                         for (g, sc) in b[192..208].iter_mut().enumerate() {
@@ -755,6 +1053,18 @@ mod tests {
     fn x16_gemm_extreme_quants() {
         check_extremes(GgmlType::Q4K, gemm_q4k);
         check_extremes(GgmlType::Q6K, gemm_q6k);
+        check_extremes(GgmlType::Q3K, gemm_q3k);
+        check_extremes(GgmlType::IQ4XS, gemm_iq4xs);
+    }
+
+    #[test]
+    fn x16_gemm_q3k_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::Q3K, gemm_q3k);
+    }
+
+    #[test]
+    fn x16_gemm_iq4xs_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::IQ4XS, gemm_iq4xs);
     }
 
     #[test]
@@ -784,7 +1094,12 @@ mod bench {
             return;
         }
         let (rows, cols) = (8960, 1536);
-        for (ty, gemm) in [(GgmlType::Q4K, gemm_q4k as Gemm), (GgmlType::Q6K, gemm_q6k)] {
+        for (ty, gemm) in [
+            (GgmlType::Q4K, gemm_q4k as Gemm),
+            (GgmlType::Q6K, gemm_q6k),
+            (GgmlType::Q3K, gemm_q3k),
+            (GgmlType::IQ4XS, gemm_iq4xs),
+        ] {
             let mut rng = rand::SeedableRng::seed_from_u64(1);
             let orig = random_rows(&mut rng, ty, cols, rows);
             let t = Instant::now();
@@ -798,12 +1113,7 @@ mod bench {
             let mut back = vec![0u8; orig.len()];
             for (wg, bg) in w.chunks_exact(16 * rb).zip(back.chunks_exact_mut(16 * rb)) {
                 for (lane, row) in bg.chunks_exact_mut(rb).enumerate() {
-                    match ty {
-                        GgmlType::Q4K => {
-                            crate::quant::repack_k::unpack_row_q4k(wg, cols, lane, row)
-                        }
-                        _ => crate::quant::repack_k::unpack_row_q6k(wg, cols, lane, row),
-                    }
+                    crate::quant::repack::unpack_row(ty, cols, wg, lane, row)
                 }
             }
             eprintln!(
@@ -877,7 +1187,12 @@ mod hot {
             return;
         }
         let (rows, cols, reps) = (1024, 1536, 2000);
-        for (ty, gemm) in [(GgmlType::Q4K, gemm_q4k as Gemm), (GgmlType::Q6K, gemm_q6k)] {
+        for (ty, gemm) in [
+            (GgmlType::Q4K, gemm_q4k as Gemm),
+            (GgmlType::Q6K, gemm_q6k),
+            (GgmlType::Q3K, gemm_q3k),
+            (GgmlType::IQ4XS, gemm_iq4xs),
+        ] {
             let mut rng = rand::SeedableRng::seed_from_u64(1);
             let w = repack(ty, &random_rows(&mut rng, ty, cols, rows), cols);
             for nt in [1usize, 2, 4, 8] {

@@ -14,10 +14,17 @@
 //!   4s..4s + 4 of row i), then per sub-block j (0..16) 2 vectors p of low nibbles (lane i
 //!   byte b: q[16j + 8p + b] low, q[16j + 8p + 4 + b] high) and 1 vector of high bits (lane i
 //!   byte b, bits 2c..2c + 1: the top 2 bits of q[16j + 4c + b]), q the unsigned 6-bit value.
+//! * Q3_K tile (1760 B): d[16] f16, 3 vectors of scales (as Q4_K's), 8 vectors of high bits
+//!   (vector h, lane i byte b, bit c + 4m: the `hmask` bit of q[16(2h + m) + 4c + b]), then per
+//!   16 k (j 0..16) 1 vector of low bits (lane i byte b, bits 2c..2c + 1: the low 2 bits of
+//!   q[16j + 4c + b]); q = low | hbit << 2 is the value + 4.
+//! * IQ4_XS tile (2176 B): d[16] f16, scales_h[16] u16, 1 vector of scales_l (lane i = row i's
+//!   4 bytes), then per sub-block j (0..8) 4 vectors p of codebook indices laid out as Q4_K's
+//!   nibbles (lane i byte b: q[32j + 8p + b] low, q[32j + 8p + 4 + b] high).
 
 // Called by the load-time repack of `WeightMatrix` (until that lands, only by tests).
 
-use super::blocks::{BlockQ4K, BlockQ6K, QK_K};
+use super::blocks::{BlockIQ4XS, BlockQ3K, BlockQ4K, BlockQ6K, QK_K};
 
 /// Rows per interleaved group.
 const ROWS: usize = 16;
@@ -27,6 +34,13 @@ const Q6K_BYTES: usize = std::mem::size_of::<BlockQ6K>();
 const Q4K_QS: usize = 64 + 3 * 64;
 /// Offset of sub-block 0 in a Q6_K tile (after d and 4 scale vectors).
 const Q6K_QS: usize = 32 + 4 * 64;
+const Q3K_BYTES: usize = std::mem::size_of::<BlockQ3K>();
+const IQ4XS_BYTES: usize = std::mem::size_of::<BlockIQ4XS>();
+/// Offsets in a Q3_K tile of the high-bit vectors and the low-bit vectors.
+const Q3K_HM: usize = 32 + 3 * 64;
+const Q3K_QS: usize = Q3K_HM + 8 * 64;
+/// Offset of the index vectors in an IQ4_XS tile (after d, scales_h and scales_l).
+const IQ4XS_QS: usize = 128;
 
 /// Checks the shapes shared by the four entry points; returns super-blocks per row.
 fn shape(len: usize, cols: usize, block: usize, rows: usize) -> usize {
@@ -180,6 +194,134 @@ pub(crate) fn unpack_row_q6k(group: &[u8], cols: usize, lane: usize, dst: &mut [
     }
 }
 
+/// Q3_K block bytes: hmask[32], qs[64], scales[12], d.
+const Q3K_QS_AT: usize = 32;
+const Q3K_SC_AT: usize = 96;
+const Q3K_D_AT: usize = 108;
+
+/// Low 2 bits (dword 0x03 per byte) and hmask bits (0x01 per byte) of Q3_K elements
+/// e..e + 4 (4-aligned) of block `b`.
+fn q3k_bits4(b: &[u8], e: usize) -> (u32, u32) {
+    let (c, j, l) = (e / 128, (e / 32) % 4, e % 32);
+    let low = (u32_at(b, Q3K_QS_AT + 32 * c + l) >> (2 * j)) & 0x0303_0303;
+    let high = (u32_at(b, l) >> (e / 32)) & 0x0101_0101;
+    (low, high)
+}
+
+/// Interleaves 16 consecutive original Q3_K rows into `dst` (same length).
+pub(crate) fn repack_q3k(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let nsb = shape(src.len(), cols, Q3K_BYTES, ROWS);
+    assert_eq!(dst.len(), src.len(), "buffer length");
+    let row_bytes = nsb * Q3K_BYTES;
+    for (sb, tile) in dst.chunks_exact_mut(ROWS * Q3K_BYTES).enumerate() {
+        for i in 0..ROWS {
+            let b = &src[i * row_bytes + sb * Q3K_BYTES..][..Q3K_BYTES];
+            tile[2 * i..2 * i + 2].copy_from_slice(&b[Q3K_D_AT..Q3K_D_AT + 2]);
+            for s in 0..3 {
+                let at = Q3K_SC_AT + 4 * s;
+                tile[32 + 64 * s + 4 * i..][..4].copy_from_slice(&b[at..at + 4]);
+            }
+            let mut hm = [0u32; 8];
+            for j in 0..16 {
+                let mut low = 0;
+                for c in 0..4 {
+                    let (l, h) = q3k_bits4(b, 16 * j + 4 * c);
+                    low |= l << (2 * c);
+                    hm[j / 2] |= h << (c + 4 * (j % 2));
+                }
+                tile[Q3K_QS + 64 * j + 4 * i..][..4].copy_from_slice(&low.to_le_bytes());
+            }
+            for (h, v) in hm.iter().enumerate() {
+                tile[Q3K_HM + 64 * h + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Writes original row `lane` (0..16) of a repacked Q3_K group back in ggml layout.
+pub(crate) fn unpack_row_q3k(group: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    let nsb = shape(group.len(), cols, Q3K_BYTES, ROWS);
+    assert!(lane < ROWS, "lane");
+    assert_eq!(dst.len(), nsb * Q3K_BYTES, "row length");
+    let i = lane;
+    for (tile, b) in group
+        .chunks_exact(ROWS * Q3K_BYTES)
+        .zip(dst.chunks_exact_mut(Q3K_BYTES))
+    {
+        b.fill(0);
+        b[Q3K_D_AT..Q3K_D_AT + 2].copy_from_slice(&tile[2 * i..2 * i + 2]);
+        for s in 0..3 {
+            let at = Q3K_SC_AT + 4 * s;
+            b[at..at + 4].copy_from_slice(&tile[32 + 64 * s + 4 * i..][..4]);
+        }
+        for e in 0..QK_K {
+            let (j, c, bb) = (e / 16, (e % 16) / 4, e % 4);
+            let low = (tile[Q3K_QS + 64 * j + 4 * i + bb] >> (2 * c)) & 3;
+            let high = (tile[Q3K_HM + 64 * (j / 2) + 4 * i + bb] >> (c + 4 * (j % 2))) & 1;
+            let (cc, jj, l) = (e / 128, (e / 32) % 4, e % 32);
+            b[Q3K_QS_AT + 32 * cc + l] |= low << (2 * jj);
+            b[l] |= high << (e / 32);
+        }
+    }
+}
+
+/// Interleaves 16 consecutive original IQ4_XS rows into `dst` (same length).
+pub(crate) fn repack_iq4xs(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let nsb = shape(src.len(), cols, IQ4XS_BYTES, ROWS);
+    assert_eq!(dst.len(), src.len(), "buffer length");
+    let row_bytes = nsb * IQ4XS_BYTES;
+    for (sb, tile) in dst.chunks_exact_mut(ROWS * IQ4XS_BYTES).enumerate() {
+        for i in 0..ROWS {
+            // ggml block_iq4_xs: d, scales_h, scales_l[4], qs[128].
+            let b = &src[i * row_bytes + sb * IQ4XS_BYTES..][..IQ4XS_BYTES];
+            tile[2 * i..2 * i + 2].copy_from_slice(&b[0..2]);
+            tile[32 + 2 * i..34 + 2 * i].copy_from_slice(&b[2..4]);
+            tile[64 + 4 * i..68 + 4 * i].copy_from_slice(&b[4..8]);
+            // Element 32j + l: low nibble of qs[16j + l] (l < 16), else high of qs[16j + l − 16].
+            let idx4 = |e: usize| {
+                let (j, l) = (e / 32, e % 32);
+                (u32_at(b, 8 + 16 * j + l % 16) >> (4 * (l / 16))) & 0x0F0F_0F0F
+            };
+            for j in 0..8 {
+                for p in 0..4 {
+                    let e = 32 * j + 8 * p;
+                    let v = idx4(e) | (idx4(e + 4) << 4);
+                    let o = IQ4XS_QS + 64 * (4 * j + p) + 4 * i;
+                    tile[o..o + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Writes original row `lane` (0..16) of a repacked IQ4_XS group back in ggml layout.
+pub(crate) fn unpack_row_iq4xs(group: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    let nsb = shape(group.len(), cols, IQ4XS_BYTES, ROWS);
+    assert!(lane < ROWS, "lane");
+    assert_eq!(dst.len(), nsb * IQ4XS_BYTES, "row length");
+    let i = lane;
+    for (tile, b) in group
+        .chunks_exact(ROWS * IQ4XS_BYTES)
+        .zip(dst.chunks_exact_mut(IQ4XS_BYTES))
+    {
+        b[0..2].copy_from_slice(&tile[2 * i..2 * i + 2]);
+        b[2..4].copy_from_slice(&tile[32 + 2 * i..34 + 2 * i]);
+        b[4..8].copy_from_slice(&tile[64 + 4 * i..68 + 4 * i]);
+        // Element 32j + 8p + 4h + b' sits in nibble h of lane byte b' of vector (j, p).
+        let idx4 = |e: usize| {
+            let (j, p, h) = (e / 32, (e % 32) / 8, (e % 8) / 4);
+            (u32_at(tile, IQ4XS_QS + 64 * (4 * j + p) + 4 * i) >> (4 * h)) & 0x0F0F_0F0F
+        };
+        for j in 0..8 {
+            for l in (0..16).step_by(4) {
+                let e = 32 * j + l;
+                let v = idx4(e) | (idx4(e + 16) << 4);
+                b[8 + 16 * j + l..][..4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     // Element-by-element checks index the decoded quants by element number.
@@ -219,6 +361,16 @@ mod tests {
     #[test]
     fn x16_repack_q6k_round_trips() {
         round_trip(Q6K_BYTES, repack_q6k, unpack_row_q6k);
+    }
+
+    #[test]
+    fn x16_repack_q3k_round_trips() {
+        round_trip(Q3K_BYTES, repack_q3k, unpack_row_q3k);
+    }
+
+    #[test]
+    fn x16_repack_iq4xs_round_trips() {
+        round_trip(IQ4XS_BYTES, repack_iq4xs, unpack_row_iq4xs);
     }
 
     /// A Q4_K block's 4-bit quants in element order.
@@ -272,6 +424,42 @@ mod tests {
                 let c = (e % 16) / 4;
                 let high = (dst[base + 128 + bb] >> (2 * c)) & 3;
                 assert_eq!(low | (high << 4), q[e], "q6k row {i} e {e}");
+            }
+        }
+    }
+
+    /// The Q3_K and IQ4_XS layouts as documented, element by element, from ggml's element
+    /// definitions (`dequantize_row_q3_K` / `dequantize_row_iq4_xs`).
+    #[test]
+    fn x16_repack_q3k_iq4xs_layout_matches_doc() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let src: Vec<u8> = (0..ROWS * Q3K_BYTES).map(|_| rng.gen()).collect();
+        let mut dst = vec![0u8; src.len()];
+        repack_q3k(&src, 256, &mut dst);
+        for i in 0..ROWS {
+            let b = &src[i * Q3K_BYTES..][..Q3K_BYTES];
+            for e in 0..QK_K {
+                let (c, jj, l) = (e / 128, (e / 32) % 4, e % 32);
+                let low = (b[32 + 32 * c + l] >> (2 * jj)) & 3;
+                let high = (b[l] >> (e / 32)) & 1;
+                let (j, cc, bb) = (e / 16, (e % 16) / 4, e % 4);
+                let got_low = (dst[Q3K_QS + 64 * j + 4 * i + bb] >> (2 * cc)) & 3;
+                let got_high = (dst[Q3K_HM + 64 * (j / 2) + 4 * i + bb] >> (cc + 4 * (j % 2))) & 1;
+                assert_eq!((got_low, got_high), (low, high), "q3k row {i} e {e}");
+            }
+            assert_eq!(dst[2 * i..2 * i + 2], b[108..110], "q3k d");
+        }
+        let src: Vec<u8> = (0..ROWS * IQ4XS_BYTES).map(|_| rng.gen()).collect();
+        let mut dst = vec![0u8; src.len()];
+        repack_iq4xs(&src, 256, &mut dst);
+        for i in 0..ROWS {
+            let b = &src[i * IQ4XS_BYTES..][..IQ4XS_BYTES];
+            for e in 0..QK_K {
+                let (ib, l) = (e / 32, e % 32);
+                let q = (b[8 + 16 * ib + l % 16] >> (4 * (l / 16))) & 0x0F;
+                let (p, bb, hi) = ((e % 32) / 8, e % 4, (e % 8) / 4);
+                let x = dst[IQ4XS_QS + 64 * (4 * ib + p) + 4 * i + bb];
+                assert_eq!((x >> (4 * hi)) & 0x0F, q, "iq4xs row {i} e {e}");
             }
         }
     }
