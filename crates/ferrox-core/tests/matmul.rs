@@ -153,7 +153,9 @@ fn interleaved_matrices_match_the_ggml_layout() {
     let mut rng = StdRng::seed_from_u64(24);
     for ty in [
         GgmlType::Q4_0,
+        GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::IQ4NL,
         GgmlType::Q4K,

@@ -469,12 +469,24 @@ pub(crate) unsafe fn gemm_x16(
             // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
             unsafe { x16_f::gemm(ty, w, cols, x, nt, y, ld) };
         }
+        GgmlType::Q4_1 | GgmlType::Q5_1 => {
+            let nb = cols / 32;
+            let a = x16::Acts {
+                q: &acts.q8_1[t0 * nb..(t0 + nt) * nb],
+                d: &acts.d8[t0 * nb..(t0 + nt) * nb],
+                sum: &[],
+                s: &acts.s8[t0 * nb..(t0 + nt) * nb],
+            };
+            // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
+            unsafe { x16::gemm(ty, w, cols, &a, nt, y, ld) };
+        }
         _ => {
             let nb = cols / 32;
             let a = x16::Acts {
                 q: &acts.q8_0[t0 * nb..(t0 + nt) * nb],
                 d: &acts.d8[t0 * nb..(t0 + nt) * nb],
                 sum: &acts.sum8[t0 * nb..(t0 + nt) * nb],
+                s: &[],
             };
             // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
             unsafe { x16::gemm(ty, w, cols, &a, nt, y, ld) };

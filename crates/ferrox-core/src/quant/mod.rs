@@ -353,6 +353,9 @@ pub struct ActBuf {
     pub(crate) d8: Vec<f32>,
     /// Σq of each Q8_0 block (the interleaved kernels' offset correction).
     pub(crate) sum8: Vec<i32>,
+    /// f32 copies of the Q8_1 blocks' `s` (d·Σq, the min term of Q4_1 / Q5_1); their scales
+    /// go to `d8` as Q8_0's do.
+    pub(crate) s8: Vec<f32>,
     /// Q8_0 in pairs of blocks for the AVX-512 kernels (filled when the CPU has them): per row
     /// and pair, 64 quants; 16 lanes of scales [d_a, d_a, d_b, d_b] × 4; 16 lanes of negated
     /// block sums [−Σq_a, 0, −Σq_b, 0] × 4 (the lane order of the kernel's reduced sums); an
@@ -437,6 +440,10 @@ impl ActBuf {
                 {
                     act::quantize_row_q8_1(xr, br);
                 }
+                self.d8.clear();
+                self.d8.extend(self.q8_1.iter().map(|b| f16_to_f32(b.d)));
+                self.s8.clear();
+                self.s8.extend(self.q8_1.iter().map(|b| f16_to_f32(b.s)));
             }
             ActType::Q8K => {
                 self.q8k.resize(x.len() / QK_K, BlockQ8K::default());
@@ -483,7 +490,11 @@ impl ActBuf {
                 take(&mut self.pair_d, &src.pair_d, pairs * 16, rows);
                 take(&mut self.pair_s, &src.pair_s, pairs * 16, rows);
             }
-            ActType::Q8_1 => take(&mut self.q8_1, &src.q8_1, c / 32, rows),
+            ActType::Q8_1 => {
+                take(&mut self.q8_1, &src.q8_1, c / 32, rows);
+                take(&mut self.d8, &src.d8, c / 32, rows);
+                take(&mut self.s8, &src.s8, c / 32, rows);
+            }
             ActType::Q8K => take(&mut self.q8k, &src.q8k, c / QK_K, rows),
         }
     }

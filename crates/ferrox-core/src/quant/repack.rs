@@ -9,6 +9,8 @@
 //!   q(i, 8p + b) in its low and q(i, 8p + 4 + b) in its high nibble.
 //! - Q5_0 (352 B): d[16], qh[16] as u32 with bit `c` of byte `b` = bit 4 of q(i, 4c + b), then
 //!   the Q4_0 nibbles.
+//! - Q4_1 (320 B): d[16], m[16] f16, then the Q4_0 nibbles.
+//! - Q5_1 (384 B): d[16], m[16], then Q5_0's qh and nibbles.
 //! - Q8_0 (544 B): d[16], then 8 × 64 B: vector c, lane i, byte b = q(i, 4c + b) + 128.
 //! - IQ4_NL (288 B): as Q4_0 (its blocks are laid out alike; the nibbles index the codebook).
 //! - Q4_K, Q6_K, Q3_K and IQ4_XS: see `repack_k`.
@@ -17,7 +19,7 @@
 //! - BF16 (an even number of columns): columns in pairs, row `i`'s elements `2p, 2p + 1` in
 //!   32-bit lane `i` of vector `p` (low half even) — the operand layout of `vdpbf16ps`.
 
-use super::blocks::{BlockQ4_0, BlockQ5_0, BlockQ8_0};
+use super::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 use super::GgmlType;
 
 /// Rows per interleaved group.
@@ -28,7 +30,7 @@ pub fn has_layout(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        Q4_0 | Q5_0 | Q8_0 | IQ4NL | Q4K | Q6K | Q3K | IQ4XS | F32 | F16 | BF16
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4NL | Q4K | Q6K | Q3K | IQ4XS | F32 | F16 | BF16
     )
 }
 
@@ -46,6 +48,8 @@ pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
         match ty {
             GgmlType::Q4_0 | GgmlType::IQ4NL => repack_q4_0(s, cols, d),
             GgmlType::Q5_0 => repack_q5_0(s, cols, d),
+            GgmlType::Q4_1 => repack_q4_1(s, cols, d),
+            GgmlType::Q5_1 => repack_q5_1(s, cols, d),
             GgmlType::Q8_0 => repack_q8_0(s, cols, d),
             GgmlType::Q4K => super::repack_k::repack_q4k(s, cols, d),
             GgmlType::Q6K => super::repack_k::repack_q6k(s, cols, d),
@@ -74,6 +78,8 @@ pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u
     match ty {
         GgmlType::Q4_0 | GgmlType::IQ4NL => unpack_q4_0(g, cols, lane, dst),
         GgmlType::Q5_0 => unpack_q5_0(g, cols, lane, dst),
+        GgmlType::Q4_1 => unpack_q4_1(g, cols, lane, dst),
+        GgmlType::Q5_1 => unpack_q5_1(g, cols, lane, dst),
         GgmlType::Q8_0 => unpack_q8_0(g, cols, lane, dst),
         GgmlType::Q4K => super::repack_k::unpack_row_q4k(g, cols, lane, dst),
         GgmlType::Q6K => super::repack_k::unpack_row_q6k(g, cols, lane, dst),
@@ -218,6 +224,69 @@ fn unpack_q5_0(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
     }
 }
 
+fn repack_q4_1(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let rows = rows_of::<BlockQ4_1>(src, cols);
+    for (j, t) in dst.chunks_exact_mut(X16 * 20).enumerate() {
+        for i in 0..X16 {
+            t[2 * i..2 * i + 2].copy_from_slice(&rows[i][j].d);
+            t[32 + 2 * i..34 + 2 * i].copy_from_slice(&rows[i][j].m);
+        }
+        put_nibbles(&mut t[64..], |i| rows[i][j].qs);
+    }
+}
+
+fn unpack_q4_1(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    for (t, out) in g
+        .chunks_exact(X16 * 20)
+        .zip(dst.chunks_exact_mut(20))
+        .take(cols / 32)
+    {
+        let mut b = BlockQ4_1 {
+            d: [t[2 * lane], t[2 * lane + 1]],
+            m: [t[32 + 2 * lane], t[33 + 2 * lane]],
+            qs: [0; 16],
+        };
+        for k in 0..32 {
+            set_nib(&mut b.qs, k, get_nibble(&t[64..], lane, k));
+        }
+        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
+    }
+}
+
+fn repack_q5_1(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let rows = rows_of::<BlockQ5_1>(src, cols);
+    for (j, t) in dst.chunks_exact_mut(X16 * 24).enumerate() {
+        for i in 0..X16 {
+            let b = &rows[i][j];
+            t[2 * i..2 * i + 2].copy_from_slice(&b.d);
+            t[32 + 2 * i..34 + 2 * i].copy_from_slice(&b.m);
+            let qh = permute_qh(u32::from_le_bytes(b.qh));
+            t[64 + 4 * i..68 + 4 * i].copy_from_slice(&qh.to_le_bytes());
+        }
+        put_nibbles(&mut t[128..], |i| rows[i][j].qs);
+    }
+}
+
+fn unpack_q5_1(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    for (t, out) in g
+        .chunks_exact(X16 * 24)
+        .zip(dst.chunks_exact_mut(24))
+        .take(cols / 32)
+    {
+        let qh = u32::from_le_bytes(t[64 + 4 * lane..68 + 4 * lane].try_into().unwrap());
+        let mut b = BlockQ5_1 {
+            d: [t[2 * lane], t[2 * lane + 1]],
+            m: [t[32 + 2 * lane], t[33 + 2 * lane]],
+            qh: unpermute_qh(qh).to_le_bytes(),
+            qs: [0; 16],
+        };
+        for k in 0..32 {
+            set_nib(&mut b.qs, k, get_nibble(&t[128..], lane, k));
+        }
+        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
+    }
+}
+
 fn repack_q8_0(src: &[u8], cols: usize, dst: &mut [u8]) {
     let rows = rows_of::<BlockQ8_0>(src, cols);
     for (j, t) in dst.chunks_exact_mut(X16 * 34).enumerate() {
@@ -277,7 +346,9 @@ mod tests {
     fn repack_then_unpack_is_identity() {
         for ty in [
             GgmlType::Q4_0,
+            GgmlType::Q4_1,
             GgmlType::Q5_0,
+            GgmlType::Q5_1,
             GgmlType::Q8_0,
             GgmlType::IQ4NL,
         ] {
