@@ -159,6 +159,7 @@ fn interleaved_matrices_match_the_ggml_layout() {
         GgmlType::Q8_0,
         GgmlType::IQ4NL,
         GgmlType::Q4K,
+        GgmlType::Q5K,
         GgmlType::Q6K,
         GgmlType::Q3K,
         GgmlType::IQ4XS,

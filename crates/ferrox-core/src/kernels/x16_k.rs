@@ -1,4 +1,4 @@
-//! AVX-512 VNNI GEMM kernels for Q4_K / Q6_K / Q3_K / IQ4_XS weights in the 16-row interleaved ("x16")
+//! AVX-512 VNNI GEMM kernels for Q4_K / Q5_K / Q6_K / Q3_K / IQ4_XS weights in the 16-row interleaved ("x16")
 //! layout of `quant::repack_k` against Q8_K activations. Block formats are ggml's
 //! (ggml/src/ggml-common.h, `block_q4_K` / `block_q6_K` / `block_q3_K` / `block_iq4_xs` /
 //! `block_q8_K`); `vpdpbusd` and
@@ -24,6 +24,7 @@
 //! * Q4_K: per sub-block (32 k), D_j = Σ (q − 8)·a starts from −8·S_j (S_j the sub-block's
 //!   activation sum, |D_j| ≤ 32·8·127); then I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j and the mins
 //!   M = Σ_j m_j·S_j come from word pairs of scales / mins against (S_2i, S_2i+1) dwords.
+//! * Q5_K: as Q4_K with q to 31 and −16·S per 16 k (|·| ≤ 16·16·127), two chains a sub-block.
 //! * Q6_K: per 8 k, Σ (q − 32)·a starts from −32·Σa (|·| ≤ 8·32·127).
 //! * Q3_K: per 16 k, Σ (q − 4)·a starts from −4·Σa (|·| ≤ 16·4·127), q = low | hbit << 2.
 //! * IQ4_XS: the codebook + 128 as unsigned bytes (one `vpshufb`); per sub-block (32 k),
@@ -33,8 +34,8 @@
 //! Both bounds use that Q8_K quants are in [−127, 127] (ggml's `quantize_row_q8_K` scales
 //! by −127/max and clamps at 127, so −128 never occurs).
 //!
-//! Per (row, token) the float steps are fixed: per super-block Q4_K `acc += (d·I − dmin·M)·d_a`,
-//! Q6_K / Q3_K / IQ4_XS `acc += I·(d·d_a)`, super-blocks in order. The sequence depends on
+//! Per (row, token) the float steps are fixed: per super-block Q4_K / Q5_K
+//! `acc += (d·I − dmin·M)·d_a`, Q6_K / Q3_K / IQ4_XS `acc += I·(d·d_a)`, super-blocks in order. The sequence depends on
 //! neither the token count, the group nor neighbouring rows or tokens, so any batch gives the
 //! bits of per-token calls.
 
@@ -43,6 +44,7 @@
 // Called by the matmul dispatch for repacked weights (until that lands, only by tests).
 
 use crate::quant::blocks::{BlockQ8K, QK_K};
+use crate::quant::repack_k::{q3k_hm, q3k_low, Q4K_QS, Q5K_QH, Q5K_QS, Q5K_SUB};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
@@ -63,6 +65,10 @@ const Q4K_D: usize = 76;
 const Q6K_REC: usize = 112;
 const Q6K_PRE: usize = 64;
 const Q6K_D: usize = 96;
+const Q5K_TILE: usize = ROWS * 176;
+const Q5K_REC: usize = 96;
+const Q5K_PRE: usize = 64;
+const Q5K_D: usize = 84;
 const Q3K_TILE: usize = ROWS * 110;
 const IQ4XS_TILE: usize = ROWS * 136;
 const Q3K_REC: usize = 96;
@@ -71,10 +77,7 @@ const Q3K_D: usize = 80;
 const IQ4XS_REC: usize = 80;
 const IQ4XS_PRE: usize = 64;
 const IQ4XS_D: usize = 72;
-/// Offsets in a Q3_K tile of the high-bit and low-bit vectors, in an IQ4_XS tile of the
-/// index vectors (`quant::repack_k`).
-const Q3K_HM: usize = 32 + 3 * 64;
-const Q3K_QS: usize = Q3K_HM + 8 * 64;
+/// Offset of the index vectors in an IQ4_XS tile (`quant::repack_k`).
 const IQ4XS_QS: usize = 128;
 
 /// IQ4_NL's codebook + 128 as unsigned bytes in every 128-bit lane: a `vpshufb` table.
@@ -326,15 +329,88 @@ fn q4k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     });
 }
 
-/// One Q4_K group × `T` tokens. With D_j = Σ (q − 8)·a over sub-block j (|·| ≤ 32·8·127, an
-/// i16: `vpdpbusd` starts from −8·S_j), I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j = Σ_j sc_j·Σ q·a
-/// and M = Σ_j m_j·S_j, all exact.
+/// One Q4_K group × `T` tokens (`k4_tile`).
 ///
 /// # Safety
-/// AVX-512 as in `gemm_q4k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
-/// `pre` their terms; `out + k * ld .. + 16` is writable for k < T.
+/// As `k4_tile`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q4k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    rec: *const u8,
+    stride: usize,
+    out: *mut f32,
+    ld: usize,
+) {
+    // SAFETY: forwarded.
+    unsafe { k4_tile::<T, false>(w, nsb, rec, stride, out, ld) }
+}
+
+/// One Q5_K group × `T` tokens (`k4_tile`).
+///
+/// # Safety
+/// As `k4_tile`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q5k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    rec: *const u8,
+    stride: usize,
+    out: *mut f32,
+    ld: usize,
+) {
+    // SAFETY: forwarded.
+    unsafe { k4_tile::<T, true>(w, nsb, rec, stride, out, ld) }
+}
+
+/// Sub-block j's 4-bit quants `lo[p]` (k 8p..8p + 4) and `hi[p]` (k 8p + 4..8p + 8) of a
+/// Q4_K / Q5_K tile, with Q5_K's bit 4 from its high-bit vector (byte b, bit 2p + h).
+///
+/// # Safety
+/// `tile` is a whole Q4_K (`Q5` false) or Q5_K tile, j < 8.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn k4_quants<const Q5: bool>(tile: *const u8, j: usize) -> ([__m512i; 4], [__m512i; 4]) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let sub = if Q5 {
+        Q5K_QS + Q5K_SUB * j
+    } else {
+        Q4K_QS + 256 * j
+    };
+    // SAFETY: per the caller, the 4 vectors of sub-block j (and its high bits) are in the tile.
+    let v: [__m512i; 4] =
+        std::array::from_fn(|p| unsafe { _mm512_loadu_si512(tile.add(sub + 64 * p).cast()) });
+    let mut lo = v.map(|x| _mm512_and_si512(x, m4));
+    let mut hi = v.map(|x| _mm512_and_si512(_mm512_srli_epi16(x, 4), m4));
+    if Q5 {
+        // SAFETY: as above.
+        let h = unsafe { _mm512_loadu_si512(tile.add(sub + Q5K_QH - Q5K_QS).cast()) };
+        let b4 = _mm512_set1_epi8(0x10);
+        // Bit 2p + h of each byte to bit 4 (16-bit shifts: the bits kept stay in their byte).
+        let at = [
+            (_mm512_slli_epi16(h, 4), _mm512_slli_epi16(h, 3)),
+            (_mm512_slli_epi16(h, 2), _mm512_slli_epi16(h, 1)),
+            (h, _mm512_srli_epi16(h, 1)),
+            (_mm512_srli_epi16(h, 2), _mm512_srli_epi16(h, 3)),
+        ];
+        for p in 0..4 {
+            lo[p] = _mm512_ternarylogic_epi32(lo[p], at[p].0, b4, OR_AND);
+            hi[p] = _mm512_ternarylogic_epi32(hi[p], at[p].1, b4, OR_AND);
+        }
+    }
+    (lo, hi)
+}
+
+/// One Q4_K / Q5_K group × `T` tokens. Q4_K: with D_j = Σ (q − 8)·a over sub-block j
+/// (|·| ≤ 32·8·127, an i16: `vpdpbusd` starts from −8·S_j), I = Σ_j sc_j·D_j + Σ_j 8·sc_j·S_j
+/// = Σ_j sc_j·Σ q·a and M = Σ_j m_j·S_j, all exact. Q5_K (q to 31): the same with 16 for 8
+/// over each half of a sub-block (|Σ_16 (q − 16)·a| ≤ 16·16·127), two `vpdpwssd` a sub-block.
+///
+/// # Safety
+/// AVX-512 as in `gemm_q4k`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records for
+/// sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn k4_tile<const T: usize, const Q5: bool>(
     w: *const u8,
     nsb: usize,
     rec: *const u8,
@@ -346,17 +422,26 @@ unsafe fn q4k_tile<const T: usize>(
     let m6 = _mm512_set1_epi8(0x3F);
     let m30 = _mm512_set1_epi8(0x30);
     let z = _mm512_setzero_si512();
+    let tile_bytes = if Q5 { Q5K_TILE } else { Q4K_TILE };
+    // Record geometry (bytes): token stride, the chains' start terms, the (S_2i, S_2i+1) words
+    // and the scale.
+    let rb = 4 * if Q5 { Q5K_REC } else { Q4K_REC };
+    let pb = 4 * if Q5 { Q5K_PRE } else { Q4K_PRE };
+    let words = pb + if Q5 { 64 } else { 32 };
+    let d_at = 4 * if Q5 { Q5K_D } else { Q4K_D };
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
         // tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
         unsafe {
-            let tile = w.add(sb * Q4K_TILE);
-            prefetch_tile(tile.wrapping_add(PREFETCH * Q4K_TILE), Q4K_TILE);
-            // Token k's record at r + k·RB: one base register, constant displacements.
+            let tile = w.add(sb * tile_bytes);
+            // Q5_K prefetches its larger tile a sub-block at a time (the whole tile at once
+            // measured 0.49 against 0.30 ms from DRAM at one token; Q4_K prefers it whole).
+            let ahead = tile.wrapping_add(PREFETCH * tile_bytes);
+            let per = (tile_bytes - Q4K_QS) / 8;
+            prefetch_tile(ahead, if Q5 { Q4K_QS } else { tile_bytes });
+            // Token k's record at r + k·rb: one base register, constant displacements.
             let r = rec.add(sb * stride);
-            const RB: usize = Q4K_REC * 4;
-            const PB: usize = Q4K_PRE * 4;
             // 6-bit scales and mins (ggml get_scale_min_k4) on whole dword lanes: bytes
             // 0..4 of sc/m_lo are sub-blocks 0..3, of sc/m_hi sub-blocks 4..7.
             let s0 = _mm512_loadu_si512(tile.add(64).cast());
@@ -374,34 +459,48 @@ unsafe fn q4k_tile<const T: usize>(
                 let src = if j < 4 { sc_lo } else { sc_hi };
                 let ctl = _mm512_loadu_si512(SC_W[j % 4].as_ptr().cast());
                 let sw = _mm512_shuffle_epi8(src, ctl);
-                let v: [__m512i; 4] = std::array::from_fn(|p| {
-                    _mm512_loadu_si512(tile.add(256 + 256 * j + 64 * p).cast())
-                });
-                let lo = v.map(|x| _mm512_and_si512(x, m4));
-                let hi = v.map(|x| _mm512_and_si512(_mm512_srli_epi16(x, 4), m4));
+                let (lo, hi) = k4_quants::<Q5>(tile, j);
+                if Q5 {
+                    prefetch_tile(ahead.wrapping_add(Q4K_QS + per * j), per);
+                }
                 let q = r.add(32 * j);
-                let pj = r.add(PB + 4 * j);
                 for k in 0..T {
-                    let q = q.add(k * RB);
-                    let d = dpbusd_chain!(
-                        bcast!(pj, k * RB),
-                        q,
-                        [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]]
-                    );
-                    is[k] = dpwssd!(is[k], d, sw);
+                    let q = q.add(k * rb);
+                    if Q5 {
+                        let pj = r.add(pb + 8 * j + k * rb);
+                        let d = dpbusd_chain!(bcast!(pj, 0), q, [lo[0], hi[0]]);
+                        let d = dpbusd_chain!(d, q.add(8), [lo[1], hi[1]]);
+                        is[k] = dpwssd!(is[k], d, sw);
+                        let d = dpbusd_chain!(bcast!(pj, 4), q.add(16), [lo[2], hi[2]]);
+                        let d = dpbusd_chain!(d, q.add(24), [lo[3], hi[3]]);
+                        is[k] = dpwssd!(is[k], d, sw);
+                    } else {
+                        let d = dpbusd_chain!(
+                            bcast!(r, pb + 4 * j + k * rb),
+                            q,
+                            [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]]
+                        );
+                        is[k] = dpwssd!(is[k], d, sw);
+                    }
                 }
             }
 
-            // Word pairs (8·sc_2i, 8·sc_2i+1) and (m_2i, m_2i+1) against (S_2i, S_2i+1).
+            // Word pairs (c·sc_2i, c·sc_2i+1), c the chains' offset (8 or 16), and
+            // (m_2i, m_2i+1) against (S_2i, S_2i+1).
             let mut im = [z; T];
             for i in 0..4 {
                 let ctl = _mm512_loadu_si512(PAIR_W[i % 2].as_ptr().cast());
                 let (sc, m) = if i < 2 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
-                let sc8 = _mm512_slli_epi32(_mm512_shuffle_epi8(sc, ctl), 3);
+                let scw = _mm512_shuffle_epi8(sc, ctl);
+                let scc = if Q5 {
+                    _mm512_slli_epi32(scw, 4)
+                } else {
+                    _mm512_slli_epi32(scw, 3)
+                };
                 let mw = _mm512_shuffle_epi8(m, ctl);
                 for k in 0..T {
-                    let s = bcast!(r, k * RB + PB + 32 + 4 * i);
-                    is[k] = dpwssd!(is[k], sc8, s);
+                    let s = bcast!(r, k * rb + words + 4 * i);
+                    is[k] = dpwssd!(is[k], scc, s);
                     im[k] = dpwssd!(im[k], mw, s);
                 }
             }
@@ -409,7 +508,7 @@ unsafe fn q4k_tile<const T: usize>(
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
             for k in 0..T {
-                let da = _mm512_set1_ps(std::ptr::read(r.add(k * RB + 4 * Q4K_D).cast::<f32>()));
+                let da = _mm512_set1_ps(std::ptr::read(r.add(k * rb + d_at).cast::<f32>()));
                 let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
                 let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
                 acc[k] = _mm512_fmadd_ps(t, da, acc[k]);
@@ -420,6 +519,43 @@ unsafe fn q4k_tile<const T: usize>(
         // SAFETY: per the caller.
         unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
     }
+}
+
+/// As `gemm_q4k`, for Q5_K groups.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q5k(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    gemm_body!(w, cols, acts, nt, y, ld, Q5K_TILE, Q5K_REC, q5k_pre, q5k_tile)
+}
+
+/// Q5_K records: terms 0..16: −16·bsum_h (the chains over each 16 k); 16..20: words
+/// (S_2i, S_2i+1) as Q4_K's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q5k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
+    let ones = _mm256_set1_epi16(1);
+    records(acts, nt, nsb, rec, Q5K_REC, (Q5K_PRE, Q5K_D), |b, p| {
+        // SAFETY: 16 i16 block sums in, 20 i32 out (`p` holds Q5K_D − Q5K_PRE = 20).
+        unsafe {
+            let bs = _mm256_loadu_si256(b.bsums.as_ptr().cast());
+            let h = _mm512_slli_epi32(_mm512_cvtepi16_epi32(bs), 4);
+            _mm512_storeu_si512(
+                p.as_mut_ptr().cast(),
+                _mm512_sub_epi32(_mm512_setzero_si512(), h),
+            );
+            let s = _mm256_madd_epi16(bs, ones);
+            let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(s, s), 0b00_00_10_00);
+            _mm_storeu_si128(p.as_mut_ptr().add(16).cast(), _mm256_castsi256_si128(w));
+        }
+    });
 }
 
 /// As `gemm_q4k`, for Q6_K groups.
@@ -622,8 +758,8 @@ unsafe fn q3k_tile<const T: usize>(
             for j in 0..16 {
                 let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
                 let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
-                let lb = _mm512_loadu_si512(tile.add(Q3K_QS + 64 * j).cast());
-                let hm = _mm512_loadu_si512(tile.add(Q3K_HM + 64 * (j / 2)).cast());
+                let lb = _mm512_loadu_si512(tile.add(q3k_low(j)).cast());
+                let hm = _mm512_loadu_si512(tile.add(q3k_hm(j / 2)).cast());
                 let hb = if j % 2 == 0 {
                     hm
                 } else {
@@ -793,7 +929,7 @@ mod tests_support {
     use crate::quant::blocks::{
         f16_to_f32, f32_to_f16, iq4xs_scales, q3k_scales, scale_min_k4, BlockIQ4XS,
     };
-    use crate::quant::repack_k::{repack_iq4xs, repack_q3k, repack_q4k, repack_q6k};
+    use crate::quant::repack_k::{repack_iq4xs, repack_q3k, repack_q4k, repack_q5k, repack_q6k};
     use crate::quant::{ActBuf, ActType, GgmlType};
     use rand::rngs::StdRng;
     use rand::Rng;
@@ -816,6 +952,7 @@ mod tests_support {
     pub fn random_rows(rng: &mut StdRng, ty: GgmlType, cols: usize, rows: usize) -> Vec<u8> {
         let (bsz, f16s): (usize, &[usize]) = match ty {
             GgmlType::Q4K => (144, &[0, 2]),
+            GgmlType::Q5K => (176, &[0, 2]),
             GgmlType::Q3K => (110, &[108]),
             GgmlType::IQ4XS => (136, &[0]),
             _ => (210, &[208]),
@@ -853,8 +990,10 @@ mod tests_support {
         for (sb, a) in acts.iter().enumerate() {
             let abs_a = |e: usize| (a.qs[e] as f64).abs();
             let da = (a.d as f64).abs();
-            if ty == GgmlType::Q4K {
-                let b = &row[sb * 144..(sb + 1) * 144];
+            if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) {
+                let bsz = if ty == GgmlType::Q4K { 144 } else { 176 };
+                let qmax = if ty == GgmlType::Q4K { 15.0 } else { 31.0 };
+                let b = &row[sb * bsz..(sb + 1) * bsz];
                 let sc: &[u8; 12] = b[4..16].try_into().unwrap();
                 let (d, dmin) = (
                     f16_to_f32([b[0], b[1]]) as f64,
@@ -863,7 +1002,7 @@ mod tests_support {
                 for j in 0..8 {
                     let (s, m) = scale_min_k4(j, sc);
                     let sa: f64 = (32 * j..32 * j + 32).map(abs_a).sum();
-                    total += da * (d.abs() * s as f64 * 15.0 * sa + dmin.abs() * m as f64 * sa);
+                    total += da * (d.abs() * s as f64 * qmax * sa + dmin.abs() * m as f64 * sa);
                 }
             } else if ty == GgmlType::Q3K {
                 let b = &row[sb * 110..(sb + 1) * 110];
@@ -899,6 +1038,7 @@ mod tests_support {
         for (s, d) in rows.chunks_exact(gb).zip(out.chunks_exact_mut(gb)) {
             match ty {
                 GgmlType::Q4K => repack_q4k(s, cols, d),
+                GgmlType::Q5K => repack_q5k(s, cols, d),
                 GgmlType::Q3K => repack_q3k(s, cols, d),
                 GgmlType::IQ4XS => repack_iq4xs(s, cols, d),
                 _ => repack_q6k(s, cols, d),
@@ -1007,7 +1147,7 @@ mod tests {
             for b in row.chunks_exact_mut(row_bytes / nsb) {
                 let d = f32_to_f16(if r % 2 == 0 { 0.01 } else { -0.003 });
                 match ty {
-                    GgmlType::Q4K => {
+                    GgmlType::Q4K | GgmlType::Q5K => {
                         b[0..2].copy_from_slice(&d);
                         b[2..4].copy_from_slice(&f32_to_f16(0.02));
                     }
@@ -1053,8 +1193,14 @@ mod tests {
     fn x16_gemm_extreme_quants() {
         check_extremes(GgmlType::Q4K, gemm_q4k);
         check_extremes(GgmlType::Q6K, gemm_q6k);
+        check_extremes(GgmlType::Q5K, gemm_q5k);
         check_extremes(GgmlType::Q3K, gemm_q3k);
         check_extremes(GgmlType::IQ4XS, gemm_iq4xs);
+    }
+
+    #[test]
+    fn x16_gemm_q5k_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::Q5K, gemm_q5k);
     }
 
     #[test]
@@ -1097,6 +1243,7 @@ mod bench {
         for (ty, gemm) in [
             (GgmlType::Q4K, gemm_q4k as Gemm),
             (GgmlType::Q6K, gemm_q6k),
+            (GgmlType::Q5K, gemm_q5k),
             (GgmlType::Q3K, gemm_q3k),
             (GgmlType::IQ4XS, gemm_iq4xs),
         ] {
@@ -1190,6 +1337,7 @@ mod hot {
         for (ty, gemm) in [
             (GgmlType::Q4K, gemm_q4k as Gemm),
             (GgmlType::Q6K, gemm_q6k),
+            (GgmlType::Q5K, gemm_q5k),
             (GgmlType::Q3K, gemm_q3k),
             (GgmlType::IQ4XS, gemm_iq4xs),
         ] {

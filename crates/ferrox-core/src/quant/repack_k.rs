@@ -14,31 +14,51 @@
 //!   4s..4s + 4 of row i), then per sub-block j (0..16) 2 vectors p of low nibbles (lane i
 //!   byte b: q[16j + 8p + b] low, q[16j + 8p + 4 + b] high) and 1 vector of high bits (lane i
 //!   byte b, bits 2c..2c + 1: the top 2 bits of q[16j + 4c + b]), q the unsigned 6-bit value.
-//! * Q3_K tile (1760 B): d[16] f16, 3 vectors of scales (as Q4_K's), 8 vectors of high bits
-//!   (vector h, lane i byte b, bit c + 4m: the `hmask` bit of q[16(2h + m) + 4c + b]), then per
-//!   16 k (j 0..16) 1 vector of low bits (lane i byte b, bits 2c..2c + 1: the low 2 bits of
-//!   q[16j + 4c + b]); q = low | hbit << 2 is the value + 4.
+//! * Q5_K tile (2816 B): d, dmin and scales as Q4_K's, then per sub-block j the 4 nibble
+//!   vectors as Q4_K's and 1 vector of high bits (lane i byte b, bit 2p + h: bit 4 of
+//!   q[32j + 8p + 4h + b]).
+//! * Q3_K tile (1760 B): d[16] f16, 3 vectors of scales (as Q4_K's), then per pair h (0..8) of
+//!   16-k groups a vector of high bits (lane i byte b, bit c + 4m: the `hmask` bit of
+//!   q[16(2h + m) + 4c + b]) and the two groups' vectors of low bits (group j: lane i byte b,
+//!   bits 2c..2c + 1: the low 2 bits of q[16j + 4c + b]); q = low | hbit << 2 is the value + 4.
 //! * IQ4_XS tile (2176 B): d[16] f16, scales_h[16] u16, 1 vector of scales_l (lane i = row i's
 //!   4 bytes), then per sub-block j (0..8) 4 vectors p of codebook indices laid out as Q4_K's
 //!   nibbles (lane i byte b: q[32j + 8p + b] low, q[32j + 8p + 4 + b] high).
 
 // Called by the load-time repack of `WeightMatrix` (until that lands, only by tests).
 
-use super::blocks::{BlockIQ4XS, BlockQ3K, BlockQ4K, BlockQ6K, QK_K};
+use super::blocks::{BlockIQ4XS, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
 
 /// Rows per interleaved group.
 const ROWS: usize = 16;
 const Q4K_BYTES: usize = std::mem::size_of::<BlockQ4K>();
 const Q6K_BYTES: usize = std::mem::size_of::<BlockQ6K>();
 /// Offset of the nibble vectors in a Q4_K tile (after d, dmin and 3 scale vectors).
-const Q4K_QS: usize = 64 + 3 * 64;
+pub(crate) const Q4K_QS: usize = 64 + 3 * 64;
 /// Offset of sub-block 0 in a Q6_K tile (after d and 4 scale vectors).
 const Q6K_QS: usize = 32 + 4 * 64;
+const Q5K_BYTES: usize = std::mem::size_of::<BlockQ5K>();
+/// A Q5_K tile's sub-blocks (after d, dmin and scales, at `Q4K_QS`): each its 4 nibble vectors
+/// then its high-bit vector, `Q5K_SUB` bytes (one stream, read in order).
+pub(crate) const Q5K_QS: usize = Q4K_QS;
+pub(crate) const Q5K_QH: usize = Q5K_QS + 4 * 64;
+pub(crate) const Q5K_SUB: usize = 5 * 64;
 const Q3K_BYTES: usize = std::mem::size_of::<BlockQ3K>();
 const IQ4XS_BYTES: usize = std::mem::size_of::<BlockIQ4XS>();
 /// Offsets in a Q3_K tile of the high-bit vectors and the low-bit vectors.
-const Q3K_HM: usize = 32 + 3 * 64;
-const Q3K_QS: usize = Q3K_HM + 8 * 64;
+/// A Q3_K tile's pairs of 16-k groups (after d and scales): high-bit vector h, then the low-bit
+/// vectors of groups 2h and 2h + 1 (one stream, read in order).
+const Q3K_PAIRS: usize = 32 + 3 * 64;
+
+/// Offset in a Q3_K tile of high-bit vector `h` (0..8).
+pub(crate) const fn q3k_hm(h: usize) -> usize {
+    Q3K_PAIRS + 192 * h
+}
+
+/// Offset in a Q3_K tile of the low-bit vector of 16-k group `j` (0..16).
+pub(crate) const fn q3k_low(j: usize) -> usize {
+    Q3K_PAIRS + 192 * (j / 2) + 64 * (1 + j % 2)
+}
 /// Offset of the index vectors in an IQ4_XS tile (after d, scales_h and scales_l).
 const IQ4XS_QS: usize = 128;
 
@@ -56,6 +76,50 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
+/// Row `i`'s d, dmin and 12 scale bytes (`head`, ggml order) and 128 nibble bytes `qs` of a
+/// Q4_K / Q5_K block into `tile`, sub-block j's nibble vectors at `qs_at + stride·j`.
+fn put_k4(tile: &mut [u8], i: usize, head: &[u8], qs: &[u8], (qs_at, stride): (usize, usize)) {
+    tile[2 * i..2 * i + 2].copy_from_slice(&head[0..2]);
+    tile[32 + 2 * i..34 + 2 * i].copy_from_slice(&head[2..4]);
+    for s in 0..3 {
+        tile[64 + 64 * s + 4 * i..][..4].copy_from_slice(&head[4 + 4 * s..8 + 4 * s]);
+    }
+    // Four consecutive k at a time as u32 lanes: sub-block j is nibble half j % 2 of
+    // qs[32·(j / 2)..][..32].
+    for j in 0..8 {
+        let (n, sh) = (j / 2, 4 * (j % 2));
+        for p in 0..4 {
+            let at = 32 * n + 8 * p;
+            let lo = (u32_at(qs, at) >> sh) & 0x0F0F_0F0F;
+            let hi = (u32_at(qs, at + 4) >> sh) & 0x0F0F_0F0F;
+            let o = qs_at + stride * j + 64 * p + 4 * i;
+            tile[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
+        }
+    }
+}
+
+/// The inverse of `put_k4` for lane `i`: `head` (16 bytes) and `qs` (128 bytes) in ggml order.
+fn get_k4(tile: &[u8], i: usize, head: &mut [u8], qs: &mut [u8], (qs_at, stride): (usize, usize)) {
+    head[0..2].copy_from_slice(&tile[2 * i..2 * i + 2]);
+    head[2..4].copy_from_slice(&tile[32 + 2 * i..34 + 2 * i]);
+    for s in 0..3 {
+        head[4 + 4 * s..8 + 4 * s].copy_from_slice(&tile[64 + 64 * s + 4 * i..][..4]);
+    }
+    // qs[32n + l]: low nibble from sub-block 2n, high from 2n + 1, element l = 8p + 4h + b
+    // (nibble h of lane byte b of vector p), four l at a time.
+    for n in 0..4 {
+        for p in 0..4 {
+            for h in 0..2 {
+                let at = |j: usize| qs_at + stride * j + 64 * p + 4 * i;
+                let lo = (u32_at(tile, at(2 * n)) >> (4 * h)) & 0x0F0F_0F0F;
+                let hi = (u32_at(tile, at(2 * n + 1)) >> (4 * h)) & 0x0F0F_0F0F;
+                let o = 32 * n + 8 * p + 4 * h;
+                qs[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
+            }
+        }
+    }
+}
+
 /// Interleaves 16 consecutive original rows (`src`, each `cols` wide, ggml layout) into `dst`
 /// (same length).
 pub(crate) fn repack_q4k(src: &[u8], cols: usize, dst: &mut [u8]) {
@@ -65,23 +129,7 @@ pub(crate) fn repack_q4k(src: &[u8], cols: usize, dst: &mut [u8]) {
     for (sb, tile) in dst.chunks_exact_mut(ROWS * Q4K_BYTES).enumerate() {
         for i in 0..ROWS {
             let b = &src[i * row_bytes + sb * Q4K_BYTES..][..Q4K_BYTES];
-            tile[2 * i..2 * i + 2].copy_from_slice(&b[0..2]);
-            tile[32 + 2 * i..34 + 2 * i].copy_from_slice(&b[2..4]);
-            for s in 0..3 {
-                tile[64 + 64 * s + 4 * i..][..4].copy_from_slice(&b[4 + 4 * s..8 + 4 * s]);
-            }
-            // Four consecutive k at a time as u32 lanes: sub-block j is nibble half j % 2
-            // of qs[32·(j / 2)..][..32].
-            for j in 0..8 {
-                let (n, sh) = (j / 2, 4 * (j % 2));
-                for p in 0..4 {
-                    let at = 16 + 32 * n + 8 * p;
-                    let lo = (u32_at(b, at) >> sh) & 0x0F0F_0F0F;
-                    let hi = (u32_at(b, at + 4) >> sh) & 0x0F0F_0F0F;
-                    let o = Q4K_QS + 64 * (4 * j + p) + 4 * i;
-                    tile[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
-                }
-            }
+            put_k4(tile, i, &b[..16], &b[16..], (Q4K_QS, 256));
         }
     }
 }
@@ -92,26 +140,63 @@ pub(crate) fn unpack_row_q4k(group: &[u8], cols: usize, lane: usize, dst: &mut [
     let nsb = shape(group.len(), cols, Q4K_BYTES, ROWS);
     assert!(lane < ROWS, "lane");
     assert_eq!(dst.len(), nsb * Q4K_BYTES, "row length");
-    let i = lane;
     for (tile, b) in group
         .chunks_exact(ROWS * Q4K_BYTES)
         .zip(dst.chunks_exact_mut(Q4K_BYTES))
     {
-        b[0..2].copy_from_slice(&tile[2 * i..2 * i + 2]);
-        b[2..4].copy_from_slice(&tile[32 + 2 * i..34 + 2 * i]);
-        for s in 0..3 {
-            b[4 + 4 * s..8 + 4 * s].copy_from_slice(&tile[64 + 64 * s + 4 * i..][..4]);
+        let (head, qs) = b.split_at_mut(16);
+        get_k4(tile, lane, head, qs, (Q4K_QS, 256));
+    }
+}
+
+/// Interleaves 16 consecutive original Q5_K rows into `dst` (same length).
+pub(crate) fn repack_q5k(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let nsb = shape(src.len(), cols, Q5K_BYTES, ROWS);
+    assert_eq!(dst.len(), src.len(), "buffer length");
+    let row_bytes = nsb * Q5K_BYTES;
+    for (sb, tile) in dst.chunks_exact_mut(ROWS * Q5K_BYTES).enumerate() {
+        for i in 0..ROWS {
+            // ggml block_q5_K: d, dmin, scales[12], qh[32], qs[128]; bit j of qh[l] is bit 4
+            // of element 32j + l.
+            let b = &src[i * row_bytes + sb * Q5K_BYTES..][..Q5K_BYTES];
+            put_k4(tile, i, &b[..16], &b[48..], (Q5K_QS, Q5K_SUB));
+            for j in 0..8 {
+                let mut v = 0u32;
+                for p in 0..4 {
+                    for h in 0..2 {
+                        let l = 8 * p + 4 * h;
+                        let bits = (u32_at(b, 16 + l) >> j) & 0x0101_0101;
+                        v |= bits << (2 * p + h);
+                    }
+                }
+                tile[Q5K_QH + Q5K_SUB * j + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+            }
         }
-        // qs[32n + l]: low nibble from sub-block 2n, high from 2n + 1, element l = 8p + 4h + b
-        // (nibble h of lane byte b of vector p), four l at a time.
-        for n in 0..4 {
+    }
+}
+
+/// Writes original row `lane` (0..16) of a repacked Q5_K group back in ggml layout.
+pub(crate) fn unpack_row_q5k(group: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    let nsb = shape(group.len(), cols, Q5K_BYTES, ROWS);
+    assert!(lane < ROWS, "lane");
+    assert_eq!(dst.len(), nsb * Q5K_BYTES, "row length");
+    let i = lane;
+    for (tile, b) in group
+        .chunks_exact(ROWS * Q5K_BYTES)
+        .zip(dst.chunks_exact_mut(Q5K_BYTES))
+    {
+        let (head, rest) = b.split_at_mut(16);
+        let (qh, qs) = rest.split_at_mut(32);
+        get_k4(tile, i, head, qs, (Q5K_QS, Q5K_SUB));
+        qh.fill(0);
+        for j in 0..8 {
+            let v = u32_at(tile, Q5K_QH + Q5K_SUB * j + 4 * i);
             for p in 0..4 {
                 for h in 0..2 {
-                    let at = |j: usize| Q4K_QS + 64 * (4 * j + p) + 4 * i;
-                    let lo = (u32_at(tile, at(2 * n)) >> (4 * h)) & 0x0F0F_0F0F;
-                    let hi = (u32_at(tile, at(2 * n + 1)) >> (4 * h)) & 0x0F0F_0F0F;
-                    let o = 16 + 32 * n + 8 * p + 4 * h;
-                    b[o..o + 4].copy_from_slice(&(lo | (hi << 4)).to_le_bytes());
+                    let l = 8 * p + 4 * h;
+                    let bits = ((v >> (2 * p + h)) & 0x0101_0101) << j;
+                    let old = u32_at(qh, l);
+                    qh[l..l + 4].copy_from_slice(&(old | bits).to_le_bytes());
                 }
             }
         }
@@ -229,10 +314,10 @@ pub(crate) fn repack_q3k(src: &[u8], cols: usize, dst: &mut [u8]) {
                     low |= l << (2 * c);
                     hm[j / 2] |= h << (c + 4 * (j % 2));
                 }
-                tile[Q3K_QS + 64 * j + 4 * i..][..4].copy_from_slice(&low.to_le_bytes());
+                tile[q3k_low(j) + 4 * i..][..4].copy_from_slice(&low.to_le_bytes());
             }
             for (h, v) in hm.iter().enumerate() {
-                tile[Q3K_HM + 64 * h + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+                tile[q3k_hm(h) + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
             }
         }
     }
@@ -256,8 +341,8 @@ pub(crate) fn unpack_row_q3k(group: &[u8], cols: usize, lane: usize, dst: &mut [
         }
         for e in 0..QK_K {
             let (j, c, bb) = (e / 16, (e % 16) / 4, e % 4);
-            let low = (tile[Q3K_QS + 64 * j + 4 * i + bb] >> (2 * c)) & 3;
-            let high = (tile[Q3K_HM + 64 * (j / 2) + 4 * i + bb] >> (c + 4 * (j % 2))) & 1;
+            let low = (tile[q3k_low(j) + 4 * i + bb] >> (2 * c)) & 3;
+            let high = (tile[q3k_hm(j / 2) + 4 * i + bb] >> (c + 4 * (j % 2))) & 1;
             let (cc, jj, l) = (e / 128, (e / 32) % 4, e % 32);
             b[Q3K_QS_AT + 32 * cc + l] |= low << (2 * jj);
             b[l] |= high << (e / 32);
@@ -364,6 +449,11 @@ mod tests {
     }
 
     #[test]
+    fn x16_repack_q5k_round_trips() {
+        round_trip(Q5K_BYTES, repack_q5k, unpack_row_q5k);
+    }
+
+    #[test]
     fn x16_repack_q3k_round_trips() {
         round_trip(Q3K_BYTES, repack_q3k, unpack_row_q3k);
     }
@@ -428,10 +518,10 @@ mod tests {
         }
     }
 
-    /// The Q3_K and IQ4_XS layouts as documented, element by element, from ggml's element
-    /// definitions (`dequantize_row_q3_K` / `dequantize_row_iq4_xs`).
+    /// The Q3_K, Q5_K and IQ4_XS layouts as documented, element by element, from ggml's
+    /// element definitions (`dequantize_row_q3_K` / `_q5_K` / `_iq4_xs`).
     #[test]
-    fn x16_repack_q3k_iq4xs_layout_matches_doc() {
+    fn x16_repack_q3k_q5k_iq4xs_layout_matches_doc() {
         let mut rng = StdRng::seed_from_u64(5);
         let src: Vec<u8> = (0..ROWS * Q3K_BYTES).map(|_| rng.gen()).collect();
         let mut dst = vec![0u8; src.len()];
@@ -443,11 +533,27 @@ mod tests {
                 let low = (b[32 + 32 * c + l] >> (2 * jj)) & 3;
                 let high = (b[l] >> (e / 32)) & 1;
                 let (j, cc, bb) = (e / 16, (e % 16) / 4, e % 4);
-                let got_low = (dst[Q3K_QS + 64 * j + 4 * i + bb] >> (2 * cc)) & 3;
-                let got_high = (dst[Q3K_HM + 64 * (j / 2) + 4 * i + bb] >> (cc + 4 * (j % 2))) & 1;
+                let got_low = (dst[q3k_low(j) + 4 * i + bb] >> (2 * cc)) & 3;
+                let got_high = (dst[q3k_hm(j / 2) + 4 * i + bb] >> (cc + 4 * (j % 2))) & 1;
                 assert_eq!((got_low, got_high), (low, high), "q3k row {i} e {e}");
             }
             assert_eq!(dst[2 * i..2 * i + 2], b[108..110], "q3k d");
+        }
+        let src: Vec<u8> = (0..ROWS * Q5K_BYTES).map(|_| rng.gen()).collect();
+        let mut dst = vec![0u8; src.len()];
+        repack_q5k(&src, 256, &mut dst);
+        for i in 0..ROWS {
+            let b = &src[i * Q5K_BYTES..][..Q5K_BYTES];
+            let q = q4k_values(&b[48..]);
+            for e in 0..QK_K {
+                let (j, l) = (e / 32, e % 32);
+                let high = (b[16 + l] >> j) & 1;
+                let (p, bb, h) = (l / 8, e % 4, (l % 8) / 4);
+                let x = dst[Q5K_QS + Q5K_SUB * j + 64 * p + 4 * i + bb];
+                let got_high = (dst[Q5K_QH + Q5K_SUB * j + 4 * i + bb] >> (2 * p + h)) & 1;
+                assert_eq!((x >> (4 * h)) & 0x0F, q[e], "q5k row {i} e {e}");
+                assert_eq!(got_high, high, "q5k high bit row {i} e {e}");
+            }
         }
         let src: Vec<u8> = (0..ROWS * IQ4XS_BYTES).map(|_| rng.gen()).collect();
         let mut dst = vec![0u8; src.len()];
