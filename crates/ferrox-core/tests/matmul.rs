@@ -162,6 +162,7 @@ fn interleaved_matrices_match_the_ggml_layout() {
         GgmlType::Q5K,
         GgmlType::Q6K,
         GgmlType::Q3K,
+        GgmlType::Q2K,
         GgmlType::IQ4XS,
         GgmlType::F32,
         GgmlType::F16,

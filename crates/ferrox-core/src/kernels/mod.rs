@@ -446,12 +446,18 @@ pub(crate) unsafe fn gemm_x16(
     let cols = acts.cols();
     #[cfg(target_arch = "x86_64")]
     match ty {
-        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Q3K | GgmlType::IQ4XS => {
+        GgmlType::Q2K
+        | GgmlType::Q3K
+        | GgmlType::Q4K
+        | GgmlType::Q5K
+        | GgmlType::Q6K
+        | GgmlType::IQ4XS => {
             let nb = cols / crate::quant::blocks::QK_K;
             let a = &acts.q8k[t0 * nb..(t0 + nt) * nb];
             let gemm = match ty {
                 GgmlType::Q4K => x16_k::gemm_q4k,
                 GgmlType::Q5K => x16_k::gemm_q5k,
+                GgmlType::Q2K => x16_k::gemm_q2k,
                 GgmlType::Q6K => x16_k::gemm_q6k,
                 GgmlType::Q3K => x16_k::gemm_q3k,
                 _ => x16_k::gemm_iq4xs,

@@ -1,4 +1,4 @@
-//! AVX-512 VNNI GEMM kernels for Q4_K / Q5_K / Q6_K / Q3_K / IQ4_XS weights in the 16-row interleaved ("x16")
+//! AVX-512 VNNI GEMM kernels for Q4_K / Q5_K / Q6_K / Q3_K / Q2_K / IQ4_XS weights in the 16-row interleaved ("x16")
 //! layout of `quant::repack_k` against Q8_K activations. Block formats are ggml's
 //! (ggml/src/ggml-common.h, `block_q4_K` / `block_q6_K` / `block_q3_K` / `block_iq4_xs` /
 //! `block_q8_K`); `vpdpbusd` and
@@ -26,6 +26,7 @@
 //!   M = Σ_j m_j·S_j come from word pairs of scales / mins against (S_2i, S_2i+1) dwords.
 //! * Q5_K: as Q4_K with q to 31 and −16·S per 16 k (|·| ≤ 16·16·127), two chains a sub-block.
 //! * Q6_K: per 8 k, Σ (q − 32)·a starts from −32·Σa (|·| ≤ 8·32·127).
+//! * Q2_K: per 16 k, Σ q·a (q to 3, |·| ≤ 16·3·127) from 0; mins as Q4_K's, per 16 k.
 //! * Q3_K: per 16 k, Σ (q − 4)·a starts from −4·Σa (|·| ≤ 16·4·127), q = low | hbit << 2.
 //! * IQ4_XS: the codebook + 128 as unsigned bytes (one `vpshufb`); per sub-block (32 k),
 //!   D_j = Σ v·a starts from −128·S_j. |D_j| ≤ 32·127·127 is no i16, so the scale is applied
@@ -35,7 +36,7 @@
 //! by −127/max and clamps at 127, so −128 never occurs).
 //!
 //! Per (row, token) the float steps are fixed: per super-block Q4_K / Q5_K
-//! `acc += (d·I − dmin·M)·d_a`, Q6_K / Q3_K / IQ4_XS `acc += I·(d·d_a)`, super-blocks in order. The sequence depends on
+//! / Q2_K `acc += (d·I − dmin·M)·d_a`, Q6_K / Q3_K / IQ4_XS `acc += I·(d·d_a)`, super-blocks in order. The sequence depends on
 //! neither the token count, the group nor neighbouring rows or tokens, so any batch gives the
 //! bits of per-token calls.
 
@@ -44,7 +45,7 @@
 // Called by the matmul dispatch for repacked weights (until that lands, only by tests).
 
 use crate::quant::blocks::{BlockQ8K, QK_K};
-use crate::quant::repack_k::{q3k_hm, q3k_low, Q4K_QS, Q5K_QH, Q5K_QS, Q5K_SUB};
+use crate::quant::repack_k::{q3k_hm, q3k_low, Q2K_QS, Q4K_QS, Q5K_QH, Q5K_QS, Q5K_SUB};
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
@@ -69,6 +70,10 @@ const Q5K_TILE: usize = ROWS * 176;
 const Q5K_REC: usize = 96;
 const Q5K_PRE: usize = 64;
 const Q5K_D: usize = 84;
+const Q2K_TILE: usize = ROWS * 84;
+const Q2K_REC: usize = 80;
+const Q2K_PRE: usize = 64;
+const Q2K_D: usize = 73;
 const Q3K_TILE: usize = ROWS * 110;
 const IQ4XS_TILE: usize = ROWS * 136;
 const Q3K_REC: usize = 96;
@@ -923,13 +928,119 @@ unsafe fn iq4xs_tile<const T: usize>(
     }
 }
 
+/// As `gemm_q4k`, for Q2_K groups.
+///
+/// # Safety
+/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q2k(
+    w: &[u8],
+    cols: usize,
+    acts: &[BlockQ8K],
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    gemm_body!(w, cols, acts, nt, y, ld, Q2K_TILE, Q2K_REC, q2k_pre, q2k_tile)
+}
+
+/// Q2_K records: terms 0..8 = the block sums as words (bsum_2i, bsum_2i+1); term 8 = 0, the
+/// chains' start (a broadcast load: a zeroed xmm16+ register is not a dependency-breaking
+/// idiom here, and chaining through it measured 2x slower at 4–8 tokens).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q2k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
+    records(acts, nt, nsb, rec, Q2K_REC, (Q2K_PRE, Q2K_D), |b, p| {
+        // SAFETY: 16 i16 block sums in, 8 i32 out (`p` holds Q2K_D − Q2K_PRE = 9).
+        unsafe {
+            let bs = _mm256_loadu_si256(b.bsums.as_ptr().cast());
+            _mm256_storeu_si256(p.as_mut_ptr().cast(), bs);
+        }
+        p[8] = 0;
+    });
+}
+
+/// One Q2_K group × `T` tokens: per 16 k, Σ q·a (q in 0..4, |·| ≤ 16·3·127, an i16) takes its
+/// 4-bit scale with one `vpdpwssd`; the mins M = Σ_j m_j·bsum_j come from word pairs of mins
+/// against the block-sum words; then `acc += (d·I − dmin·M)·d_a` as Q4_K.
+///
+/// # Safety
+/// AVX-512 as in `gemm_q2k`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records for
+/// sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q2k_tile<const T: usize>(
+    w: *const u8,
+    nsb: usize,
+    rec: *const u8,
+    stride: usize,
+    out: *mut f32,
+    ld: usize,
+) {
+    let m3 = _mm512_set1_epi8(3);
+    let m15 = _mm512_set1_epi32(0x0F);
+    let z = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); T];
+    for sb in 0..nsb {
+        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
+        // tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
+        unsafe {
+            let tile = w.add(sb * Q2K_TILE);
+            prefetch_tile(tile.wrapping_add(PREFETCH * Q2K_TILE), Q2K_TILE);
+            let r = rec.add(sb * stride);
+            const RB: usize = Q2K_REC * 4;
+            const PB: usize = Q2K_PRE * 4;
+            // Scale bytes 4s..4s + 4 of each row: low nibble the scale, high the min.
+            let sc: [__m512i; 4] =
+                std::array::from_fn(|s| _mm512_loadu_si512(tile.add(64 + 64 * s).cast()));
+            let mut is = [z; T];
+            for j in 0..16 {
+                let ctl = _mm512_loadu_si512(SC_W[j % 4].as_ptr().cast());
+                let sw = _mm512_and_si512(_mm512_shuffle_epi8(sc[j / 4], ctl), m15);
+                let lb = _mm512_loadu_si512(tile.add(Q2K_QS + 64 * j).cast());
+                let q0 = _mm512_and_si512(lb, m3);
+                let q1 = _mm512_and_si512(_mm512_srli_epi16(lb, 2), m3);
+                let q2 = _mm512_and_si512(_mm512_srli_epi16(lb, 4), m3);
+                let q3 = _mm512_and_si512(_mm512_srli_epi16(lb, 6), m3);
+                let q = r.add(16 * j);
+                for k in 0..T {
+                    let q = q.add(k * RB);
+                    let d = dpbusd_chain!(bcast!(r, k * RB + PB + 32), q, [q0, q1]);
+                    let d = dpbusd_chain!(d, q.add(8), [q2, q3]);
+                    is[k] = dpwssd!(is[k], d, sw);
+                }
+            }
+            let mut im = [z; T];
+            for i in 0..8 {
+                let ctl = _mm512_loadu_si512(PAIR_W[i % 2].as_ptr().cast());
+                let mw = _mm512_srli_epi16(_mm512_shuffle_epi8(sc[i / 2], ctl), 4);
+                for k in 0..T {
+                    im[k] = dpwssd!(im[k], mw, bcast!(r, k * RB + PB + 4 * i));
+                }
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
+            for k in 0..T {
+                let da = _mm512_set1_ps(std::ptr::read(r.add(k * RB + 4 * Q2K_D).cast::<f32>()));
+                let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
+                let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
+                acc[k] = _mm512_fmadd_ps(t, da, acc[k]);
+            }
+        }
+    }
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
 #[cfg(test)]
 mod tests_support {
     use super::*;
     use crate::quant::blocks::{
         f16_to_f32, f32_to_f16, iq4xs_scales, q3k_scales, scale_min_k4, BlockIQ4XS,
     };
-    use crate::quant::repack_k::{repack_iq4xs, repack_q3k, repack_q4k, repack_q5k, repack_q6k};
+    use crate::quant::repack_k::{
+        repack_iq4xs, repack_q2k, repack_q3k, repack_q4k, repack_q5k, repack_q6k,
+    };
     use crate::quant::{ActBuf, ActType, GgmlType};
     use rand::rngs::StdRng;
     use rand::Rng;
@@ -953,6 +1064,7 @@ mod tests_support {
         let (bsz, f16s): (usize, &[usize]) = match ty {
             GgmlType::Q4K => (144, &[0, 2]),
             GgmlType::Q5K => (176, &[0, 2]),
+            GgmlType::Q2K => (84, &[80, 82]),
             GgmlType::Q3K => (110, &[108]),
             GgmlType::IQ4XS => (136, &[0]),
             _ => (210, &[208]),
@@ -1004,6 +1116,17 @@ mod tests_support {
                     let sa: f64 = (32 * j..32 * j + 32).map(abs_a).sum();
                     total += da * (d.abs() * s as f64 * qmax * sa + dmin.abs() * m as f64 * sa);
                 }
+            } else if ty == GgmlType::Q2K {
+                let b = &row[sb * 84..(sb + 1) * 84];
+                let (d, dmin) = (
+                    f16_to_f32([b[80], b[81]]) as f64,
+                    f16_to_f32([b[82], b[83]]) as f64,
+                );
+                for g in 0..16 {
+                    let sa: f64 = (16 * g..16 * g + 16).map(abs_a).sum();
+                    let (s, m) = ((b[g] & 0x0F) as f64, (b[g] >> 4) as f64);
+                    total += da * (d.abs() * s * 3.0 * sa + dmin.abs() * m * sa);
+                }
             } else if ty == GgmlType::Q3K {
                 let b = &row[sb * 110..(sb + 1) * 110];
                 let d = f16_to_f32([b[108], b[109]]) as f64;
@@ -1039,6 +1162,7 @@ mod tests_support {
             match ty {
                 GgmlType::Q4K => repack_q4k(s, cols, d),
                 GgmlType::Q5K => repack_q5k(s, cols, d),
+                GgmlType::Q2K => repack_q2k(s, cols, d),
                 GgmlType::Q3K => repack_q3k(s, cols, d),
                 GgmlType::IQ4XS => repack_iq4xs(s, cols, d),
                 _ => repack_q6k(s, cols, d),
@@ -1153,6 +1277,10 @@ mod tests {
                     }
                     // The fill saturates the scales (0xFF: ls 31 / +31, 0x00: −32) and quants.
                     GgmlType::Q3K => b[108..110].copy_from_slice(&d),
+                    GgmlType::Q2K => {
+                        b[80..82].copy_from_slice(&d);
+                        b[82..84].copy_from_slice(&f32_to_f16(0.02));
+                    }
                     GgmlType::IQ4XS => b[0..2].copy_from_slice(&d),
                     _ => {
                         // Scales alternate between the i8 extremes.
@@ -1195,12 +1323,18 @@ mod tests {
         check_extremes(GgmlType::Q6K, gemm_q6k);
         check_extremes(GgmlType::Q5K, gemm_q5k);
         check_extremes(GgmlType::Q3K, gemm_q3k);
+        check_extremes(GgmlType::Q2K, gemm_q2k);
         check_extremes(GgmlType::IQ4XS, gemm_iq4xs);
     }
 
     #[test]
     fn x16_gemm_q5k_matches_reference_and_is_batch_invariant() {
         check(GgmlType::Q5K, gemm_q5k);
+    }
+
+    #[test]
+    fn x16_gemm_q2k_matches_reference_and_is_batch_invariant() {
+        check(GgmlType::Q2K, gemm_q2k);
     }
 
     #[test]
@@ -1245,6 +1379,7 @@ mod bench {
             (GgmlType::Q6K, gemm_q6k),
             (GgmlType::Q5K, gemm_q5k),
             (GgmlType::Q3K, gemm_q3k),
+            (GgmlType::Q2K, gemm_q2k),
             (GgmlType::IQ4XS, gemm_iq4xs),
         ] {
             let mut rng = rand::SeedableRng::seed_from_u64(1);
@@ -1339,6 +1474,7 @@ mod hot {
             (GgmlType::Q6K, gemm_q6k),
             (GgmlType::Q5K, gemm_q5k),
             (GgmlType::Q3K, gemm_q3k),
+            (GgmlType::Q2K, gemm_q2k),
             (GgmlType::IQ4XS, gemm_iq4xs),
         ] {
             let mut rng = rand::SeedableRng::seed_from_u64(1);

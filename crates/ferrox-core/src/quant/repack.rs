@@ -13,7 +13,7 @@
 //! - Q5_1 (384 B): d[16], m[16], then Q5_0's qh and nibbles.
 //! - Q8_0 (544 B): d[16], then 8 × 64 B: vector c, lane i, byte b = q(i, 4c + b) + 128.
 //! - IQ4_NL (288 B): as Q4_0 (its blocks are laid out alike; the nibbles index the codebook).
-//! - Q4_K, Q5_K, Q6_K, Q3_K and IQ4_XS: see `repack_k`.
+//! - Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS: see `repack_k`.
 //! - F32 / F16: element `k` of the group's rows is 16 consecutive values (row `i` at
 //!   `16k + i`): one vector load gives a column of 16 rows.
 //! - BF16 (an even number of columns): columns in pairs, row `i`'s elements `2p, 2p + 1` in
@@ -30,7 +30,20 @@ pub fn has_layout(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | IQ4NL | Q4K | Q5K | Q6K | Q3K | IQ4XS | F32 | F16 | BF16
+        Q4_0 | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | IQ4NL
+            | Q2K
+            | Q3K
+            | Q4K
+            | Q5K
+            | Q6K
+            | IQ4XS
+            | F32
+            | F16
+            | BF16
     )
 }
 
@@ -53,6 +66,7 @@ pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
             GgmlType::Q8_0 => repack_q8_0(s, cols, d),
             GgmlType::Q4K => super::repack_k::repack_q4k(s, cols, d),
             GgmlType::Q5K => super::repack_k::repack_q5k(s, cols, d),
+            GgmlType::Q2K => super::repack_k::repack_q2k(s, cols, d),
             GgmlType::Q6K => super::repack_k::repack_q6k(s, cols, d),
             GgmlType::Q3K => super::repack_k::repack_q3k(s, cols, d),
             GgmlType::IQ4XS => super::repack_k::repack_iq4xs(s, cols, d),
@@ -84,6 +98,7 @@ pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u
         GgmlType::Q8_0 => unpack_q8_0(g, cols, lane, dst),
         GgmlType::Q4K => super::repack_k::unpack_row_q4k(g, cols, lane, dst),
         GgmlType::Q5K => super::repack_k::unpack_row_q5k(g, cols, lane, dst),
+        GgmlType::Q2K => super::repack_k::unpack_row_q2k(g, cols, lane, dst),
         GgmlType::Q6K => super::repack_k::unpack_row_q6k(g, cols, lane, dst),
         GgmlType::Q3K => super::repack_k::unpack_row_q3k(g, cols, lane, dst),
         GgmlType::IQ4XS => super::repack_k::unpack_row_iq4xs(g, cols, lane, dst),

@@ -17,6 +17,9 @@
 //! * Q5_K tile (2816 B): d, dmin and scales as Q4_K's, then per sub-block j the 4 nibble
 //!   vectors as Q4_K's and 1 vector of high bits (lane i byte b, bit 2p + h: bit 4 of
 //!   q[32j + 8p + 4h + b]).
+//! * Q2_K tile (1344 B): d[16], dmin[16] f16, 4 vectors of scale bytes (vector s, lane i =
+//!   row i's scales 4s..4s + 4), then per 16 k (j 0..16) 1 vector of 2-bit quants (lane i
+//!   byte b, bits 2c..2c + 1: q[16j + 4c + b]).
 //! * Q3_K tile (1760 B): d[16] f16, 3 vectors of scales (as Q4_K's), then per pair h (0..8) of
 //!   16-k groups a vector of high bits (lane i byte b, bit c + 4m: the `hmask` bit of
 //!   q[16(2h + m) + 4c + b]) and the two groups' vectors of low bits (group j: lane i byte b,
@@ -27,7 +30,7 @@
 
 // Called by the load-time repack of `WeightMatrix` (until that lands, only by tests).
 
-use super::blocks::{BlockIQ4XS, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
+use super::blocks::{BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, QK_K};
 
 /// Rows per interleaved group.
 const ROWS: usize = 16;
@@ -284,13 +287,70 @@ const Q3K_QS_AT: usize = 32;
 const Q3K_SC_AT: usize = 96;
 const Q3K_D_AT: usize = 108;
 
+/// The 2-bit fields (dword 0x03 per byte) of elements e..e + 4 (4-aligned) of a Q2_K / Q3_K
+/// block's `qs` starting at byte `qs_at` of `b` (ggml: element 128c + 32j + l is bits 2j..2j + 2
+/// of qs[32c + l]).
+fn crumbs4(b: &[u8], qs_at: usize, e: usize) -> u32 {
+    let (c, j, l) = (e / 128, (e / 32) % 4, e % 32);
+    (u32_at(b, qs_at + 32 * c + l) >> (2 * j)) & 0x0303_0303
+}
+
 /// Low 2 bits (dword 0x03 per byte) and hmask bits (0x01 per byte) of Q3_K elements
 /// e..e + 4 (4-aligned) of block `b`.
 fn q3k_bits4(b: &[u8], e: usize) -> (u32, u32) {
-    let (c, j, l) = (e / 128, (e / 32) % 4, e % 32);
-    let low = (u32_at(b, Q3K_QS_AT + 32 * c + l) >> (2 * j)) & 0x0303_0303;
-    let high = (u32_at(b, l) >> (e / 32)) & 0x0101_0101;
-    (low, high)
+    let high = (u32_at(b, e % 32) >> (e / 32)) & 0x0101_0101;
+    (crumbs4(b, Q3K_QS_AT, e), high)
+}
+
+/// Q2_K block bytes: scales[16], qs[64], d, dmin.
+const Q2K_BYTES: usize = std::mem::size_of::<BlockQ2K>();
+/// Offset in a Q2_K tile of the crumb vectors (after d, dmin and 4 scale vectors).
+pub(crate) const Q2K_QS: usize = 64 + 4 * 64;
+
+/// Interleaves 16 consecutive original Q2_K rows into `dst` (same length).
+pub(crate) fn repack_q2k(src: &[u8], cols: usize, dst: &mut [u8]) {
+    let nsb = shape(src.len(), cols, Q2K_BYTES, ROWS);
+    assert_eq!(dst.len(), src.len(), "buffer length");
+    let row_bytes = nsb * Q2K_BYTES;
+    for (sb, tile) in dst.chunks_exact_mut(ROWS * Q2K_BYTES).enumerate() {
+        for i in 0..ROWS {
+            let b = &src[i * row_bytes + sb * Q2K_BYTES..][..Q2K_BYTES];
+            tile[2 * i..2 * i + 2].copy_from_slice(&b[80..82]);
+            tile[32 + 2 * i..34 + 2 * i].copy_from_slice(&b[82..84]);
+            for s in 0..4 {
+                tile[64 + 64 * s + 4 * i..][..4].copy_from_slice(&b[4 * s..4 * s + 4]);
+            }
+            for j in 0..16 {
+                let v = (0..4).fold(0, |v, c| v | (crumbs4(b, 16, 16 * j + 4 * c) << (2 * c)));
+                tile[Q2K_QS + 64 * j + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Writes original row `lane` (0..16) of a repacked Q2_K group back in ggml layout.
+pub(crate) fn unpack_row_q2k(group: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    let nsb = shape(group.len(), cols, Q2K_BYTES, ROWS);
+    assert!(lane < ROWS, "lane");
+    assert_eq!(dst.len(), nsb * Q2K_BYTES, "row length");
+    let i = lane;
+    for (tile, b) in group
+        .chunks_exact(ROWS * Q2K_BYTES)
+        .zip(dst.chunks_exact_mut(Q2K_BYTES))
+    {
+        b.fill(0);
+        b[80..82].copy_from_slice(&tile[2 * i..2 * i + 2]);
+        b[82..84].copy_from_slice(&tile[32 + 2 * i..34 + 2 * i]);
+        for s in 0..4 {
+            b[4 * s..4 * s + 4].copy_from_slice(&tile[64 + 64 * s + 4 * i..][..4]);
+        }
+        for e in 0..QK_K {
+            let (j, c, bb) = (e / 16, (e % 16) / 4, e % 4);
+            let q = (tile[Q2K_QS + 64 * j + 4 * i + bb] >> (2 * c)) & 3;
+            let (cc, jj, l) = (e / 128, (e / 32) % 4, e % 32);
+            b[16 + 32 * cc + l] |= q << (2 * jj);
+        }
+    }
 }
 
 /// Interleaves 16 consecutive original Q3_K rows into `dst` (same length).
@@ -454,6 +514,11 @@ mod tests {
     }
 
     #[test]
+    fn x16_repack_q2k_round_trips() {
+        round_trip(Q2K_BYTES, repack_q2k, unpack_row_q2k);
+    }
+
+    #[test]
     fn x16_repack_q3k_round_trips() {
         round_trip(Q3K_BYTES, repack_q3k, unpack_row_q3k);
     }
@@ -518,10 +583,10 @@ mod tests {
         }
     }
 
-    /// The Q3_K, Q5_K and IQ4_XS layouts as documented, element by element, from ggml's
-    /// element definitions (`dequantize_row_q3_K` / `_q5_K` / `_iq4_xs`).
+    /// The Q2_K, Q3_K, Q5_K and IQ4_XS layouts as documented, element by element, from ggml's
+    /// element definitions (`dequantize_row_q2_K` / `_q3_K` / `_q5_K` / `_iq4_xs`).
     #[test]
-    fn x16_repack_q3k_q5k_iq4xs_layout_matches_doc() {
+    fn x16_repack_q2k_q3k_q5k_iq4xs_layout_matches_doc() {
         let mut rng = StdRng::seed_from_u64(5);
         let src: Vec<u8> = (0..ROWS * Q3K_BYTES).map(|_| rng.gen()).collect();
         let mut dst = vec![0u8; src.len()];
@@ -538,6 +603,20 @@ mod tests {
                 assert_eq!((got_low, got_high), (low, high), "q3k row {i} e {e}");
             }
             assert_eq!(dst[2 * i..2 * i + 2], b[108..110], "q3k d");
+        }
+        let src: Vec<u8> = (0..ROWS * Q2K_BYTES).map(|_| rng.gen()).collect();
+        let mut dst = vec![0u8; src.len()];
+        repack_q2k(&src, 256, &mut dst);
+        for i in 0..ROWS {
+            let b = &src[i * Q2K_BYTES..][..Q2K_BYTES];
+            for e in 0..QK_K {
+                let (c, jj, l) = (e / 128, (e / 32) % 4, e % 32);
+                let q = (b[16 + 32 * c + l] >> (2 * jj)) & 3;
+                let (j, cc, bb) = (e / 16, (e % 16) / 4, e % 4);
+                let got = (dst[Q2K_QS + 64 * j + 4 * i + bb] >> (2 * cc)) & 3;
+                assert_eq!(got, q, "q2k row {i} e {e}");
+            }
+            assert_eq!(dst[64 + 4 * i..68 + 4 * i], b[0..4], "q2k scales");
         }
         let src: Vec<u8> = (0..ROWS * Q5K_BYTES).map(|_| rng.gen()).collect();
         let mut dst = vec![0u8; src.len()];
