@@ -221,6 +221,69 @@ fn prefetch_tile(p: *const u8, bytes: usize) {
     }
 }
 
+/// `acc[k] += I_k·(d·d_a)` (Q6_K / Q3_K / IQ4_XS): `tile`'s d[16] f16 first, token k's d_a
+/// at `r + k·rb + d_at`.
+///
+/// # Safety
+/// AVX-512 F and F16C; the tile's first 32 bytes and the T records' scales are readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn add_scaled<const T: usize>(
+    tile: *const u8,
+    (r, rb, d_at): (*const u8, usize, usize),
+    is: &[__m512i; T],
+    acc: &mut [__m512; T],
+) {
+    // SAFETY: per the caller.
+    unsafe {
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+        for k in 0..T {
+            let da = std::ptr::read(r.add(k * rb + d_at).cast::<f32>());
+            let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
+            acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
+        }
+    }
+}
+
+/// `acc[k] += (d·I_k − dmin·M_k)·d_a` (Q4_K / Q5_K / Q2_K): d[16] then dmin[16] f16 first in
+/// `tile`, token k's d_a at `r + k·rb + d_at`.
+///
+/// # Safety
+/// As `add_scaled`, with the tile's first 64 bytes readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn add_with_mins<const T: usize>(
+    tile: *const u8,
+    (r, rb, d_at): (*const u8, usize, usize),
+    (is, im): (&[__m512i; T], &[__m512i; T]),
+    acc: &mut [__m512; T],
+) {
+    // SAFETY: per the caller.
+    unsafe {
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
+        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
+        for k in 0..T {
+            let da = _mm512_set1_ps(std::ptr::read(r.add(k * rb + d_at).cast::<f32>()));
+            let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
+            let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
+            acc[k] = _mm512_fmadd_ps(t, da, acc[k]);
+        }
+    }
+}
+
+/// Stores token k's 16 outputs at `out + k·ld`.
+///
+/// # Safety
+/// AVX-512 F; `out + k * ld .. + 16` is writable for k < T.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn store<const T: usize>(acc: &[__m512; T], out: *mut f32, ld: usize) {
+    for k in 0..T {
+        // SAFETY: per the caller.
+        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
+    }
+}
+
 /// Checks slice shapes; returns (super-blocks per row, groups).
 fn shapes(w: &[u8], cols: usize, acts: &[BlockQ8K], nt: usize, tile: usize) -> (usize, usize) {
     assert!(cols > 0 && cols.is_multiple_of(QK_K), "whole super-blocks");
@@ -271,6 +334,28 @@ macro_rules! gemm_body {
             }
         })
     }};
+}
+
+/// `pub(crate) unsafe fn $name(w, cols, acts, nt, y, ld)`: `gemm_q4k` for `$ty` groups (records
+/// by `$fill`, tiles by `$tile`).
+macro_rules! gemm_entry {
+    ($ty:ident, $name:ident, $tile_bytes:expr, $rec:expr, $fill:ident, $tile:ident) => {
+        #[doc = concat!("As `gemm_q4k`, for ", stringify!($ty), " groups.")]
+        ///
+        /// # Safety
+        /// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        pub(crate) unsafe fn $name(
+            w: &[u8],
+            cols: usize,
+            acts: &[BlockQ8K],
+            nt: usize,
+            y: *mut f32,
+            ld: usize,
+        ) {
+            gemm_body!(w, cols, acts, nt, y, ld, $tile_bytes, $rec, $fill, $tile)
+        }
+    };
 }
 
 /// y[k * ld + g * 16 + i] = dot(row i of group g, activation row k) for g < groups, i < 16,
@@ -510,37 +595,14 @@ unsafe fn k4_tile<const T: usize, const Q5: bool>(
                 }
             }
 
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
-            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
-            for k in 0..T {
-                let da = _mm512_set1_ps(std::ptr::read(r.add(k * rb + d_at).cast::<f32>()));
-                let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
-                let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
-                acc[k] = _mm512_fmadd_ps(t, da, acc[k]);
-            }
+            add_with_mins(tile, (r, rb, d_at), (&is, &im), &mut acc);
         }
     }
-    for k in 0..T {
-        // SAFETY: per the caller.
-        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
-    }
+    // SAFETY: per the caller.
+    unsafe { store(&acc, out, ld) }
 }
 
-/// As `gemm_q4k`, for Q5_K groups.
-///
-/// # Safety
-/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn gemm_q5k(
-    w: &[u8],
-    cols: usize,
-    acts: &[BlockQ8K],
-    nt: usize,
-    y: *mut f32,
-    ld: usize,
-) {
-    gemm_body!(w, cols, acts, nt, y, ld, Q5K_TILE, Q5K_REC, q5k_pre, q5k_tile)
-}
+gemm_entry!(Q5_K, gemm_q5k, Q5K_TILE, Q5K_REC, q5k_pre, q5k_tile);
 
 /// Q5_K records: terms 0..16: −16·bsum_h (the chains over each 16 k); 16..20: words
 /// (S_2i, S_2i+1) as Q4_K's.
@@ -563,21 +625,7 @@ fn q5k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     });
 }
 
-/// As `gemm_q4k`, for Q6_K groups.
-///
-/// # Safety
-/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn gemm_q6k(
-    w: &[u8],
-    cols: usize,
-    acts: &[BlockQ8K],
-    nt: usize,
-    y: *mut f32,
-    ld: usize,
-) {
-    gemm_body!(w, cols, acts, nt, y, ld, Q6K_TILE, Q6K_REC, q6k_pre, q6k_tile)
-}
+gemm_entry!(Q6_K, gemm_q6k, Q6K_TILE, Q6K_REC, q6k_pre, q6k_tile);
 
 /// Q6_K records: term h (0..32) = −32·Σ of quants 8h..8h + 8 (`vpsadbw` of the quants
 /// biased by 128 gives Σ + 1024 per 8 bytes).
@@ -670,35 +718,14 @@ unsafe fn q6k_tile<const T: usize>(
                     is[k] = dpwssd!(is[k], r1, sw);
                 }
             }
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
-            for k in 0..T {
-                let da = std::ptr::read(r.add(k * RB + 4 * Q6K_D).cast::<f32>());
-                let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
-                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
-            }
+            add_scaled(tile, (r, RB, 4 * Q6K_D), &is, &mut acc);
         }
     }
-    for k in 0..T {
-        // SAFETY: per the caller.
-        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
-    }
+    // SAFETY: per the caller.
+    unsafe { store(&acc, out, ld) }
 }
 
-/// As `gemm_q4k`, for Q3_K groups.
-///
-/// # Safety
-/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn gemm_q3k(
-    w: &[u8],
-    cols: usize,
-    acts: &[BlockQ8K],
-    nt: usize,
-    y: *mut f32,
-    ld: usize,
-) {
-    gemm_body!(w, cols, acts, nt, y, ld, Q3K_TILE, Q3K_REC, q3k_pre, q3k_tile)
-}
+gemm_entry!(Q3_K, gemm_q3k, Q3K_TILE, Q3K_REC, q3k_pre, q3k_tile);
 
 /// Q3_K records: term j (0..16) = −4·Σ of quants 16j..16j + 16 (−4·bsum_j).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -804,35 +831,14 @@ unsafe fn q3k_tile<const T: usize>(
                     is[k] = dpwssd!(is[k], d, sw);
                 }
             }
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
-            for k in 0..T {
-                let da = std::ptr::read(r.add(k * RB + 4 * Q3K_D).cast::<f32>());
-                let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
-                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
-            }
+            add_scaled(tile, (r, RB, 4 * Q3K_D), &is, &mut acc);
         }
     }
-    for k in 0..T {
-        // SAFETY: per the caller.
-        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
-    }
+    // SAFETY: per the caller.
+    unsafe { store(&acc, out, ld) }
 }
 
-/// As `gemm_q4k`, for IQ4_XS groups.
-///
-/// # Safety
-/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn gemm_iq4xs(
-    w: &[u8],
-    cols: usize,
-    acts: &[BlockQ8K],
-    nt: usize,
-    y: *mut f32,
-    ld: usize,
-) {
-    gemm_body!(w, cols, acts, nt, y, ld, IQ4XS_TILE, IQ4XS_REC, iq4xs_pre, iq4xs_tile)
-}
+gemm_entry!(IQ4_XS, gemm_iq4xs, IQ4XS_TILE, IQ4XS_REC, iq4xs_pre, iq4xs_tile);
 
 /// IQ4_XS records: term j (0..8) = −128·S_j, S_j the sub-block's activation sum.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -914,35 +920,14 @@ unsafe fn iq4xs_tile<const T: usize>(
                     is[k] = _mm512_add_epi32(is[k], _mm512_mullo_epi32(d, ls));
                 }
             }
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
-            for k in 0..T {
-                let da = std::ptr::read(r.add(k * RB + 4 * IQ4XS_D).cast::<f32>());
-                let f = _mm512_mul_ps(d, _mm512_set1_ps(da));
-                acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[k]), f, acc[k]);
-            }
+            add_scaled(tile, (r, RB, 4 * IQ4XS_D), &is, &mut acc);
         }
     }
-    for k in 0..T {
-        // SAFETY: per the caller.
-        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
-    }
+    // SAFETY: per the caller.
+    unsafe { store(&acc, out, ld) }
 }
 
-/// As `gemm_q4k`, for Q2_K groups.
-///
-/// # Safety
-/// The CPU has AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `y` is valid for those writes.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) unsafe fn gemm_q2k(
-    w: &[u8],
-    cols: usize,
-    acts: &[BlockQ8K],
-    nt: usize,
-    y: *mut f32,
-    ld: usize,
-) {
-    gemm_body!(w, cols, acts, nt, y, ld, Q2K_TILE, Q2K_REC, q2k_pre, q2k_tile)
-}
+gemm_entry!(Q2_K, gemm_q2k, Q2K_TILE, Q2K_REC, q2k_pre, q2k_tile);
 
 /// Q2_K records: terms 0..8 = the block sums as words (bsum_2i, bsum_2i+1); term 8 = 0, the
 /// chains' start (a broadcast load: a zeroed xmm16+ register is not a dependency-breaking
@@ -1016,20 +1001,11 @@ unsafe fn q2k_tile<const T: usize>(
                     im[k] = dpwssd!(im[k], mw, bcast!(r, k * RB + PB + 4 * i));
                 }
             }
-            let d = _mm512_cvtph_ps(_mm256_loadu_si256(tile.cast()));
-            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(tile.add(32).cast()));
-            for k in 0..T {
-                let da = _mm512_set1_ps(std::ptr::read(r.add(k * RB + 4 * Q2K_D).cast::<f32>()));
-                let t = _mm512_mul_ps(d, _mm512_cvtepi32_ps(is[k]));
-                let t = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(im[k]), t);
-                acc[k] = _mm512_fmadd_ps(t, da, acc[k]);
-            }
+            add_with_mins(tile, (r, RB, 4 * Q2K_D), (&is, &im), &mut acc);
         }
     }
-    for k in 0..T {
-        // SAFETY: per the caller.
-        unsafe { _mm512_storeu_ps(out.add(k * ld), acc[k]) };
-    }
+    // SAFETY: per the caller.
+    unsafe { store(&acc, out, ld) }
 }
 
 #[cfg(test)]
