@@ -519,6 +519,8 @@ unsafe fn k4_tile<const T: usize, const Q5: bool>(
     let pb = 4 * if Q5 { Q5K_PRE } else { Q4K_PRE };
     let words = pb + if Q5 { 64 } else { 32 };
     let d_at = 4 * if Q5 { Q5K_D } else { Q4K_D };
+    // log2 of the chains' offset (8 or 16): the scales' factor in the word-pair step.
+    let offset = _mm512_set1_epi32(if Q5 { 4 } else { 3 });
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
@@ -581,12 +583,7 @@ unsafe fn k4_tile<const T: usize, const Q5: bool>(
             for i in 0..4 {
                 let ctl = _mm512_loadu_si512(PAIR_W[i % 2].as_ptr().cast());
                 let (sc, m) = if i < 2 { (sc_lo, m_lo) } else { (sc_hi, m_hi) };
-                let scw = _mm512_shuffle_epi8(sc, ctl);
-                let scc = if Q5 {
-                    _mm512_slli_epi32(scw, 4)
-                } else {
-                    _mm512_slli_epi32(scw, 3)
-                };
+                let scc = _mm512_sllv_epi32(_mm512_shuffle_epi8(sc, ctl), offset);
                 let mw = _mm512_shuffle_epi8(m, ctl);
                 for k in 0..T {
                     let s = bcast!(r, k * rb + words + 4 * i);
