@@ -44,6 +44,7 @@
 #![allow(clippy::needless_range_loop)]
 // Called by the matmul dispatch for repacked weights (until that lands, only by tests).
 
+use super::avx512::{lookup, IQ4NL_U};
 use crate::quant::blocks::{BlockQ8K, QK_K};
 use crate::quant::repack_k::{q3k_hm, q3k_low, Q2K_QS, Q4K_QS, Q5K_QH, Q5K_QS, Q5K_SUB};
 use std::arch::x86_64::*;
@@ -84,17 +85,6 @@ const IQ4XS_PRE: usize = 64;
 const IQ4XS_D: usize = 72;
 /// Offset of the index vectors in an IQ4_XS tile (`quant::repack_k`).
 const IQ4XS_QS: usize = 128;
-
-/// IQ4_NL's codebook + 128 as unsigned bytes in every 128-bit lane: a `vpshufb` table.
-static IQ4_U8: [u8; 64] = {
-    let mut t = [0u8; 64];
-    let mut i = 0;
-    while i < 64 {
-        t[i] = (crate::quant::blocks::IQ4NL_VALUES[i % 16] as i16 + 128) as u8;
-        i += 1;
-    }
-    t
-};
 
 /// A `vpshufb` control: in every dword d (within its 128-bit lane), byte b takes byte
 /// `picks[b]` of d (−1: zero).
@@ -882,9 +872,8 @@ unsafe fn iq4xs_tile<const T: usize>(
     let mut acc = [_mm512_setzero_ps(); T];
     for sb in 0..nsb {
         // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
-        // tiles and the codebook table are plain bytes read unaligned.
+        // tiles are plain bytes read unaligned.
         unsafe {
-            let tbl = _mm512_loadu_si512(IQ4_U8.as_ptr().cast());
             let tile = w.add(sb * IQ4XS_TILE);
             prefetch_tile(tile.wrapping_add(PREFETCH * IQ4XS_TILE), IQ4XS_TILE);
             let r = rec.add(sb * stride);
@@ -901,10 +890,9 @@ unsafe fn iq4xs_tile<const T: usize>(
                 let v: [__m512i; 4] = std::array::from_fn(|p| {
                     _mm512_loadu_si512(tile.add(IQ4XS_QS + 256 * j as usize + 64 * p).cast())
                 });
-                let lo = v.map(|x| _mm512_shuffle_epi8(tbl, _mm512_and_si512(x, m4)));
-                let hi = v.map(|x| {
-                    _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4))
-                });
+                // Codebook + 128 (`avx512::IQ4NL_U`), as IQ4_NL's interleaved kernel looks it up.
+                let lo = v.map(|x| lookup(&IQ4NL_U, _mm512_and_si512(x, m4)));
+                let hi = v.map(|x| lookup(&IQ4NL_U, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4)));
                 let q = r.add(32 * j as usize);
                 let pj = r.add(PB + 4 * j as usize);
                 for k in 0..T {

@@ -19,7 +19,7 @@
 //! - BF16 (an even number of columns): columns in pairs, row `i`'s elements `2p, 2p + 1` in
 //!   32-bit lane `i` of vector `p` (low half even) — the operand layout of `vdpbf16ps`.
 
-use super::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
+use super::blocks::BlockQ8_0;
 use super::GgmlType;
 
 /// Rows per interleaved group.
@@ -59,10 +59,9 @@ pub fn repack(ty: GgmlType, cols: usize, src: &[u8], dst: &mut [u8]) {
     let group = X16 * row_bytes;
     for (s, d) in src.chunks_exact(group).zip(dst.chunks_exact_mut(group)) {
         match ty {
-            GgmlType::Q4_0 | GgmlType::IQ4NL => repack_q4_0(s, cols, d),
-            GgmlType::Q5_0 => repack_q5_0(s, cols, d),
-            GgmlType::Q4_1 => repack_q4_1(s, cols, d),
-            GgmlType::Q5_1 => repack_q5_1(s, cols, d),
+            GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => {
+                repack_nibbles(ty, s, d)
+            }
             GgmlType::Q8_0 => repack_q8_0(s, cols, d),
             GgmlType::Q4K => super::repack_k::repack_q4k(s, cols, d),
             GgmlType::Q5K => super::repack_k::repack_q5k(s, cols, d),
@@ -91,10 +90,9 @@ pub fn unpack_row(ty: GgmlType, cols: usize, data: &[u8], r: usize, dst: &mut [u
     let g = &data[r / X16 * group..(r / X16 + 1) * group];
     let lane = r % X16;
     match ty {
-        GgmlType::Q4_0 | GgmlType::IQ4NL => unpack_q4_0(g, cols, lane, dst),
-        GgmlType::Q5_0 => unpack_q5_0(g, cols, lane, dst),
-        GgmlType::Q4_1 => unpack_q4_1(g, cols, lane, dst),
-        GgmlType::Q5_1 => unpack_q5_1(g, cols, lane, dst),
+        GgmlType::Q4_0 | GgmlType::IQ4NL | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            unpack_nibbles(ty, g, cols, lane, dst)
+        }
         GgmlType::Q8_0 => unpack_q8_0(g, cols, lane, dst),
         GgmlType::Q4K => super::repack_k::unpack_row_q4k(g, cols, lane, dst),
         GgmlType::Q5K => super::repack_k::unpack_row_q5k(g, cols, lane, dst),
@@ -163,33 +161,6 @@ fn set_nib(qs: &mut [u8; 16], k: usize, v: u8) {
     }
 }
 
-fn repack_q4_0(src: &[u8], cols: usize, dst: &mut [u8]) {
-    let rows = rows_of::<BlockQ4_0>(src, cols);
-    for (j, t) in dst.chunks_exact_mut(X16 * 18).enumerate() {
-        for i in 0..X16 {
-            t[2 * i..2 * i + 2].copy_from_slice(&rows[i][j].d);
-        }
-        put_nibbles(&mut t[32..], |i| rows[i][j].qs);
-    }
-}
-
-fn unpack_q4_0(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
-    for (t, out) in g
-        .chunks_exact(X16 * 18)
-        .zip(dst.chunks_exact_mut(18))
-        .take(cols / 32)
-    {
-        let mut b = BlockQ4_0 {
-            d: [t[2 * lane], t[2 * lane + 1]],
-            qs: [0; 16],
-        };
-        for k in 0..32 {
-            set_nib(&mut b.qs, k, get_nibble(&t[32..], lane, k));
-        }
-        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
-    }
-}
-
 /// Bit `c` of byte `b` of the stored qh is bit 4 of element 4c + b.
 fn permute_qh(qh: u32) -> u32 {
     let mut out = 0u32;
@@ -209,98 +180,82 @@ fn unpermute_qh(v: u32) -> u32 {
     out
 }
 
-fn repack_q5_0(src: &[u8], cols: usize, dst: &mut [u8]) {
-    let rows = rows_of::<BlockQ5_0>(src, cols);
-    for (j, t) in dst.chunks_exact_mut(X16 * 22).enumerate() {
-        for i in 0..X16 {
-            let b = &rows[i][j];
-            t[2 * i..2 * i + 2].copy_from_slice(&b.d);
-            let qh = permute_qh(u32::from_le_bytes(b.qh));
-            t[32 + 4 * i..36 + 4 * i].copy_from_slice(&qh.to_le_bytes());
-        }
-        put_nibbles(&mut t[96..], |i| rows[i][j].qs);
+/// The byte layout of a 32-weight nibble block (Q4_0 / IQ4_NL, Q4_1, Q5_0, Q5_1): `halves` f16
+/// fields (d, then m), a u32 qh if `qh`, then 16 bytes of nibbles. Its tile: each f16 field as
+/// [16] f16, qh as 16 permuted u32 (`permute_qh`), then the nibbles (`put_nibbles`).
+#[derive(Clone, Copy)]
+struct NibbleBlock {
+    halves: usize,
+    qh: bool,
+}
+
+impl NibbleBlock {
+    fn of(ty: GgmlType) -> Self {
+        let (halves, qh) = match ty {
+            GgmlType::Q4_1 => (2, false),
+            GgmlType::Q5_0 => (1, true),
+            GgmlType::Q5_1 => (2, true),
+            _ => (1, false),
+        };
+        NibbleBlock { halves, qh }
+    }
+
+    fn bytes(self) -> usize {
+        2 * self.halves + 4 * self.qh as usize + 16
+    }
+
+    /// Offsets in the tile of qh and of the nibbles.
+    fn tile_qh(self) -> usize {
+        32 * self.halves
+    }
+
+    fn tile_qs(self) -> usize {
+        self.tile_qh() + 64 * self.qh as usize
     }
 }
 
-fn unpack_q5_0(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+fn repack_nibbles(ty: GgmlType, src: &[u8], dst: &mut [u8]) {
+    let nb = NibbleBlock::of(ty);
+    let bb = nb.bytes();
+    let row_bytes = src.len() / X16;
+    for (j, t) in dst.chunks_exact_mut(X16 * bb).enumerate() {
+        let block = |i: usize| &src[i * row_bytes + j * bb..][..bb];
+        for i in 0..X16 {
+            let b = block(i);
+            for h in 0..nb.halves {
+                t[32 * h + 2 * i..][..2].copy_from_slice(&b[2 * h..2 * h + 2]);
+            }
+            if nb.qh {
+                let qh = u32::from_le_bytes(b[2 * nb.halves..][..4].try_into().unwrap());
+                t[nb.tile_qh() + 4 * i..][..4].copy_from_slice(&permute_qh(qh).to_le_bytes());
+            }
+        }
+        put_nibbles(&mut t[nb.tile_qs()..], |i| {
+            block(i)[bb - 16..].try_into().unwrap()
+        });
+    }
+}
+
+fn unpack_nibbles(ty: GgmlType, g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
+    let nb = NibbleBlock::of(ty);
+    let bb = nb.bytes();
     for (t, out) in g
-        .chunks_exact(X16 * 22)
-        .zip(dst.chunks_exact_mut(22))
+        .chunks_exact(X16 * bb)
+        .zip(dst.chunks_exact_mut(bb))
         .take(cols / 32)
     {
-        let qh = u32::from_le_bytes(t[32 + 4 * lane..36 + 4 * lane].try_into().unwrap());
-        let mut b = BlockQ5_0 {
-            d: [t[2 * lane], t[2 * lane + 1]],
-            qh: unpermute_qh(qh).to_le_bytes(),
-            qs: [0; 16],
-        };
+        for h in 0..nb.halves {
+            out[2 * h..2 * h + 2].copy_from_slice(&t[32 * h + 2 * lane..][..2]);
+        }
+        if nb.qh {
+            let v = u32::from_le_bytes(t[nb.tile_qh() + 4 * lane..][..4].try_into().unwrap());
+            out[2 * nb.halves..][..4].copy_from_slice(&unpermute_qh(v).to_le_bytes());
+        }
+        let mut qs = [0u8; 16];
         for k in 0..32 {
-            set_nib(&mut b.qs, k, get_nibble(&t[96..], lane, k));
+            set_nib(&mut qs, k, get_nibble(&t[nb.tile_qs()..], lane, k));
         }
-        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
-    }
-}
-
-fn repack_q4_1(src: &[u8], cols: usize, dst: &mut [u8]) {
-    let rows = rows_of::<BlockQ4_1>(src, cols);
-    for (j, t) in dst.chunks_exact_mut(X16 * 20).enumerate() {
-        for i in 0..X16 {
-            t[2 * i..2 * i + 2].copy_from_slice(&rows[i][j].d);
-            t[32 + 2 * i..34 + 2 * i].copy_from_slice(&rows[i][j].m);
-        }
-        put_nibbles(&mut t[64..], |i| rows[i][j].qs);
-    }
-}
-
-fn unpack_q4_1(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
-    for (t, out) in g
-        .chunks_exact(X16 * 20)
-        .zip(dst.chunks_exact_mut(20))
-        .take(cols / 32)
-    {
-        let mut b = BlockQ4_1 {
-            d: [t[2 * lane], t[2 * lane + 1]],
-            m: [t[32 + 2 * lane], t[33 + 2 * lane]],
-            qs: [0; 16],
-        };
-        for k in 0..32 {
-            set_nib(&mut b.qs, k, get_nibble(&t[64..], lane, k));
-        }
-        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
-    }
-}
-
-fn repack_q5_1(src: &[u8], cols: usize, dst: &mut [u8]) {
-    let rows = rows_of::<BlockQ5_1>(src, cols);
-    for (j, t) in dst.chunks_exact_mut(X16 * 24).enumerate() {
-        for i in 0..X16 {
-            let b = &rows[i][j];
-            t[2 * i..2 * i + 2].copy_from_slice(&b.d);
-            t[32 + 2 * i..34 + 2 * i].copy_from_slice(&b.m);
-            let qh = permute_qh(u32::from_le_bytes(b.qh));
-            t[64 + 4 * i..68 + 4 * i].copy_from_slice(&qh.to_le_bytes());
-        }
-        put_nibbles(&mut t[128..], |i| rows[i][j].qs);
-    }
-}
-
-fn unpack_q5_1(g: &[u8], cols: usize, lane: usize, dst: &mut [u8]) {
-    for (t, out) in g
-        .chunks_exact(X16 * 24)
-        .zip(dst.chunks_exact_mut(24))
-        .take(cols / 32)
-    {
-        let qh = u32::from_le_bytes(t[64 + 4 * lane..68 + 4 * lane].try_into().unwrap());
-        let mut b = BlockQ5_1 {
-            d: [t[2 * lane], t[2 * lane + 1]],
-            m: [t[32 + 2 * lane], t[33 + 2 * lane]],
-            qh: unpermute_qh(qh).to_le_bytes(),
-            qs: [0; 16],
-        };
-        for k in 0..32 {
-            set_nib(&mut b.qs, k, get_nibble(&t[128..], lane, k));
-        }
-        out.copy_from_slice(super::blocks::blocks_as_bytes(&[b]));
+        out[bb - 16..].copy_from_slice(&qs);
     }
 }
 
