@@ -205,7 +205,7 @@ impl Cluster {
     /// failure before the ranks serve, when a plain exit would leave the others waiting in a
     /// collective forever.
     pub fn abort(mut self, error: &dyn std::fmt::Display) -> ! {
-        eprintln!("ferrox-mpi rank {}: {error}", self.rank);
+        report_before_abort(self.rank, error);
         let _ = self.tx.send(Request::Abort);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -379,6 +379,20 @@ fn comm_thread(
         }
     }
     // `universe` drops here: MPI_Finalize on the thread that initialised MPI.
+}
+
+/// Prints `ferrox-mpi rank R: error` in one write and gives mpiexec time to forward it:
+/// `MPI_Abort` tears the job down at once, and a message still in (or half in) the forwarder's
+/// pipe was lost — eprintln! writes its pieces separately, and a test saw only
+/// "ferrox-mpi rank " arrive.
+pub(crate) fn report_before_abort(rank: impl std::fmt::Display, error: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let line = format!("ferrox-mpi rank {rank}: {error}\n");
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(line.as_bytes());
+    let _ = err.flush();
+    drop(err);
+    std::thread::sleep(std::time::Duration::from_millis(300));
 }
 
 fn count(n: usize) -> Result<Count, ExchangeError> {

@@ -171,7 +171,8 @@ pub(crate) fn serve(world: &SimpleCommunicator, hidden: usize, mut handler: Stag
         let (groups, types) = match parse(&h) {
             Ok(p) if h.first() == Some(&OP_FORWARD) => p,
             _ => {
-                eprintln!("ferrox-mpi rank {rank}: malformed pipeline header {h:?}");
+                let error = format!("malformed pipeline header {h:?}");
+                crate::comm::report_before_abort(rank, &error);
                 world.abort(1)
             }
         };
