@@ -24,7 +24,7 @@ fn rnd(seed: &mut u64, n: usize) -> Vec<f32> {
         .collect()
 }
 
-fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool) {
+fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool, bf16: bool) {
     let mut seed = 7u64;
     let caches: Vec<KvCache> = (0..layers)
         .map(|_| {
@@ -40,7 +40,10 @@ fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool) {
         })
         .collect();
     let q = rnd(&mut seed, rows * NKV * G * D);
-    let how = Scoring::scaled(1.0 / (D as f32).sqrt());
+    let how = Scoring {
+        bf16,
+        ..Scoring::scaled(1.0 / (D as f32).sqrt())
+    };
     // One KV head's calls over every layer, as one thread of a decode step makes them.
     let head = |h: usize, out: &mut [f32], sc: &mut FlashScratch| {
         for c in &caches {
@@ -100,8 +103,9 @@ fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool) {
     let med = times[times.len() / 2];
     let bytes = (depth + rows) * D * 2 * ty.row_bytes(D) / D;
     println!(
-        "{:>5} depth {depth:>6} rows {rows:>3} layers {layers:>2}{}: {:8.1} µs per {}, {:6.1} GB/s of K+V",
+        "{:>5}{} depth {depth:>6} rows {rows:>3} layers {layers:>2}{}: {:8.1} µs per {}, {:6.1} GB/s of K+V",
         ty.name(),
+        if bf16 { " bf16" } else { "" },
         if parallel { " ∥" } else { "" },
         med * 1e6,
         if parallel { "layer (heads on 2 threads)" } else { "(KV head, call)" },
@@ -114,8 +118,10 @@ fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool) {
 fn decode_attention() {
     for depth in [4096, 16384] {
         for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
-            bench(ty, depth, 1, LAYERS, false);
-            bench(ty, depth, 1, LAYERS, true);
+            for bf16 in [false, true] {
+                bench(ty, depth, 1, LAYERS, false, bf16);
+                bench(ty, depth, 1, LAYERS, true, bf16);
+            }
         }
     }
 }
@@ -125,7 +131,9 @@ fn decode_attention() {
 #[ignore]
 fn decode_attention_resident() {
     for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
-        bench(ty, 512, 1, 1, false);
-        bench(ty, 512, 1, 1, true);
+        for bf16 in [false, true] {
+            bench(ty, 512, 1, 1, false, bf16);
+            bench(ty, 512, 1, 1, true, bf16);
+        }
     }
 }

@@ -80,6 +80,12 @@ pub struct FlashScratch {
     /// path.
     pub(super) vt: Vec<f32>,
     pub(super) kw: Vec<f32>,
+    /// bf16 products: the block's queries, a key tile and a value tile in pairs, every
+    /// query's tile of weights in pairs.
+    pub(super) qb: Vec<u32>,
+    pub(super) kp: Vec<u32>,
+    pub(super) vp: Vec<u32>,
+    pub(super) pb: Vec<u32>,
 }
 
 /// Query rows at consecutive positions `pos..pos + rows` for the `g` heads sharing one KV head:
@@ -214,6 +220,16 @@ mod tests {
             .collect()
     }
 
+    /// Each value rounded to bf16 (to nearest even), as f32.
+    fn round_bf16(v: &[f32]) -> Vec<f32> {
+        v.iter()
+            .map(|x| {
+                let b = x.to_bits();
+                f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+            })
+            .collect()
+    }
+
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()
     }
@@ -285,12 +301,26 @@ mod tests {
                 dim: d,
             };
             let sinks = rnd_vec(&mut seed, g, 2.0);
-            for (cap, sink, window) in [
-                (None, false, None),
-                (Some(5.0), false, None),
-                (None, true, None),
-                (None, false, Some(20)),
+            // With bf16 products the reference takes queries, keys and values rounded as the
+            // kernel rounds them; the weights' rounding (2^-9 relative, of exp(s - running
+            // max)) is what the looser bound allows for: up to 7e-3 seen here with values of
+            // ±6, where a wrong pairing of operands is off by the values' scale.
+            let (keys_bf, values_bf) = (round_bf16(&keys), round_bf16(&values));
+            let kv_bf = HeadKv {
+                keys: &keys_bf,
+                values: &values_bf,
+                ..kv
+            };
+            for (cap, sink, window, bf16) in [
+                (None, false, None, false),
+                (Some(5.0), false, None, false),
+                (None, true, None, false),
+                (None, false, Some(20), false),
+                (None, false, None, true),
+                (Some(5.0), true, Some(20), true),
             ] {
+                // (The tiled kernel's: head widths a multiple of 16.)
+                let rounded = bf16 && super::super::bf16_attention() && d % 16 == 0;
                 let (pos, rows) = (positions - 30, 30);
                 let q_stride = g * d + 5;
                 let q = rnd_vec(&mut seed, rows * q_stride, 1.0);
@@ -306,24 +336,39 @@ mod tests {
                     scale: 0.125,
                     softcap: cap,
                     sinks: sink.then_some(&sinks[..]),
+                    bf16,
                 };
                 let mut out = vec![0f32; rows * q_stride];
                 attend_rows(&blk, kv.into(), how, &mut FlashScratch::default(), &mut out);
+                if rounded {
+                    let mut f32s = vec![0f32; rows * q_stride];
+                    let how = Scoring { bf16: false, ..how };
+                    attend_rows(
+                        &blk,
+                        kv.into(),
+                        how,
+                        &mut FlashScratch::default(),
+                        &mut f32s,
+                    );
+                    assert_ne!(bits(&out), bits(&f32s), "d {d}: bf16 products taken");
+                }
+                let (kv_ref, tol) = if rounded { (kv_bf, 1.5e-2) } else { (kv, 2e-5) };
                 for r in 0..rows {
                     let p = pos + r;
                     for h in 0..g {
                         let qh = &q[r * q_stride + h * d..][..d];
+                        let qh = if rounded { round_bf16(qh) } else { qh.to_vec() };
                         let want = reference(
-                            qh,
-                            kv,
+                            &qh,
+                            kv_ref,
                             blk.first_key(p)..p + 1,
                             (0.125, cap, sink.then(|| sinks[h])),
                         );
                         for (c, w) in want.iter().enumerate() {
                             let got = out[r * q_stride + h * d + c] as f64;
                             assert!(
-                                (got - w).abs() < 2e-5 * (1.0 + w.abs()),
-                                "d {d} g {g} row {r} head {h} col {c}: {got} vs {w}"
+                                (got - w).abs() < tol * (1.0 + w.abs()),
+                                "d {d} g {g} bf16 {rounded} row {r} head {h} col {c}: {got} vs {w}"
                             );
                         }
                     }
@@ -354,56 +399,62 @@ mod tests {
                 dim: d,
             };
             let q = rnd_vec(&mut seed, positions * g * d, 1.0);
-            let how = Scoring::scaled(0.1);
-            let run = |from: usize, rows: usize, out: &mut [f32]| {
-                let blk = RowBlock {
-                    q: &q[from * g * d..],
-                    q_stride: g * d,
-                    rows,
-                    pos: from,
-                    g,
-                    window,
+            for bf16 in [false, true] {
+                let how = Scoring {
+                    bf16,
+                    ..Scoring::scaled(0.1)
                 };
-                attend_rows(
-                    &blk,
-                    kv.into(),
-                    how,
-                    &mut FlashScratch::default(),
-                    &mut out[from * g * d..],
-                );
-            };
-            let mut whole = vec![0f32; positions * g * d];
-            run(0, positions, &mut whole);
-            let mut single = vec![0f32; positions * g * d];
-            for p in 0..positions {
-                run(p, 1, &mut single);
-            }
-            assert_eq!(
-                bits(&whole),
-                bits(&single),
-                "d {d} g {g}: block vs single rows"
-            );
-            let mut split = vec![0f32; positions * g * d];
-            let mut from = 0;
-            for len in [1, 17, 5, 40, 3].iter().cycle() {
-                let len = (*len).min(positions - from);
-                run(from, len, &mut split);
-                from += len;
-                if from == positions {
-                    break;
+                let run = |from: usize, rows: usize, out: &mut [f32]| {
+                    let blk = RowBlock {
+                        q: &q[from * g * d..],
+                        q_stride: g * d,
+                        rows,
+                        pos: from,
+                        g,
+                        window,
+                    };
+                    attend_rows(
+                        &blk,
+                        kv.into(),
+                        how,
+                        &mut FlashScratch::default(),
+                        &mut out[from * g * d..],
+                    );
+                };
+                let mut whole = vec![0f32; positions * g * d];
+                run(0, positions, &mut whole);
+                let mut single = vec![0f32; positions * g * d];
+                for p in 0..positions {
+                    run(p, 1, &mut single);
                 }
+                assert_eq!(
+                    bits(&whole),
+                    bits(&single),
+                    "d {d} g {g} bf16 {bf16}: block vs single rows"
+                );
+                let mut split = vec![0f32; positions * g * d];
+                let mut from = 0;
+                for len in [1, 17, 5, 40, 3].iter().cycle() {
+                    let len = (*len).min(positions - from);
+                    run(from, len, &mut split);
+                    from += len;
+                    if from == positions {
+                        break;
+                    }
+                }
+                assert_eq!(
+                    bits(&whole),
+                    bits(&split),
+                    "d {d} g {g} bf16 {bf16}: block vs other splits"
+                );
             }
-            assert_eq!(
-                bits(&whole),
-                bits(&split),
-                "d {d} g {g}: block vs other splits"
-            );
         }
     }
 
-    /// f16 and q8_0 caches, and keys laid out in tiles, give exactly what f32 attention gives
-    /// over the same rows widened (the tile loaders widen as `KvSlice::read` does), on any
-    /// path; a cache cut back and refilled (stale lanes in a tile) too.
+    /// f16 and q8_0 caches, and keys laid out in tiles, give exactly what attention gives over
+    /// the same rows widened to f32 (the tile loaders widen as `KvSlice::read` does; bf16
+    /// products round the widened values), on any path; a cache cut back and refilled (stale
+    /// lanes in a tile) too.
     #[test]
     fn typed_cache_equals_widened_rows() {
         use crate::cache::{KvCache, KvType};
@@ -459,31 +510,41 @@ mod tests {
                     col: d,
                     dim: d,
                 };
-                let how = Scoring::scaled(0.125);
-                let mut a = vec![0f32; q.len()];
-                let mut b = vec![0f32; q.len()];
-                attend_rows(&blk, typed, how, &mut FlashScratch::default(), &mut a);
-                attend_rows(&blk, wide.into(), how, &mut FlashScratch::default(), &mut b);
-                assert_eq!(bits(&a), bits(&b), "{ty:?} {layout:?} window {window:?}");
-                // Rows one at a time (the decode path) give the same bits.
-                let mut one = vec![0f32; q.len()];
-                for p in 0..positions {
-                    let blk1 = RowBlock {
-                        q: &q[p * g * d..],
-                        rows: 1,
-                        pos: p,
-                        ..blk
+                for bf16 in [false, true] {
+                    let how = Scoring {
+                        bf16,
+                        ..Scoring::scaled(0.125)
                     };
-                    attend_rows(
-                        &blk1,
-                        typed,
-                        how,
-                        &mut FlashScratch::default(),
-                        &mut one[p * g * d..],
+                    let mut a = vec![0f32; q.len()];
+                    let mut b = vec![0f32; q.len()];
+                    attend_rows(&blk, typed, how, &mut FlashScratch::default(), &mut a);
+                    attend_rows(&blk, wide.into(), how, &mut FlashScratch::default(), &mut b);
+                    assert_eq!(
+                        bits(&a),
+                        bits(&b),
+                        "{ty:?} {layout:?} window {window:?} bf16 {bf16}"
                     );
+                    // Rows one at a time (the decode path) give the same bits.
+                    let mut one = vec![0f32; q.len()];
+                    for p in 0..positions {
+                        let blk1 = RowBlock {
+                            q: &q[p * g * d..],
+                            rows: 1,
+                            pos: p,
+                            ..blk
+                        };
+                        attend_rows(
+                            &blk1,
+                            typed,
+                            how,
+                            &mut FlashScratch::default(),
+                            &mut one[p * g * d..],
+                        );
+                    }
+                    let what =
+                        format!("{ty:?} {layout:?} window {window:?} bf16 {bf16}: rows alone");
+                    assert_eq!(bits(&a), bits(&one), "{what}");
                 }
-                let what = format!("{ty:?} {layout:?} window {window:?}: rows alone");
-                assert_eq!(bits(&a), bits(&one), "{what}");
             }
         }
     }

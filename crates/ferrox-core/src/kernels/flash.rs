@@ -9,6 +9,7 @@
 //! queries share the call — the batch invariance the decoder's callers rely on.
 
 use super::attn::{FlashScratch, RowBlock, TypedKv, TILE};
+use super::flash_bf;
 use super::Scoring;
 use crate::cache::{KvSlice, RowLayout};
 use crate::quant::blocks::f16_to_f32;
@@ -29,6 +30,14 @@ pub(super) unsafe fn attend_rows(
 ) {
     let (d, g) = (kv.dim, blk.g);
     let nq = blk.rows * g;
+    let bf = how.bf16 && super::bf16_attention();
+    if bf {
+        sc.kp.resize(d / 2 * TILE, 0);
+        sc.vp.resize(TILE / 2 * d, 0);
+        sc.pb.resize(nq * TILE / 2, 0);
+        // SAFETY: AVX-512 BF16 present (`bf16_attention`); the block's rows (caller).
+        unsafe { flash_bf::queries(blk, d, sc) };
+    }
     sc.kt.resize(d * TILE, 0.0);
     sc.s.resize(nq * TILE, 0.0);
     sc.acc.clear();
@@ -69,19 +78,27 @@ pub(super) unsafe fn attend_rows(
             live: live.clone(),
             in_place,
         };
-        // SAFETY: the caller's contract (rows or whole tiles `..=last` in the cache).
-        unsafe { scores_of_tile(blk, kv, how.scale, &at, sc) };
+        // SAFETY (both arms): the caller's contract (rows or whole tiles `..=last` in the
+        // cache); BF16 present when `bf`.
+        match bf {
+            true => unsafe { bf_scores_of_tile(kv, how.scale, &at, sc) },
+            false => unsafe { scores_of_tile(blk, kv, how.scale, &at, sc) },
+        }
         for qi in live.clone() {
             let p = blk.pos + qi / g;
             let lo = blk.first_key(p).max(k0) - k0;
             let hi = (p - k0).min(TILE - 1);
             let s = &mut sc.s[qi * TILE..(qi + 1) * TILE];
-            // SAFETY: `s` holds one tile.
-            sc.corr[qi] =
-                unsafe { softmax_tile(s, lo, hi, how.softcap, &mut sc.m[qi], &mut sc.l[qi]) };
+            let pairs = bf.then(|| &mut sc.pb[qi * TILE / 2..(qi + 1) * TILE / 2]);
+            let run = (&mut sc.m[qi], &mut sc.l[qi]);
+            // SAFETY: `s` holds one tile, `pairs` half as many words.
+            sc.corr[qi] = unsafe { softmax_tile(s, lo, hi, how.softcap, run, pairs) };
         }
         // SAFETY: as above.
-        unsafe { values_of_tile(kv, &at, sc) };
+        match bf {
+            true => unsafe { bf_values_of_tile(kv, &at, sc) },
+            false => unsafe { values_of_tile(kv, &at, sc) },
+        }
     }
     for r in 0..blk.rows {
         for h in 0..g {
@@ -179,6 +196,58 @@ unsafe fn values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch
             accumulate(vals, s, corr, d, live, &mut sc.acc)
         },
     }
+}
+
+/// [`scores_of_tile`] with bf16 products: the tile's keys paired (from the cache's own tile, or
+/// from rows transposed), then every live query's scores.
+///
+/// # Safety
+/// As [`scores_of_tile`]; AVX-512 BF16 available; `sc.kp` holds `d / 2 * TILE` words, `sc.qb`
+/// the block's queries.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+unsafe fn bf_scores_of_tile(kv: TypedKv<'_>, scale: f32, at: &TileAt<'_>, sc: &mut FlashScratch) {
+    let d = kv.dim;
+    let tiled = at.k0 * kv.stride + kv.col * TILE..at.k0 * kv.stride + (kv.col + d) * TILE;
+    // SAFETY (every arm): the caller's contract; `tiled` is bounds-checked by the slicing.
+    match (kv.key_layout, kv.keys) {
+        (RowLayout::Tiles, KvSlice::F32(k)) => unsafe {
+            flash_bf::key_pairs(d, F32Cols(k[tiled].as_ptr()), &mut sc.kp)
+        },
+        (RowLayout::Tiles, KvSlice::F16(k)) => unsafe {
+            flash_bf::key_pairs(d, F16Cols(k[tiled].as_ptr().cast()), &mut sc.kp)
+        },
+        _ => unsafe {
+            transpose_keys(kv, at.rows, &mut sc.kt);
+            flash_bf::key_pairs(d, F32Cols(sc.kt.as_ptr()), &mut sc.kp)
+        },
+    }
+    // SAFETY: as above.
+    unsafe { flash_bf::scores(sc, d, at.live.clone(), scale) }
+}
+
+/// [`values_of_tile`] with bf16 products: the tile's value rows paired, then every live
+/// query's outputs.
+///
+/// # Safety
+/// As [`values_of_tile`]; AVX-512 BF16 available; `sc.vp` holds `TILE / 2 * d` words, `sc.pb`
+/// every live query's weights.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+unsafe fn bf_values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch) {
+    let d = kv.dim;
+    // SAFETY (every arm): value rows `..=last` checked by the caller.
+    match kv.values {
+        KvSlice::F32(v) => unsafe {
+            flash_bf::value_pairs(d, F32Vals(v.as_ptr(), at.rows), &mut sc.vp)
+        },
+        KvSlice::F16(v) => unsafe {
+            flash_bf::value_pairs(d, F16Vals(v.as_ptr().cast(), at.rows), &mut sc.vp)
+        },
+        any => unsafe { flash_bf::value_pairs(d, AnyVals(any, at.rows), &mut sc.vp) },
+    }
+    // SAFETY: as above.
+    unsafe { flash_bf::accumulate(sc, d, at.live.clone()) }
 }
 
 /// How many tiles ahead of the one being computed the rows are prefetched.
@@ -340,7 +409,7 @@ fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
 }
 
 /// A tile's keys column by column (`d × TILE`: column `c` is element `c` of the 16 keys).
-trait KeyCols: Copy {
+pub(super) trait KeyCols: Copy {
     /// Column `c` widened to f32.
     ///
     /// # Safety
@@ -447,8 +516,8 @@ unsafe fn softmax_tile(
     lo: usize,
     hi: usize,
     softcap: Option<f32>,
-    m: &mut f32,
-    l: &mut f32,
+    (m, l): (&mut f32, &mut f32),
+    pairs: Option<&mut [u32]>,
 ) -> f32 {
     if let Some(cap) = softcap {
         for v in &mut s[lo..=hi] {
@@ -462,7 +531,16 @@ unsafe fn softmax_tile(
     let m_new = m.max(_mm512_reduce_max_ps(v));
     // SAFETY: same target features as this function.
     let p = unsafe { exp512(_mm512_sub_ps(v, _mm512_set1_ps(m_new))) };
-    let p = _mm512_maskz_mov_ps(valid, p);
+    let mut p = _mm512_maskz_mov_ps(valid, p);
+    if let Some(pairs) = pairs {
+        // bf16 products: the weights rounded to bf16 (the sum counts the rounded values), and
+        // packed in pairs of keys.
+        let r = round_bf16(p);
+        p = _mm512_castsi512_ps(r);
+        let packed = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(r));
+        // SAFETY: `pairs` holds TILE / 2 words.
+        unsafe { _mm256_storeu_si256(pairs[..TILE / 2].as_mut_ptr().cast(), packed) };
+    }
     let corr = if m_new == *m {
         1.0
     } else {
@@ -479,7 +557,7 @@ unsafe fn softmax_tile(
 }
 
 /// A tile's value rows: 16 values of key `j`'s row from column `c`, widened to f32.
-trait ValRows: Copy {
+pub(super) trait ValRows: Copy {
     /// # Safety
     /// AVX-512 F available (the callers' target features); `j < TILE`, `c + 16 <= d`.
     unsafe fn at(self, j: usize, c: usize) -> __m512;
@@ -506,6 +584,18 @@ impl ValRows for F16Vals<'_> {
     unsafe fn at(self, j: usize, c: usize) -> __m512 {
         // SAFETY: as above, 16 halves.
         unsafe { cvt16(self.0.add(self.1[j] + c)) }
+    }
+}
+
+/// Rows of any stored type at offsets `.1` of `.0`, widened by [`load16`] (q8_0 values).
+#[derive(Clone, Copy)]
+struct AnyVals<'a>(KvSlice<'a>, &'a [usize; TILE]);
+
+impl ValRows for AnyVals<'_> {
+    #[inline(always)]
+    unsafe fn at(self, j: usize, c: usize) -> __m512 {
+        // SAFETY: as above (a q8_0 row's 16 values from a 16-aligned `c` share one block).
+        unsafe { load16(self.0, self.1[j] + c) }
     }
 }
 
@@ -598,6 +688,20 @@ unsafe fn pv<const Q: usize, const W: usize, V: ValRows>(vals: V, at: PvAt<'_>, 
             unsafe { _mm512_storeu_ps(row.as_mut_ptr().add(16 * w), a[i][w]) };
         }
     }
+}
+
+/// Lanes of `p` (finite, ≥ 0) rounded to bf16, to nearest even, as f32 bits (low half zero);
+/// values below f32's normal range become 0, as `vdpbf16ps` reads them. Integer steps, so the
+/// softmax needs no BF16 instructions.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma")]
+fn round_bf16(p: __m512) -> __m512i {
+    let b = _mm512_castps_si512(p);
+    let odd = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+    let r = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    let r = _mm512_and_si512(r, _mm512_set1_epi32(0xffff_0000u32 as i32));
+    let normal = _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(f32::MIN_POSITIVE.to_bits() as i32));
+    _mm512_maskz_mov_epi32(normal, r)
 }
 
 /// e^x for 16 lanes: x = n·ln2 + r, |r| ≤ ln2/2, a degree-6 Taylor polynomial for e^r, scaled

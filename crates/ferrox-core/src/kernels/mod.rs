@@ -28,6 +28,8 @@ mod avx512_q8k;
 #[cfg(target_arch = "x86_64")]
 mod flash;
 #[cfg(target_arch = "x86_64")]
+mod flash_bf;
+#[cfg(target_arch = "x86_64")]
 pub(crate) mod x16;
 #[cfg(target_arch = "x86_64")]
 mod x16_f;
@@ -399,6 +401,17 @@ pub(crate) fn dot_block_converted(
     }
 }
 
+/// Whether attention asked for bf16 products gets them: the tiled AVX-512 kernel with
+/// AVX-512 BF16 (`vdpbf16ps`).
+pub fn bf16_attention() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        isa() == Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Whether interleaved BF16 weights take bf16 activations and `vdpbf16ps` (AVX-512 BF16:
 /// twice the multiply-adds of f32 per instruction, as ggml pairs BF16 with bf16).
 pub fn bf16_dot() -> bool {
@@ -592,6 +605,10 @@ pub struct Scoring<'a> {
     pub softcap: Option<f32>,
     /// One logit per query head of the group, or none.
     pub sinks: Option<&'a [f32]>,
+    /// Products in bf16 where the CPU has them ([`bf16_attention`]): queries, keys, weights
+    /// and values rounded to bf16, pairs summed into f32 — twice the multiply-adds per
+    /// instruction. Elsewhere, and when false, every product is f32.
+    pub bf16: bool,
 }
 
 impl Scoring<'_> {
@@ -601,6 +618,7 @@ impl Scoring<'_> {
             scale,
             softcap: None,
             sinks: None,
+            bf16: false,
         }
     }
 

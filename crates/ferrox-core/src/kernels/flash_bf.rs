@@ -1,0 +1,288 @@
+//! The bf16 products of the tiled attention kernel (`flash.rs`), for [`Scoring::bf16`]:
+//! queries, keys, softmax weights and values rounded to bf16 (round to nearest even, as
+//! `vcvtneps2bf16`), pairs of products summed into f32 by `vdpbf16ps` (AVX-512 BF16) — twice
+//! the multiply-adds of an f32 FMA per instruction. ggml's CPU attention rounds the same four
+//! operands to f16 before its dot products; bf16 keeps 8 bits of them instead of 11.
+//!
+//! Operands are laid out in pairs along the sum: a key tile as `d / 2` vectors whose lane `j`
+//! holds key `j`'s columns `2i, 2i + 1`, a value tile as 8 steps of `d` lanes holding keys
+//! `2s, 2s + 1` of one column, queries and weights as the matching pairs, broadcast.
+//!
+//! [`Scoring::bf16`]: super::Scoring::bf16
+
+use super::attn::{FlashScratch, TILE};
+use super::flash::{KeyCols, ValRows};
+use std::arch::x86_64::*;
+
+/// Lane `j` of the result holds `(lo, hi) = (a[j], b[j])` as bf16: 16-bit element `2j` from
+/// `a`, `2j + 1` from `b`.
+///
+/// # Safety
+/// AVX-512 F/BW/BF16 available (the callers' target features).
+#[inline(always)]
+unsafe fn pair(a: __m512, b: __m512) -> __m512i {
+    // `cvtne2ps` puts `a` in elements 0..16 and `b` in 16..32; interleave them.
+    const IDX: [u16; 32] = {
+        let mut t = [0u16; 32];
+        let mut j = 0;
+        while j < 16 {
+            t[2 * j] = j as u16;
+            t[2 * j + 1] = 16 + j as u16;
+            j += 1;
+        }
+        t
+    };
+    // SAFETY: the caller's contract; `IDX` is 64 bytes.
+    unsafe {
+        let ab: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(b, a));
+        _mm512_permutexvar_epi16(_mm512_loadu_si512(IDX.as_ptr().cast()), ab)
+    }
+}
+
+/// `acc + Σ pairs of x · (the pair at p, broadcast)`: `vdpbf16ps` with its broadcast operand,
+/// which LLVM does not fold from `_mm512_set1_epi32` (a separate `vbroadcastss` per product
+/// made the score loop ~2× slower).
+///
+/// # Safety
+/// AVX-512 BF16 available; `p` readable.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dp_bcst(acc: __m512, x: __m512i, p: *const u32) -> __m512 {
+    let mut acc = acc;
+    // SAFETY: the caller's contract; reads 4 bytes at `p`, writes only `acc`.
+    unsafe {
+        std::arch::asm!(
+            "vdpbf16ps {acc}, {x}, dword ptr [{p}]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            x = in(zmm_reg) x,
+            p = in(reg) p,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// `n` floats (a multiple of 16) rounded to bf16 into `n / 2` consecutive pairs.
+///
+/// # Safety
+/// AVX-512 F/BF16 available; `src` holds `n` floats, `dst` `n / 2` words.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn round_pairs(src: &[f32], dst: &mut [u32]) {
+    debug_assert!(src.len().is_multiple_of(16) && dst.len() * 2 == src.len());
+    for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(8)) {
+        // SAFETY: 16 floats in, 8 words out.
+        unsafe {
+            let h: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(_mm512_loadu_ps(s.as_ptr())));
+            _mm256_storeu_si256(d.as_mut_ptr().cast(), h);
+        }
+    }
+}
+
+/// The block's queries as bf16 pairs, `d / 2` words per query (`qi = row * g + head`).
+///
+/// # Safety
+/// As [`round_pairs`]; the block's rows hold `g * d` floats at their stride.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn queries(blk: &super::RowBlock<'_>, d: usize, sc: &mut FlashScratch) {
+    let nq = blk.rows * blk.g;
+    sc.qb.resize(nq * d / 2, 0);
+    for r in 0..blk.rows {
+        let row = &blk.q[r * blk.q_stride..][..blk.g * d];
+        let out = &mut sc.qb[r * blk.g * d / 2..][..blk.g * d / 2];
+        // SAFETY: forwarded; both hold a row of `g` heads.
+        unsafe { round_pairs(row, out) };
+    }
+}
+
+/// A key tile in pairs: `kp[i]` = lanes `(key_j[2i], key_j[2i + 1])`, from the tile's f32
+/// columns.
+///
+/// # Safety
+/// AVX-512 F/BW/BF16 available; `cols` holds `d` columns; `kp` holds `d / 2 * TILE` words.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn key_pairs<K: KeyCols>(d: usize, cols: K, kp: &mut [u32]) {
+    let kp = &mut kp[..d / 2 * TILE];
+    for i in 0..d / 2 {
+        // SAFETY: the caller's contract; `kp` holds `d / 2` vectors.
+        unsafe {
+            let v = pair(cols.col(2 * i), cols.col(2 * i + 1));
+            _mm512_storeu_si512(kp.as_mut_ptr().add(i * TILE).cast(), v);
+        }
+    }
+}
+
+/// A value tile in pairs: `vp[s * d + c]` = `(value_{2s}[c], value_{2s + 1}[c])`.
+///
+/// # Safety
+/// AVX-512 F/BW/BF16 available; `vals` holds `TILE` rows of `d`; `vp` holds `TILE / 2 * d`
+/// words.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn value_pairs<V: ValRows>(d: usize, vals: V, vp: &mut [u32]) {
+    let vp = &mut vp[..TILE / 2 * d];
+    for s in 0..TILE / 2 {
+        for c in (0..d).step_by(16) {
+            // SAFETY: the caller's contract; `vp` holds 8 rows of `d` words.
+            unsafe {
+                let v = pair(vals.at(2 * s, c), vals.at(2 * s + 1, c));
+                _mm512_storeu_si512(vp.as_mut_ptr().add(s * d + c).cast(), v);
+            }
+        }
+    }
+}
+
+/// Scores of `N` queries from `q0` against the paired key tile `kp` (`d / 2` vectors):
+/// `s[qi] = (Σ pairs) * scale`, one `vdpbf16ps` chain per query and lane.
+///
+/// # Safety
+/// AVX-512 F/BW/BF16 available; `qb` holds `d / 2` words per query, `s` a tile per query.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn scores_n<const N: usize>(
+    qb: &[u32],
+    kp: &[u32],
+    d: usize,
+    q0: usize,
+    scale: f32,
+    s: &mut [f32],
+) {
+    let h = d / 2;
+    let qs: [&[u32]; N] = std::array::from_fn(|i| &qb[(q0 + i) * h..][..h]);
+    let kp = &kp[..h * TILE];
+    let mut acc = [_mm512_setzero_ps(); N];
+    for c in 0..h {
+        // SAFETY: c < d / 2: one vector of `kp`, one word of each query.
+        unsafe {
+            let k = _mm512_loadu_si512(kp.as_ptr().add(c * TILE).cast());
+            for i in 0..N {
+                acc[i] = dp_bcst(acc[i], k, qs[i].as_ptr().add(c));
+            }
+        }
+    }
+    let scale = _mm512_set1_ps(scale);
+    for (i, a) in acc.iter().enumerate() {
+        let at = &mut s[(q0 + i) * TILE..(q0 + i + 1) * TILE];
+        // SAFETY: `at` holds one tile.
+        unsafe { _mm512_storeu_ps(at.as_mut_ptr(), _mm512_mul_ps(*a, scale)) };
+    }
+}
+
+/// `Q` queries from `qi` × `W` vectors of columns from `c`: `acc = acc * corr + Σ pairs`, the
+/// weights' pairs `pb` (`TILE / 2` words per query) against the paired value tile `vp`.
+///
+/// # Safety
+/// AVX-512 F/BW/BF16 available; `acc` holds `d` per query, columns `c..c + 16 * W` lie in
+/// the head, `vp` holds `TILE / 2 * d` words.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn pv<const Q: usize, const W: usize>(
+    vp: &[u32],
+    pb: &[u32],
+    corr: &[f32],
+    d: usize,
+    qi: usize,
+    c: usize,
+    acc: &mut [f32],
+) {
+    let vp = &vp[..TILE / 2 * d];
+    let base = |i: usize| (qi + i) * d + c;
+    let mut a = [[_mm512_setzero_ps(); W]; Q];
+    for i in 0..Q {
+        let corr = _mm512_set1_ps(corr[qi + i]);
+        let row = &acc[base(i)..base(i) + 16 * W];
+        for w in 0..W {
+            // SAFETY: `row` holds 16 * W floats.
+            a[i][w] = _mm512_mul_ps(unsafe { _mm512_loadu_ps(row.as_ptr().add(16 * w)) }, corr);
+        }
+    }
+    for s in 0..TILE / 2 {
+        let mut vs = [_mm512_setzero_si512(); W];
+        for (w, x) in vs.iter_mut().enumerate() {
+            // SAFETY: columns `c + 16 * w..+16` of step `s` lie in `vp`.
+            *x = unsafe { _mm512_loadu_si512(vp.as_ptr().add(s * d + c + 16 * w).cast()) };
+        }
+        for i in 0..Q {
+            // SAFETY: `pb` holds TILE / 2 words per query.
+            let p = unsafe { pb.as_ptr().add((qi + i) * (TILE / 2) + s) };
+            for w in 0..W {
+                // SAFETY: as above.
+                a[i][w] = unsafe { dp_bcst(a[i][w], vs[w], p) };
+            }
+        }
+    }
+    for i in 0..Q {
+        let row = &mut acc[base(i)..base(i) + 16 * W];
+        for w in 0..W {
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(row.as_mut_ptr().add(16 * w), a[i][w]) };
+        }
+    }
+}
+
+/// [`pv`] over the live queries and all columns (the dispatch of `flash::accumulate`).
+///
+/// # Safety
+/// As [`pv`] for every query of `live`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn accumulate(sc: &mut FlashScratch, d: usize, live: std::ops::Range<usize>) {
+    let (vp, pb, corr, acc) = (&sc.vp[..], &sc.pb[..], &sc.corr[..], &mut sc.acc[..]);
+    let mut qi = live.start;
+    while qi < live.end {
+        let n = (live.end - qi).min(8);
+        let widest = if n <= 4 { 4 } else { 2 };
+        let mut c = 0;
+        while c < d {
+            let w = ((d - c) / 16).min(widest);
+            macro_rules! pick {
+                ($($q:literal, $w:literal);*) => {
+                    match (n, w) {
+                        $(($q, $w) => pv::<$q, $w>(vp, pb, corr, d, qi, c, acc),)*
+                        _ => unreachable!("n ≤ 8, w ≤ 4 (2 past 4 queries)"),
+                    }
+                };
+            }
+            // SAFETY: forwarded contract.
+            unsafe {
+                pick!(1, 1; 1, 2; 1, 3; 1, 4; 2, 1; 2, 2; 2, 3; 2, 4; 3, 1; 3, 2; 3, 3; 3, 4;
+                      4, 1; 4, 2; 4, 3; 4, 4; 5, 1; 5, 2; 6, 1; 6, 2; 7, 1; 7, 2; 8, 1; 8, 2)
+            }
+            c += 16 * w;
+        }
+        qi += n;
+    }
+}
+
+/// [`scores_n`] over the live queries, eight at a time.
+///
+/// # Safety
+/// As [`scores_n`] for every query of `live`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn scores(
+    sc: &mut FlashScratch,
+    d: usize,
+    live: std::ops::Range<usize>,
+    scale: f32,
+) {
+    let (qb, kp, s) = (&sc.qb[..], &sc.kp[..], &mut sc.s[..]);
+    let mut qi = live.start;
+    while qi < live.end {
+        let n = (live.end - qi).min(8);
+        // SAFETY: forwarded contract.
+        unsafe {
+            match n {
+                8 => scores_n::<8>(qb, kp, d, qi, scale, s),
+                7 => scores_n::<7>(qb, kp, d, qi, scale, s),
+                6 => scores_n::<6>(qb, kp, d, qi, scale, s),
+                5 => scores_n::<5>(qb, kp, d, qi, scale, s),
+                4 => scores_n::<4>(qb, kp, d, qi, scale, s),
+                3 => scores_n::<3>(qb, kp, d, qi, scale, s),
+                2 => scores_n::<2>(qb, kp, d, qi, scale, s),
+                _ => scores_n::<1>(qb, kp, d, qi, scale, s),
+            }
+        }
+        qi += n;
+    }
+}
