@@ -135,16 +135,22 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
         "gemma3:270m",
         "qwen2.5-coder:1.5b-instruct",
     ];
-    // f32 caches everywhere; f16 and q8_0 ones (`--cache-type-k/-v`) on the 0.5B and gemma.
-    let typed = [KvType::F16, KvType::Q8_0];
-    let runs = names.iter().map(|&n| (n, KvType::F32)).chain(
+    // f32 caches everywhere; f16 and q8_0 ones (`--cache-type-k/-v`) on the 0.5B and gemma,
+    // with f32 and with bf16 attention products (`--attn-bf16`).
+    let typed = [
+        (KvType::F16, false),
+        (KvType::Q8_0, false),
+        (KvType::F16, true),
+    ];
+    let runs = names.iter().map(|&n| (n, (KvType::F32, false))).chain(
         names[..2]
             .iter()
             .flat_map(|&n| typed.iter().map(move |&t| (n, t))),
     );
-    for (name, ty) in runs {
+    for (name, (ty, bf16)) in runs {
         let mut dec = Decoder::load(model_path(name)).unwrap();
         dec.set_cache_types(ty, ty).unwrap();
+        dec.set_attention_bf16(bf16);
         // 61 rows: long enough for attention's row-block tasks; then a short continuation.
         let input: Vec<usize> = (0..80).map(|i| 100 + (i * 7919) % 5000).collect();
         let (head, tail) = input.split_at(61);
@@ -160,8 +166,30 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(
                 same,
-                "{name} ({ty:?} cache): position {p}: batch row differs from token-by-token"
+                "{name} ({ty:?} cache, bf16 {bf16}): position {p}: batch row differs from token-by-token"
             );
         }
     }
+}
+
+/// `set_attention_bf16` reaches the attention kernel: on a CPU with AVX-512 BF16 the logits
+/// of an f16 cache move (a little), while an f32 cache keeps f32 products and its logits.
+#[test]
+fn attention_bf16_products_take_effect() {
+    let input: Vec<usize> = (0..40).map(|i| 100 + (i * 7919) % 5000).collect();
+    let logits = |ty: KvType, bf16: bool| {
+        let mut dec = Decoder::load(model_path("qwen2.5-coder:0.5b-instruct")).unwrap();
+        dec.set_cache_types(ty, ty).unwrap();
+        dec.set_attention_bf16(bf16);
+        let mut caches = dec.new_caches();
+        dec.forward_batch(&input, 0, &mut caches).pop().unwrap()
+    };
+    let (plain, bf) = (logits(KvType::F16, false), logits(KvType::F16, true));
+    let d = max_abs_diff(&plain, &bf);
+    if ferrox_core::kernels::bf16_attention() {
+        assert!(d > 0.0 && d < 0.5, "f16 cache, bf16 products: max diff {d}");
+    } else {
+        assert_eq!(d, 0.0, "no AVX-512 BF16: f32 products");
+    }
+    assert_eq!(logits(KvType::F32, true), logits(KvType::F32, false));
 }

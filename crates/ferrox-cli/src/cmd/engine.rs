@@ -17,6 +17,10 @@ pub struct CacheArgs {
     /// Element type of cached values: f16 (default, as llama.cpp), f32 or q8_0.
     #[arg(long = "cache-type-v", visible_alias = "ctv", value_parser = parse_kv_type)]
     pub cache_type_v: Option<KvType>,
+    /// Attention products in bf16 over an f16 or q8_0 cache (AVX-512 BF16): long prompts
+    /// ~10% faster, decoding deep in a context ~9% slower; perplexity in llama.cpp's range.
+    #[arg(long = "attn-bf16")]
+    pub attn_bf16: bool,
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
@@ -39,6 +43,11 @@ impl CacheArgs {
     /// Gives the decoder these cache types ([`Self::DEFAULT`] where not given).
     pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
         let (k, v) = self.types();
+        // Pipeline stages in other processes would keep f32 products: refused, not mixed.
+        if self.attn_bf16 && !eng.decoder.caches_local() {
+            anyhow::bail!("--attn-bf16 is not supported with --pipeline-parallel");
+        }
+        eng.decoder.set_attention_bf16(self.attn_bf16);
         eng.decoder
             .set_cache_types(k, v)
             .context("--cache-type-k/-v")

@@ -48,6 +48,9 @@ pub struct KvCache {
     /// A second state blob, valid after `checkpoint_at` positions.
     checkpoint: Vec<f32>,
     checkpoint_at: Option<usize>,
+    /// Attention over this cache takes bf16 products when its rows are stored narrower than
+    /// f32 (`Scoring::bf16`).
+    bf16_products: bool,
 }
 
 /// The parts of a [`KvCache`] a recurrent layer works on at once: its stored rows (read) and
@@ -153,6 +156,7 @@ impl KvCache {
             state_at: None,
             checkpoint: Vec::new(),
             checkpoint_at: None,
+            bf16_products: false,
         }
     }
 
@@ -465,6 +469,23 @@ impl KvCache {
         self.keys = RowStore::new(k, self.keys.layout());
         self.values = RowStore::new(v, RowLayout::Rows);
         Ok(())
+    }
+
+    /// Asks attention over this cache for bf16 products (used when keys and values are both
+    /// stored narrower than f32). Only an empty cache may change: a sequence's rows all see
+    /// the same arithmetic.
+    pub fn set_bf16_products(&mut self, on: bool) -> Result<(), CacheTypeError> {
+        if self.bf16_products != on && self.len != 0 {
+            return Err(CacheTypeError::InUse);
+        }
+        self.bf16_products = on;
+        Ok(())
+    }
+
+    /// Whether attention over this cache takes bf16 products: asked for, and neither keys nor
+    /// values are stored as f32.
+    pub fn bf16_products(&self) -> bool {
+        self.bf16_products && !matches!(self.types(), (KvType::F32, _) | (_, KvType::F32))
     }
 
     /// How the keys are laid out (`Tiles` only for f32 and f16 keys).

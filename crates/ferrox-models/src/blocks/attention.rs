@@ -9,7 +9,7 @@
 //! so batched and single-token forwards agree bit for bit.
 
 use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
-use ferrox_core::cache::{KvCache, KvType};
+use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_rows, FlashScratch, RowBlock, Scoring, TypedKv};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::pool;
@@ -191,9 +191,8 @@ impl StandardAttention {
             col: kvh * hd,
             dim: hd,
         };
-        // A cache stored narrower than f32 on both sides takes bf16 products (the precision
-        // class of llama.cpp's f16 attention, twice the multiply-adds); f32 keeps f32 ones.
-        let bf16 = !matches!(cache.types(), (KvType::F32, _) | (_, KvType::F32));
+        // bf16 products when asked for and the cache is stored narrower than f32.
+        let bf16 = cache.bf16_products();
         let how = |kvh: usize| Scoring {
             scale: self.scale,
             softcap: self.softcap,
