@@ -454,23 +454,14 @@ unsafe fn tile_scores<K: KeyCols>(
     scale: f32,
     s: &mut [f32],
 ) {
-    let mut qi = live.start;
-    while qi < live.end {
-        let n = (live.end - qi).min(8);
-        // SAFETY: forwarded contract; queries `qi..qi + n` are live.
-        unsafe {
-            match n {
-                8 => scores_n::<8, K>(blk, d, qi, kt, scale, s),
-                7 => scores_n::<7, K>(blk, d, qi, kt, scale, s),
-                6 => scores_n::<6, K>(blk, d, qi, kt, scale, s),
-                5 => scores_n::<5, K>(blk, d, qi, kt, scale, s),
-                4 => scores_n::<4, K>(blk, d, qi, kt, scale, s),
-                3 => scores_n::<3, K>(blk, d, qi, kt, scale, s),
-                2 => scores_n::<2, K>(blk, d, qi, kt, scale, s),
-                _ => scores_n::<1, K>(blk, d, qi, kt, scale, s),
-            }
+    for (qi, n) in query_groups(live) {
+        macro_rules! call {
+            ($n:literal) => {
+                scores_n::<$n, K>(blk, d, qi, kt, scale, s)
+            };
         }
-        qi += n;
+        // SAFETY: forwarded contract; queries `qi..qi + n` are live.
+        unsafe { group_sizes!(n, call) }
     }
 }
 
@@ -498,12 +489,8 @@ unsafe fn scores_n<const N: usize, K: KeyCols>(
             acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(qc), k, acc[i]);
         }
     }
-    let scale = _mm512_set1_ps(scale);
-    for (i, a) in acc.iter().enumerate() {
-        let at = &mut s[(q0 + i) * TILE..(q0 + i + 1) * TILE];
-        // SAFETY: `at` holds one tile.
-        unsafe { _mm512_storeu_ps(at.as_mut_ptr(), _mm512_mul_ps(*a, scale)) };
-    }
+    // SAFETY: `s` holds a tile per query (caller).
+    unsafe { store_scores(&acc, q0, scale, s) };
 }
 
 /// One tile of a query's online softmax: lanes `lo..=hi` of `s` are its keys, soft-capped when
@@ -613,31 +600,160 @@ unsafe fn accumulate<V: ValRows>(
     live: std::ops::Range<usize>,
     acc: &mut [f32],
 ) {
-    let mut qi = live.start;
-    while qi < live.end {
-        let n = (live.end - qi).min(8);
+    for (qi, n, c, w) in pv_blocks(live, d) {
+        let at = PvAt { s, corr, d, qi, c };
+        macro_rules! call {
+            ($q:literal, $w:literal) => {
+                pv::<$q, $w, V>(vals, at, acc)
+            };
+        }
+        // SAFETY: forwarded contract; queries `qi..qi + n` live, columns `c..c + 16 * w` lie
+        // in the head.
+        unsafe { pv_shapes!(n, w, call) }
+    }
+}
+
+/// The blocks the value products work in, `(first query, queries, first column, vectors of
+/// 16 columns)`: up to 8 queries sharing each value load, 16 accumulators at most (4
+/// queries × 4 vectors, or 8 × 2).
+pub(super) fn pv_blocks(
+    live: std::ops::Range<usize>,
+    d: usize,
+) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+    query_groups(live).flat_map(move |(qi, n)| {
         let widest = if n <= 4 { 4 } else { 2 };
         let mut c = 0;
-        while c < d {
-            let w = ((d - c) / 16).min(widest);
-            let at = PvAt { s, corr, d, qi, c };
-            macro_rules! pick {
-                ($($q:literal, $w:literal);*) => {
-                    match (n, w) {
-                        $(($q, $w) => pv::<$q, $w, V>(vals, at, acc),)*
-                        _ => unreachable!("n ≤ 8, w ≤ 4 (2 past 4 queries)"),
-                    }
-                };
-            }
-            // SAFETY: forwarded contract; queries `qi..qi + n` live, columns `c..c + 16 * w`
-            // lie in the head.
-            unsafe {
-                pick!(1, 1; 1, 2; 1, 3; 1, 4; 2, 1; 2, 2; 2, 3; 2, 4; 3, 1; 3, 2; 3, 3; 3, 4;
-                      4, 1; 4, 2; 4, 3; 4, 4; 5, 1; 5, 2; 6, 1; 6, 2; 7, 1; 7, 2; 8, 1; 8, 2)
-            }
-            c += 16 * w;
+        std::iter::from_fn(move || {
+            (c < d).then(|| {
+                let w = ((d - c) / 16).min(widest);
+                c += 16 * w;
+                (qi, n, c - 16 * w, w)
+            })
+        })
+    })
+}
+
+/// The live queries in groups of up to 8, `(first, count)`: the score loops' blocks.
+pub(super) fn query_groups(live: std::ops::Range<usize>) -> impl Iterator<Item = (usize, usize)> {
+    let end = live.end;
+    live.step_by(8).map(move |qi| (qi, (end - qi).min(8)))
+}
+
+/// `match (n, w)` over [`pv_blocks`]' shapes, each arm `$call!(Q, W)`.
+macro_rules! pv_shapes {
+    ($n:expr, $w:expr, $call:ident) => {
+        match ($n, $w) {
+            (1, 1) => $call!(1, 1),
+            (1, 2) => $call!(1, 2),
+            (1, 3) => $call!(1, 3),
+            (1, 4) => $call!(1, 4),
+            (2, 1) => $call!(2, 1),
+            (2, 2) => $call!(2, 2),
+            (2, 3) => $call!(2, 3),
+            (2, 4) => $call!(2, 4),
+            (3, 1) => $call!(3, 1),
+            (3, 2) => $call!(3, 2),
+            (3, 3) => $call!(3, 3),
+            (3, 4) => $call!(3, 4),
+            (4, 1) => $call!(4, 1),
+            (4, 2) => $call!(4, 2),
+            (4, 3) => $call!(4, 3),
+            (4, 4) => $call!(4, 4),
+            (5, 1) => $call!(5, 1),
+            (5, 2) => $call!(5, 2),
+            (6, 1) => $call!(6, 1),
+            (6, 2) => $call!(6, 2),
+            (7, 1) => $call!(7, 1),
+            (7, 2) => $call!(7, 2),
+            (8, 1) => $call!(8, 1),
+            (8, 2) => $call!(8, 2),
+            _ => unreachable!("n ≤ 8, w ≤ 4 (2 past 4 queries)"),
         }
-        qi += n;
+    };
+}
+pub(super) use pv_shapes;
+
+/// `match n` over [`query_groups`]' sizes, each arm `$call!(N)`.
+macro_rules! group_sizes {
+    ($n:expr, $call:ident) => {
+        match $n {
+            8 => $call!(8),
+            7 => $call!(7),
+            6 => $call!(6),
+            5 => $call!(5),
+            4 => $call!(4),
+            3 => $call!(3),
+            2 => $call!(2),
+            _ => $call!(1),
+        }
+    };
+}
+pub(super) use group_sizes;
+
+/// `Q × W` accumulators: `acc` rows of queries `qi..` from column `c`, times their `corr`.
+///
+/// # Safety
+/// AVX-512 F available (the callers' target features); `acc` holds `d` per query.
+#[inline(always)]
+pub(super) unsafe fn load_acc<const Q: usize, const W: usize>(
+    acc: &[f32],
+    corr: &[f32],
+    (d, qi, c): (usize, usize, usize),
+) -> [[__m512; W]; Q] {
+    // Loops, not `array::from_fn`: its closure would not inline the intrinsics.
+    // SAFETY: the caller's contract.
+    let mut a = [[unsafe { _mm512_setzero_ps() }; W]; Q];
+    for (i, ai) in a.iter_mut().enumerate() {
+        let row = &acc[(qi + i) * d + c..][..16 * W];
+        for (w, v) in ai.iter_mut().enumerate() {
+            // SAFETY: `row` holds 16 * W floats.
+            *v = unsafe {
+                _mm512_mul_ps(
+                    _mm512_loadu_ps(row.as_ptr().add(16 * w)),
+                    _mm512_set1_ps(corr[qi + i]),
+                )
+            };
+        }
+    }
+    a
+}
+
+/// Stores [`load_acc`]'s accumulators back.
+///
+/// # Safety
+/// As [`load_acc`].
+#[inline(always)]
+pub(super) unsafe fn store_acc<const Q: usize, const W: usize>(
+    a: &[[__m512; W]; Q],
+    acc: &mut [f32],
+    (d, qi, c): (usize, usize, usize),
+) {
+    for (i, ai) in a.iter().enumerate() {
+        let row = &mut acc[(qi + i) * d + c..][..16 * W];
+        for (w, v) in ai.iter().enumerate() {
+            // SAFETY: `row` holds 16 * W floats.
+            unsafe { _mm512_storeu_ps(row.as_mut_ptr().add(16 * w), *v) };
+        }
+    }
+}
+
+/// Scores of queries `q0..q0 + N` (one vector of a tile each) scaled into `s`.
+///
+/// # Safety
+/// AVX-512 F available (the callers' target features); `s` holds a tile per query.
+#[inline(always)]
+pub(super) unsafe fn store_scores<const N: usize>(
+    acc: &[__m512; N],
+    q0: usize,
+    scale: f32,
+    s: &mut [f32],
+) {
+    // SAFETY: the caller's contract.
+    let scale = unsafe { _mm512_set1_ps(scale) };
+    for (i, a) in acc.iter().enumerate() {
+        let at = &mut s[(q0 + i) * TILE..(q0 + i + 1) * TILE];
+        // SAFETY: `at` holds one tile.
+        unsafe { _mm512_storeu_ps(at.as_mut_ptr(), _mm512_mul_ps(*a, scale)) };
     }
 }
 
@@ -656,17 +772,9 @@ struct PvAt<'a> {
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn pv<const Q: usize, const W: usize, V: ValRows>(vals: V, at: PvAt<'_>, acc: &mut [f32]) {
-    let d = at.d;
-    let base = |i: usize| (at.qi + i) * d + at.c;
-    let mut a = [[_mm512_setzero_ps(); W]; Q];
-    for i in 0..Q {
-        let corr = _mm512_set1_ps(at.corr[at.qi + i]);
-        let row = &acc[base(i)..base(i) + 16 * W];
-        for w in 0..W {
-            // SAFETY: `row` holds 16 * W floats.
-            a[i][w] = _mm512_mul_ps(unsafe { _mm512_loadu_ps(row.as_ptr().add(16 * w)) }, corr);
-        }
-    }
+    let place = (at.d, at.qi, at.c);
+    // SAFETY: `acc` holds `d` per query (caller).
+    let mut a = unsafe { load_acc::<Q, W>(acc, at.corr, place) };
     for j in 0..TILE {
         let mut vs = [_mm512_setzero_ps(); W];
         for (w, x) in vs.iter_mut().enumerate() {
@@ -681,13 +789,8 @@ unsafe fn pv<const Q: usize, const W: usize, V: ValRows>(vals: V, at: PvAt<'_>, 
             }
         }
     }
-    for i in 0..Q {
-        let row = &mut acc[base(i)..base(i) + 16 * W];
-        for w in 0..W {
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_ps(row.as_mut_ptr().add(16 * w), a[i][w]) };
-        }
-    }
+    // SAFETY: as above.
+    unsafe { store_acc(&a, acc, place) };
 }
 
 /// Lanes of `p` (finite, ≥ 0) rounded to bf16, to nearest even, as f32 bits (low half zero);

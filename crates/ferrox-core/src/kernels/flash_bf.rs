@@ -11,7 +11,10 @@
 //! [`Scoring::bf16`]: super::Scoring::bf16
 
 use super::attn::{FlashScratch, TILE};
-use super::flash::{KeyCols, ValRows};
+use super::flash::{
+    group_sizes, load_acc, pv_blocks, pv_shapes, query_groups, store_acc, store_scores, KeyCols,
+    ValRows,
+};
 use std::arch::x86_64::*;
 
 /// Lane `j` of the result holds `(lo, hi) = (a[j], b[j])` as bf16: 16-bit element `2j` from
@@ -161,12 +164,8 @@ pub(super) unsafe fn scores_n<const N: usize>(
             }
         }
     }
-    let scale = _mm512_set1_ps(scale);
-    for (i, a) in acc.iter().enumerate() {
-        let at = &mut s[(q0 + i) * TILE..(q0 + i + 1) * TILE];
-        // SAFETY: `at` holds one tile.
-        unsafe { _mm512_storeu_ps(at.as_mut_ptr(), _mm512_mul_ps(*a, scale)) };
-    }
+    // SAFETY: `s` holds a tile per query (caller).
+    unsafe { store_scores(&acc, q0, scale, s) };
 }
 
 /// `Q` queries from `qi` × `W` vectors of columns from `c`: `acc = acc * corr + Σ pairs`, the
@@ -188,16 +187,9 @@ pub(super) unsafe fn pv<const Q: usize, const W: usize>(
     acc: &mut [f32],
 ) {
     let vp = &vp[..TILE / 2 * d];
-    let base = |i: usize| (qi + i) * d + c;
-    let mut a = [[_mm512_setzero_ps(); W]; Q];
-    for i in 0..Q {
-        let corr = _mm512_set1_ps(corr[qi + i]);
-        let row = &acc[base(i)..base(i) + 16 * W];
-        for w in 0..W {
-            // SAFETY: `row` holds 16 * W floats.
-            a[i][w] = _mm512_mul_ps(unsafe { _mm512_loadu_ps(row.as_ptr().add(16 * w)) }, corr);
-        }
-    }
+    let place = (d, qi, c);
+    // SAFETY: `acc` holds `d` per query (caller).
+    let mut a = unsafe { load_acc::<Q, W>(acc, corr, place) };
     for s in 0..TILE / 2 {
         let mut vs = [_mm512_setzero_si512(); W];
         for (w, x) in vs.iter_mut().enumerate() {
@@ -213,13 +205,8 @@ pub(super) unsafe fn pv<const Q: usize, const W: usize>(
             }
         }
     }
-    for i in 0..Q {
-        let row = &mut acc[base(i)..base(i) + 16 * W];
-        for w in 0..W {
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_ps(row.as_mut_ptr().add(16 * w), a[i][w]) };
-        }
-    }
+    // SAFETY: as above.
+    unsafe { store_acc(&a, acc, place) };
 }
 
 /// [`pv`] over the live queries and all columns (the dispatch of `flash::accumulate`).
@@ -229,29 +216,14 @@ pub(super) unsafe fn pv<const Q: usize, const W: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
 pub(super) unsafe fn accumulate(sc: &mut FlashScratch, d: usize, live: std::ops::Range<usize>) {
     let (vp, pb, corr, acc) = (&sc.vp[..], &sc.pb[..], &sc.corr[..], &mut sc.acc[..]);
-    let mut qi = live.start;
-    while qi < live.end {
-        let n = (live.end - qi).min(8);
-        let widest = if n <= 4 { 4 } else { 2 };
-        let mut c = 0;
-        while c < d {
-            let w = ((d - c) / 16).min(widest);
-            macro_rules! pick {
-                ($($q:literal, $w:literal);*) => {
-                    match (n, w) {
-                        $(($q, $w) => pv::<$q, $w>(vp, pb, corr, d, qi, c, acc),)*
-                        _ => unreachable!("n ≤ 8, w ≤ 4 (2 past 4 queries)"),
-                    }
-                };
-            }
-            // SAFETY: forwarded contract.
-            unsafe {
-                pick!(1, 1; 1, 2; 1, 3; 1, 4; 2, 1; 2, 2; 2, 3; 2, 4; 3, 1; 3, 2; 3, 3; 3, 4;
-                      4, 1; 4, 2; 4, 3; 4, 4; 5, 1; 5, 2; 6, 1; 6, 2; 7, 1; 7, 2; 8, 1; 8, 2)
-            }
-            c += 16 * w;
+    for (qi, n, c, w) in pv_blocks(live, d) {
+        macro_rules! call {
+            ($q:literal, $w:literal) => {
+                pv::<$q, $w>(vp, pb, corr, d, qi, c, acc)
+            };
         }
-        qi += n;
+        // SAFETY: forwarded contract.
+        unsafe { pv_shapes!(n, w, call) }
     }
 }
 
@@ -267,22 +239,13 @@ pub(super) unsafe fn scores(
     scale: f32,
 ) {
     let (qb, kp, s) = (&sc.qb[..], &sc.kp[..], &mut sc.s[..]);
-    let mut qi = live.start;
-    while qi < live.end {
-        let n = (live.end - qi).min(8);
-        // SAFETY: forwarded contract.
-        unsafe {
-            match n {
-                8 => scores_n::<8>(qb, kp, d, qi, scale, s),
-                7 => scores_n::<7>(qb, kp, d, qi, scale, s),
-                6 => scores_n::<6>(qb, kp, d, qi, scale, s),
-                5 => scores_n::<5>(qb, kp, d, qi, scale, s),
-                4 => scores_n::<4>(qb, kp, d, qi, scale, s),
-                3 => scores_n::<3>(qb, kp, d, qi, scale, s),
-                2 => scores_n::<2>(qb, kp, d, qi, scale, s),
-                _ => scores_n::<1>(qb, kp, d, qi, scale, s),
-            }
+    for (qi, n) in query_groups(live) {
+        macro_rules! call {
+            ($n:literal) => {
+                scores_n::<$n>(qb, kp, d, qi, scale, s)
+            };
         }
-        qi += n;
+        // SAFETY: forwarded contract.
+        unsafe { group_sizes!(n, call) }
     }
 }
