@@ -117,7 +117,7 @@ fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool, b
 #[ignore]
 fn decode_attention() {
     for depth in [4096, 16384] {
-        for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
+        for ty in [KvType::F32, KvType::F16, KvType::Bf16, KvType::Q8_0] {
             for bf16 in [false, true] {
                 bench(ty, depth, 1, LAYERS, false, bf16);
                 bench(ty, depth, 1, LAYERS, true, bf16);
@@ -130,7 +130,7 @@ fn decode_attention() {
 #[test]
 #[ignore]
 fn decode_attention_resident() {
-    for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
+    for ty in [KvType::F32, KvType::F16, KvType::Bf16, KvType::Q8_0] {
         for bf16 in [false, true] {
             bench(ty, 512, 1, 1, false, bf16);
             bench(ty, 512, 1, 1, true, bf16);

@@ -135,12 +135,13 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
         "gemma3:270m",
         "qwen2.5-coder:1.5b-instruct",
     ];
-    // f32 caches everywhere; f16 and q8_0 ones (`--cache-type-k/-v`) on the 0.5B and gemma,
-    // with f32 and with bf16 attention products (`--attn-bf16`).
+    // f32 caches everywhere; f16, bf16 and q8_0 ones (`--cache-type-k/-v`) on the 0.5B and
+    // gemma, with f32 and with bf16 attention products (`--attn-bf16`; a bf16 cache's always).
     let typed = [
         (KvType::F16, false),
         (KvType::Q8_0, false),
         (KvType::F16, true),
+        (KvType::Bf16, false),
     ];
     let runs = names.iter().map(|&n| (n, (KvType::F32, false))).chain(
         names[..2]
@@ -173,7 +174,8 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
 }
 
 /// `set_attention_bf16` reaches the attention kernel: on a CPU with AVX-512 BF16 the logits
-/// of an f16 cache move (a little), while an f32 cache keeps f32 products and its logits.
+/// of an f16 cache move (a little), while an f32 cache keeps f32 products and its logits; a
+/// bf16 cache is multiplied in bf16 either way.
 #[test]
 fn attention_bf16_products_take_effect() {
     let input: Vec<usize> = (0..40).map(|i| 100 + (i * 7919) % 5000).collect();
@@ -192,4 +194,9 @@ fn attention_bf16_products_take_effect() {
         assert_eq!(d, 0.0, "no AVX-512 BF16: f32 products");
     }
     assert_eq!(logits(KvType::F32, true), logits(KvType::F32, false));
+    // A bf16 cache takes bf16 products whether asked or not, and stays near the f32 cache.
+    let stored = logits(KvType::Bf16, false);
+    assert_eq!(stored, logits(KvType::Bf16, true));
+    let d = max_abs_diff(&stored, &logits(KvType::F32, false));
+    assert!(d > 0.0 && d < 0.5, "bf16 cache: max diff {d} from f32");
 }

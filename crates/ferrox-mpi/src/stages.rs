@@ -22,7 +22,8 @@ const OP_FORWARD: u64 = 1;
 pub(crate) const TAG_HEADER: i32 = 1;
 /// Micro-batch `g`'s data goes under tag `TAG_DATA + g`.
 const TAG_DATA: i32 = 16;
-const TYPES: [KvType; 3] = [KvType::F32, KvType::F16, KvType::Q8_0];
+/// Cache types by header code (new types go last: codes are the wire format).
+const TYPES: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Bf16];
 
 /// What a rank after 0 runs for one micro-batch: its layers over `x` in place.
 pub type StageHandler =

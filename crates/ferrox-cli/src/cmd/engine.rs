@@ -11,36 +11,45 @@ use std::time::Instant;
 /// The KV cache's element types (llama.cpp's `--cache-type-k/-v`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct CacheArgs {
-    /// Element type of cached keys: f16 (default, as llama.cpp), f32 or q8_0.
+    /// Element type of cached keys: f32, f16, bf16 or q8_0 (default: bf16 where its products
+    /// are the faster ones — AMD CPUs with AVX-512 BF16 — else f16, as llama.cpp).
     #[arg(long = "cache-type-k", visible_alias = "ctk", value_parser = parse_kv_type)]
     pub cache_type_k: Option<KvType>,
-    /// Element type of cached values: f16 (default, as llama.cpp), f32 or q8_0.
+    /// Element type of cached values (as `--cache-type-k`).
     #[arg(long = "cache-type-v", visible_alias = "ctv", value_parser = parse_kv_type)]
     pub cache_type_v: Option<KvType>,
-    /// Attention products in bf16 over an f16 or q8_0 cache (AVX-512 BF16): long prompts
-    /// ~10% faster, decoding deep in a context ~9% slower; perplexity in llama.cpp's range.
+    /// Attention products in bf16 over an f16 or q8_0 cache too (a bf16 cache always takes
+    /// them; AVX-512 BF16): long prompts ~10% faster, decoding deep in a context ~9% slower.
     #[arg(long = "attn-bf16")]
     pub attn_bf16: bool,
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::parse(s).ok_or_else(|| format!("unknown cache type {s:?} (f32, f16 or q8_0)"))
+    KvType::parse(s).ok_or_else(|| format!("unknown cache type {s:?} (f32, f16, bf16 or q8_0)"))
 }
 
 impl CacheArgs {
-    /// llama.cpp's default: half the memory of f32 and, deep in a context, faster decoding
-    /// (attention reads every cached row per token), at no measurable perplexity cost.
-    pub const DEFAULT: KvType = KvType::F16;
+    /// Half the memory of f32 and, deep in a context, faster decoding (attention reads every
+    /// cached row per token). bf16 where its products are the faster ones (attention
+    /// multiplies it as stored, `kernels::bf16_attention_pays`), at llama.cpp's perplexity
+    /// (see the README); f16 elsewhere, as llama.cpp.
+    pub fn default_type() -> KvType {
+        if ferrox_core::kernels::bf16_attention_pays() {
+            KvType::Bf16
+        } else {
+            KvType::F16
+        }
+    }
 
-    /// The key and value types asked for, [`Self::DEFAULT`] where not given.
+    /// The key and value types asked for, [`Self::default_type`] where not given.
     pub fn types(&self) -> (KvType, KvType) {
         (
-            self.cache_type_k.unwrap_or(Self::DEFAULT),
-            self.cache_type_v.unwrap_or(Self::DEFAULT),
+            self.cache_type_k.unwrap_or_else(Self::default_type),
+            self.cache_type_v.unwrap_or_else(Self::default_type),
         )
     }
 
-    /// Gives the decoder these cache types ([`Self::DEFAULT`] where not given).
+    /// Gives the decoder these cache types ([`Self::default_type`] where not given).
     pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
         let (k, v) = self.types();
         // Pipeline stages in other processes would keep f32 products: refused, not mixed.

@@ -471,9 +471,9 @@ impl KvCache {
         Ok(())
     }
 
-    /// Asks attention over this cache for bf16 products (used when keys and values are both
-    /// stored narrower than f32). Only an empty cache may change: a sequence's rows all see
-    /// the same arithmetic.
+    /// Asks attention over this cache for bf16 products over f16 or q8_0 rows too (bf16 rows
+    /// always take them). Only an empty cache may change: a sequence's rows all see the same
+    /// arithmetic.
     pub fn set_bf16_products(&mut self, on: bool) -> Result<(), CacheTypeError> {
         if self.bf16_products != on && self.len != 0 {
             return Err(CacheTypeError::InUse);
@@ -482,13 +482,16 @@ impl KvCache {
         Ok(())
     }
 
-    /// Whether attention over this cache takes bf16 products: asked for, and neither keys nor
-    /// values are stored as f32.
+    /// Whether attention over this cache takes bf16 products: neither keys nor values are
+    /// stored as f32, and either is stored as bf16 (as ggml, whose attention multiplies a bf16
+    /// cache in bf16) or they were asked for.
     pub fn bf16_products(&self) -> bool {
-        self.bf16_products && !matches!(self.types(), (KvType::F32, _) | (_, KvType::F32))
+        let (k, v) = self.types();
+        let bf16_rows = k == KvType::Bf16 || v == KvType::Bf16;
+        (self.bf16_products || bf16_rows) && k != KvType::F32 && v != KvType::F32
     }
 
-    /// How the keys are laid out (`Tiles` only for f32 and f16 keys).
+    /// How the keys are laid out (`Tiles` for any type but q8_0).
     pub fn key_layout(&self) -> RowLayout {
         self.keys.layout()
     }

@@ -1,18 +1,22 @@
 //! Storage of a cache's key or value rows in the element type the user asked for: f32, or
-//! llama.cpp's `--cache-type-k/-v` f16 and q8_0 (blocks of 32 with an f16 scale, the layout of
-//! ggml's `block_q8_0`). Rows are encoded once when appended; attention reads them through
-//! [`KvSlice`] and widens them to f32 tile by tile.
+//! llama.cpp's `--cache-type-k/-v` f16, bf16 and q8_0 (blocks of 32 with an f16 scale, the
+//! layout of ggml's `block_q8_0`). Rows are encoded once when appended; attention reads them
+//! through [`KvSlice`] and widens them to f32 tile by tile (or, bf16, multiplies them as
+//! stored).
 //!
-//! f32 and f16 rows may also be kept in tiles ([`RowLayout::Tiles`]): each block of
+//! f32, f16 and bf16 rows may also be kept in tiles ([`RowLayout::Tiles`]): each block of
 //! [`TILE_ROWS`] consecutive rows stored column by column, so one column of a block is 16
 //! consecutive values — the 16 keys' lanes the tiled attention kernel multiplies a query
 //! element by, read without a transposition. A row's value `c` of row `r` then sits at
 //! `(r / 16) * 16 * width + c * 16 + r % 16`; the last block is allocated whole (its unused
-//! lanes hold zeros or rows cut off by a truncation, which attention masks).
+//! lanes hold zeros or rows cut off by a truncation, which attention masks). bf16 tiles keep
+//! columns in pairs instead — `(r / 16) * 16 * width + (c / 2) * 32 + (r % 16) * 2 + c % 2` —
+//! so 16 keys' values of columns `2i, 2i + 1` are the one vector `vdpbf16ps` multiplies a
+//! query's pair by (its widths are even).
 
 use crate::quant::act::quantize_row_q8_0;
 use crate::quant::blocks::{f16_to_f32, BlockQ8_0};
-use half::f16;
+use half::{bf16, f16};
 
 /// Element type of cached keys or values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,15 +24,18 @@ pub enum KvType {
     #[default]
     F32,
     F16,
+    /// bfloat16: f32's range, 8 bits of mantissa (f16's memory).
+    Bf16,
     Q8_0,
 }
 
 impl KvType {
-    /// llama.cpp's names (`f32`, `f16`, `q8_0`).
+    /// llama.cpp's names (`f32`, `f16`, `bf16`, `q8_0`).
     pub fn parse(name: &str) -> Option<KvType> {
         match name.to_ascii_lowercase().as_str() {
             "f32" => Some(KvType::F32),
             "f16" => Some(KvType::F16),
+            "bf16" => Some(KvType::Bf16),
             "q8_0" => Some(KvType::Q8_0),
             _ => None,
         }
@@ -38,20 +45,26 @@ impl KvType {
         match self {
             KvType::F32 => "f32",
             KvType::F16 => "f16",
+            KvType::Bf16 => "bf16",
             KvType::Q8_0 => "q8_0",
         }
     }
 
-    /// Whether rows of `width` values split into this type's blocks.
+    /// Whether rows of `width` values split into this type's blocks (q8_0: 32 values; bf16:
+    /// pairs, for its tiles).
     pub fn fits(self, width: usize) -> bool {
-        self != KvType::Q8_0 || width.is_multiple_of(32)
+        match self {
+            KvType::Q8_0 => width.is_multiple_of(32),
+            KvType::Bf16 => width.is_multiple_of(2),
+            _ => true,
+        }
     }
 
     /// Bytes one row of `width` values takes.
     pub fn row_bytes(self, width: usize) -> usize {
         match self {
             KvType::F32 => 4 * width,
-            KvType::F16 => 2 * width,
+            KvType::F16 | KvType::Bf16 => 2 * width,
             KvType::Q8_0 => width / 32 * std::mem::size_of::<BlockQ8_0>(),
         }
     }
@@ -66,7 +79,8 @@ pub enum RowLayout {
     /// Row after row.
     #[default]
     Rows,
-    /// Blocks of [`TILE_ROWS`] rows, each stored column by column (f32 and f16 only).
+    /// Blocks of [`TILE_ROWS`] rows, each stored column by column (bf16: by pairs of
+    /// columns; not q8_0).
     Tiles,
 }
 
@@ -83,6 +97,7 @@ pub(crate) struct RowStore {
 enum Data {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    Bf16(Vec<bf16>),
     Q8_0(Vec<BlockQ8_0>),
 }
 
@@ -97,6 +112,7 @@ impl Default for RowStore {
 pub enum KvSlice<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
+    Bf16(&'a [bf16]),
     Q8_0(&'a [BlockQ8_0]),
 }
 
@@ -106,6 +122,7 @@ impl KvSlice<'_> {
         match self {
             KvSlice::F32(s) => s.len(),
             KvSlice::F16(s) => s.len(),
+            KvSlice::Bf16(s) => s.len(),
             KvSlice::Q8_0(s) => s.len() * 32,
         }
     }
@@ -124,6 +141,11 @@ impl KvSlice<'_> {
                     *o = h.to_f32();
                 }
             }
+            KvSlice::Bf16(s) => {
+                for (o, h) in out.iter_mut().zip(&s[at..at + n]) {
+                    *o = h.to_f32();
+                }
+            }
             KvSlice::Q8_0(s) => {
                 let blocks = &s[at / 32..(at + n) / 32];
                 for (o, b) in out.chunks_exact_mut(32).zip(blocks) {
@@ -137,7 +159,7 @@ impl KvSlice<'_> {
     }
 
     /// Values `col..col + out.len()` of row `row` of rows `width` wide laid out as `layout`,
-    /// widened to f32 (tiles hold f32 or f16 only: q8_0 is never tiled).
+    /// widened to f32 (q8_0 is never tiled).
     pub fn read_row(
         &self,
         layout: RowLayout,
@@ -156,9 +178,20 @@ impl KvSlice<'_> {
                 .iter_mut()
                 .enumerate()
                 .for_each(|(c, o)| *o = s[at(c)].to_f32()),
+            KvSlice::Bf16(s) => {
+                let base = row / TILE_ROWS * TILE_ROWS * width;
+                out.iter_mut().enumerate().for_each(|(c, o)| {
+                    *o = s[base + paired(col + c, row % TILE_ROWS)].to_f32();
+                })
+            }
             KvSlice::Q8_0(_) => unreachable!("q8_0 rows are never tiled"),
         }
     }
+}
+
+/// Offset of column `c`, lane `lane` within a bf16 tile (see the module header).
+fn paired(c: usize, lane: usize) -> usize {
+    c / 2 * 2 * TILE_ROWS + lane * 2 + c % 2
 }
 
 impl RowStore {
@@ -167,6 +200,7 @@ impl RowStore {
         let data = match ty {
             KvType::F32 => Data::F32(Vec::new()),
             KvType::F16 => Data::F16(Vec::new()),
+            KvType::Bf16 => Data::Bf16(Vec::new()),
             KvType::Q8_0 => Data::Q8_0(Vec::new()),
         };
         let tiled = layout == RowLayout::Tiles && ty != KvType::Q8_0;
@@ -186,6 +220,7 @@ impl RowStore {
         match self.data {
             Data::F32(_) => KvType::F32,
             Data::F16(_) => KvType::F16,
+            Data::Bf16(_) => KvType::Bf16,
             Data::Q8_0(_) => KvType::Q8_0,
         }
     }
@@ -202,6 +237,7 @@ impl RowStore {
         match &self.data {
             Data::F32(v) => KvSlice::F32(v),
             Data::F16(v) => KvSlice::F16(v),
+            Data::Bf16(v) => KvSlice::Bf16(v),
             Data::Q8_0(v) => KvSlice::Q8_0(v),
         }
     }
@@ -257,12 +293,19 @@ impl RowStore {
                         v[base + c * TILE_ROWS + lane] = f16::from_f32(x);
                     }
                 }
+                Data::Bf16(v) => {
+                    v.resize(whole, bf16::ZERO);
+                    for (c, &x) in row.iter().enumerate() {
+                        v[base + paired(c, lane)] = bf16::from_f32(x);
+                    }
+                }
                 Data::Q8_0(_) => unreachable!("q8_0 rows are never tiled"),
             }
         } else {
             match &mut self.data {
                 Data::F32(v) => v.extend_from_slice(row),
                 Data::F16(v) => v.extend(row.iter().map(|&x| f16::from_f32(x))),
+                Data::Bf16(v) => v.extend(row.iter().map(|&x| bf16::from_f32(x))),
                 Data::Q8_0(v) => {
                     let at = v.len();
                     v.resize(at + w / 32, BlockQ8_0::default());
@@ -279,6 +322,7 @@ impl RowStore {
         match &mut self.data {
             Data::F32(v) => v.reserve_exact(n),
             Data::F16(v) => v.reserve_exact(n),
+            Data::Bf16(v) => v.reserve_exact(n),
             Data::Q8_0(v) => v.reserve_exact(n),
         }
     }
@@ -287,6 +331,7 @@ impl RowStore {
         match &self.data {
             Data::F32(v) => v.len(),
             Data::F16(v) => v.len(),
+            Data::Bf16(v) => v.len(),
             Data::Q8_0(v) => v.len(),
         }
     }
@@ -295,6 +340,7 @@ impl RowStore {
         match &self.data {
             Data::F32(v) => v.capacity(),
             Data::F16(v) => v.capacity(),
+            Data::Bf16(v) => v.capacity(),
             Data::Q8_0(v) => v.capacity(),
         }
     }
@@ -312,6 +358,7 @@ impl RowStore {
         match &mut self.data {
             Data::F32(v) => v.truncate(n),
             Data::F16(v) => v.truncate(n),
+            Data::Bf16(v) => v.truncate(n),
             Data::Q8_0(v) => v.truncate(n),
         }
         self.rows = rows;
@@ -329,6 +376,7 @@ impl RowStore {
         match &mut self.data {
             Data::F32(v) => drop(v.drain(..n)),
             Data::F16(v) => drop(v.drain(..n)),
+            Data::Bf16(v) => drop(v.drain(..n)),
             Data::Q8_0(v) => drop(v.drain(..n)),
         }
         self.rows -= rows;
@@ -350,6 +398,7 @@ impl RowStore {
         let data = match &self.data {
             Data::F32(v) => Data::F32(v[a..b].to_vec()),
             Data::F16(v) => Data::F16(v[a..b].to_vec()),
+            Data::Bf16(v) => Data::Bf16(v[a..b].to_vec()),
             Data::Q8_0(v) => Data::Q8_0(v[a..b].to_vec()),
         };
         RowStore {
@@ -376,6 +425,7 @@ impl RowStore {
         match (&mut self.data, &other.data) {
             (Data::F32(v), Data::F32(o)) => v.extend_from_slice(o),
             (Data::F16(v), Data::F16(o)) => v.extend_from_slice(o),
+            (Data::Bf16(v), Data::Bf16(o)) => v.extend_from_slice(o),
             (Data::Q8_0(v), Data::Q8_0(o)) => v.extend_from_slice(o),
             _ => return false,
         }
@@ -388,6 +438,7 @@ impl RowStore {
         match &self.data {
             Data::F32(v) => v.len() * 4,
             Data::F16(v) => v.len() * 2,
+            Data::Bf16(v) => v.len() * 2,
             Data::Q8_0(v) => v.len() * std::mem::size_of::<BlockQ8_0>(),
         }
     }

@@ -93,11 +93,11 @@ fn bounded_cache_forgets_rows_before_the_window() {
     assert!(c.restorable(3));
 }
 
-/// f16 / q8_0 storage: rows round-trip through copy/append and truncate like f32 ones, and
-/// the type can only change while empty, to widths its blocks divide.
+/// f16 / bf16 / q8_0 storage: rows round-trip through copy/append and truncate like f32 ones,
+/// and the type can only change while empty, to widths its blocks divide.
 #[test]
 fn typed_rows_copy_truncate_and_refusals() {
-    for ty in [KvType::F16, KvType::Q8_0] {
+    for ty in [KvType::F16, KvType::Bf16, KvType::Q8_0] {
         let mut c = KvCache::new(2, 32);
         c.set_types(ty, ty).unwrap();
         for p in 0..5 {
@@ -134,14 +134,20 @@ fn typed_rows_copy_truncate_and_refusals() {
         Err(CacheTypeError::Width { .. })
     ));
     assert!(odd.set_types(KvType::F16, KvType::F16).is_ok());
+    let mut odd = KvCache::new(2, 3);
+    assert!(matches!(
+        odd.set_types(KvType::Bf16, KvType::Bf16),
+        Err(CacheTypeError::Width { .. })
+    ));
 }
 
-/// Keys laid out in tiles of 16 positions read back as the rows they were given, through
-/// truncation, refills, copies at any offset (into caches of either layout), and dropping
-/// leading rows; q8_0 keys stay rows.
+/// Keys laid out in tiles of 16 positions (bf16: in pairs of columns) read back as the rows they
+/// were given, through truncation, refills, copies at any offset (into caches of either
+/// layout), and dropping leading rows; q8_0 keys stay rows.
 #[test]
 fn tiled_keys_read_back_as_rows() {
-    let row = |p: usize| -> Vec<f32> { (0..6).map(|i| (p * 6 + i) as f32 / 8.0).collect() };
+    // Values every type holds exactly (at most 8 significant bits).
+    let row = |p: usize| -> Vec<f32> { (0..6).map(|i| ((p * 6 + i) % 256) as f32 / 8.0).collect() };
     // Positions `from..to` of `c` hold rows `shift + from..`.
     let check = |c: &KvCache, from: usize, to: usize, shift: usize| {
         let mut k = vec![0f32; 6];
@@ -150,8 +156,10 @@ fn tiled_keys_read_back_as_rows() {
             assert_eq!(k, row(p - from + shift), "position {p}");
         }
     };
-    for ty in [KvType::F32, KvType::F16] {
-        let mut c = KvCache::new(2, 3);
+    for ty in [KvType::F32, KvType::F16, KvType::Bf16] {
+        // Rows of 6 values: 2 heads of 3, or (bf16 pairs) 3 heads of 2.
+        let (nkv, hd) = if ty == KvType::Bf16 { (3, 2) } else { (2, 3) };
+        let mut c = KvCache::new(nkv, hd);
         c.set_types(ty, ty).unwrap();
         c.set_key_layout(RowLayout::Tiles).unwrap();
         assert_eq!(c.key_layout(), RowLayout::Tiles);
@@ -176,7 +184,7 @@ fn tiled_keys_read_back_as_rows() {
             let rows = c.copy_rows(from, to).unwrap();
             for layout in [RowLayout::Rows, RowLayout::Tiles] {
                 // An empty cache takes the copied layout; one holding rows keeps its own.
-                let mut d = KvCache::new(2, 3);
+                let mut d = KvCache::new(nkv, hd);
                 d.set_types(ty, ty).unwrap();
                 d.set_key_layout(layout).unwrap();
                 for p in 0..3 {
@@ -186,7 +194,7 @@ fn tiled_keys_read_back_as_rows() {
                 assert_eq!((d.len(), d.key_layout()), (to - from + 3, layout));
                 check(&d, 0, 3, 100);
                 check(&d, 3, d.len(), from);
-                let mut e = KvCache::new(2, 3);
+                let mut e = KvCache::new(nkv, hd);
                 assert!(e.append_rows(&rows));
                 assert_eq!(e.key_layout(), RowLayout::Tiles);
                 check(&e, 0, e.len(), from);

@@ -451,17 +451,17 @@ mod tests {
         }
     }
 
-    /// f16 and q8_0 caches, and keys laid out in tiles, give exactly what attention gives over
-    /// the same rows widened to f32 (the tile loaders widen as `KvSlice::read` does; bf16
-    /// products round the widened values), on any path; a cache cut back and refilled (stale
-    /// lanes in a tile) too.
+    /// f16, bf16 and q8_0 caches, and keys laid out in tiles, give exactly what attention gives
+    /// over the same rows widened to f32 (the tile loaders widen as `KvSlice::read` does; bf16
+    /// products round the widened values, which bf16 rows multiplied as stored must equal), on
+    /// any path; a cache cut back and refilled (stale lanes in a tile) too.
     #[test]
     fn typed_cache_equals_widened_rows() {
         use crate::cache::{KvCache, KvType};
         let mut seed = 5u32;
         let (nkv, d, g, positions) = (2, 64, 3, 70);
         let layouts = [RowLayout::Rows, RowLayout::Tiles];
-        for (ty, layout) in [KvType::F32, KvType::F16, KvType::Q8_0]
+        for (ty, layout) in [KvType::F32, KvType::F16, KvType::Bf16, KvType::Q8_0]
             .into_iter()
             .flat_map(|t| layouts.map(|l| (t, l)))
         {

@@ -155,6 +155,11 @@ unsafe fn scores_of_tile(
             }
             tile_scores(blk, d, live, F32Cols(sc.kt.as_ptr()), scale, &mut sc.s)
         },
+        // Widening a bf16 column is one shift or mask: always in place.
+        (RowLayout::Tiles, KvSlice::Bf16(k)) => unsafe {
+            let cols = Bf16Cols(k[tiled].as_ptr().cast());
+            tile_scores(blk, d, live, cols, scale, &mut sc.s)
+        },
         _ => unsafe {
             transpose_keys(kv, at.rows, &mut sc.kt);
             tile_scores(blk, d, live, F32Cols(sc.kt.as_ptr()), scale, &mut sc.s)
@@ -183,6 +188,10 @@ unsafe fn values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch
             let vals = F16Vals(v.as_ptr().cast(), at.rows);
             accumulate(vals, s, corr, d, live, &mut sc.acc)
         },
+        KvSlice::Bf16(_) if at.in_place => unsafe {
+            let vals = AnyVals(kv.values, at.rows);
+            accumulate(vals, s, corr, d, live, &mut sc.acc)
+        },
         wide => unsafe {
             sc.vt.resize(TILE * d, 0.0);
             for (j, &r) in at.rows.iter().enumerate() {
@@ -198,8 +207,9 @@ unsafe fn values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch
     }
 }
 
-/// [`scores_of_tile`] with bf16 products: the tile's keys paired (from the cache's own tile, or
-/// from rows transposed), then every live query's scores.
+/// [`scores_of_tile`] with bf16 products: a bf16 cache's own tile as it is stored, else the
+/// tile's keys paired (from the cache's own tile, or from rows transposed); then every live
+/// query's scores.
 ///
 /// # Safety
 /// As [`scores_of_tile`]; AVX-512 BF16 available; `sc.kp` holds `d / 2 * TILE` words, `sc.qb`
@@ -209,6 +219,12 @@ unsafe fn values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch
 unsafe fn bf_scores_of_tile(kv: TypedKv<'_>, scale: f32, at: &TileAt<'_>, sc: &mut FlashScratch) {
     let d = kv.dim;
     let tiled = at.k0 * kv.stride + kv.col * TILE..at.k0 * kv.stride + (kv.col + d) * TILE;
+    let live = at.live.clone();
+    if let (RowLayout::Tiles, KvSlice::Bf16(k)) = (kv.key_layout, kv.keys) {
+        // SAFETY: the caller's contract; the slice (bounds-checked) holds the head's
+        // `d / 2 * TILE` pairs.
+        return unsafe { flash_bf::scores(k[tiled].as_ptr().cast(), sc, d, live, scale) };
+    }
     // SAFETY (every arm): the caller's contract; `tiled` is bounds-checked by the slicing.
     match (kv.key_layout, kv.keys) {
         (RowLayout::Tiles, KvSlice::F32(k)) => unsafe {
@@ -222,12 +238,13 @@ unsafe fn bf_scores_of_tile(kv: TypedKv<'_>, scale: f32, at: &TileAt<'_>, sc: &m
             flash_bf::key_pairs(d, F32Cols(sc.kt.as_ptr()), &mut sc.kp)
         },
     }
-    // SAFETY: as above.
-    unsafe { flash_bf::scores(sc, d, at.live.clone(), scale) }
+    let kp = sc.kp.as_ptr();
+    // SAFETY: as above; `kp` holds the paired tile.
+    unsafe { flash_bf::scores(kp, sc, d, live, scale) }
 }
 
-/// [`values_of_tile`] with bf16 products: the tile's value rows paired, then every live
-/// query's outputs.
+/// [`values_of_tile`] with bf16 products: a bf16 cache's rows paired as they are read, other
+/// rows paired into a scratch tile first; then every live query's outputs.
 ///
 /// # Safety
 /// As [`values_of_tile`]; AVX-512 BF16 available; `sc.vp` holds `TILE / 2 * d` words, `sc.pb`
@@ -235,9 +252,21 @@ unsafe fn bf_scores_of_tile(kv: TypedKv<'_>, scale: f32, at: &TileAt<'_>, sc: &m
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
 unsafe fn bf_values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch) {
-    let d = kv.dim;
+    let (d, live) = (kv.dim, at.live.clone());
     // SAFETY (every arm): value rows `..=last` checked by the caller.
     match kv.values {
+        // One group of queries (decoding): paired as read. More would each pair it again.
+        KvSlice::Bf16(v) if live.len() <= 8 => unsafe {
+            let rows = flash_bf::Bf16Rows(v.as_ptr().cast(), at.rows);
+            return flash_bf::accumulate(rows, sc, d, live);
+        },
+        KvSlice::Bf16(v) => unsafe {
+            flash_bf::store_pairs(
+                d,
+                flash_bf::Bf16Rows(v.as_ptr().cast(), at.rows),
+                &mut sc.vp,
+            )
+        },
         KvSlice::F32(v) => unsafe {
             flash_bf::value_pairs(d, F32Vals(v.as_ptr(), at.rows), &mut sc.vp)
         },
@@ -246,8 +275,9 @@ unsafe fn bf_values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScra
         },
         any => unsafe { flash_bf::value_pairs(d, AnyVals(any, at.rows), &mut sc.vp) },
     }
-    // SAFETY: as above.
-    unsafe { flash_bf::accumulate(sc, d, at.live.clone()) }
+    let vp = flash_bf::Paired(sc.vp.as_ptr(), d);
+    // SAFETY: as above; `vp` holds the paired tile.
+    unsafe { flash_bf::accumulate(vp, sc, d, live) }
 }
 
 /// How many tiles ahead of the one being computed the rows are prefetched.
@@ -282,6 +312,7 @@ fn prefetch_row(s: KvSlice<'_>, at: usize, n: usize) {
     let (p, bytes): (*const i8, usize) = match s {
         KvSlice::F32(v) => (v[at..at + n].as_ptr().cast(), 4 * n),
         KvSlice::F16(v) => (v[at..at + n].as_ptr().cast(), 2 * n),
+        KvSlice::Bf16(v) => (v[at..at + n].as_ptr().cast(), 2 * n),
         KvSlice::Q8_0(v) => {
             let b = &v[at / 32..(at + n).div_ceil(32)];
             (b.as_ptr().cast(), std::mem::size_of_val(b))
@@ -321,6 +352,15 @@ unsafe fn load16(s: KvSlice<'_>, at: usize) -> __m512 {
             // SAFETY: AVX-512 F (the caller's); `half::f16` is a transparent u16, so `h` is
             // 16 halves.
             unsafe { cvt16(h.as_ptr().cast()) }
+        }
+        KvSlice::Bf16(v) => {
+            let h = &v[at..at + 16];
+            // SAFETY: AVX-512 F (the caller's); `half::bf16` is a transparent u16: a bf16 is
+            // the high half of its f32.
+            unsafe {
+                let w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(h.as_ptr().cast()));
+                _mm512_castsi512_ps(_mm512_slli_epi32::<16>(w))
+            }
         }
         KvSlice::Q8_0(v) => {
             let b = &v[at / 32];
@@ -425,6 +465,10 @@ struct F32Cols(*const f32);
 #[derive(Clone, Copy)]
 struct F16Cols(*const u16);
 
+/// bf16 columns of the cache's own tile, stored in pairs (`cache/store.rs`).
+#[derive(Clone, Copy)]
+struct Bf16Cols(*const u16);
+
 // No `target_feature` on these, so they inline into the AVX-512 callers (as `load16`).
 impl KeyCols for F32Cols {
     #[inline(always)]
@@ -439,6 +483,22 @@ impl KeyCols for F16Cols {
     unsafe fn col(self, c: usize) -> __m512 {
         // SAFETY: as above, 16 halves per column.
         unsafe { cvt16(self.0.add(c * TILE)) }
+    }
+}
+
+impl KeyCols for Bf16Cols {
+    #[inline(always)]
+    unsafe fn col(self, c: usize) -> __m512 {
+        // SAFETY: as above, the pair vector of columns c & !1 (32 words); column c's word is
+        // the low (even c) or high half of each lane, the high half of its f32.
+        unsafe {
+            let pair = _mm512_loadu_si512(self.0.add(c / 2 * 2 * TILE).cast());
+            _mm512_castsi512_ps(if c.is_multiple_of(2) {
+                _mm512_slli_epi32::<16>(pair)
+            } else {
+                _mm512_and_si512(pair, _mm512_set1_epi32(0xffff_0000u32 as i32))
+            })
+        }
     }
 }
 

@@ -6,7 +6,10 @@
 //!
 //! Operands are laid out in pairs along the sum: a key tile as `d / 2` vectors whose lane `j`
 //! holds key `j`'s columns `2i, 2i + 1`, a value tile as 8 steps of `d` lanes holding keys
-//! `2s, 2s + 1` of one column, queries and weights as the matching pairs, broadcast.
+//! `2s, 2s + 1` of one column, queries and weights as the matching pairs, broadcast. A bf16
+//! cache's key tiles are stored that way (`cache/store.rs`) and multiplied in place; its value
+//! rows are paired as they are loaded (one `vpermt2w` per 16 columns of two keys). Other caches
+//! are widened and paired into scratch tiles first.
 //!
 //! [`Scoring::bf16`]: super::Scoring::bf16
 
@@ -136,16 +139,17 @@ pub(super) unsafe fn value_pairs<V: ValRows>(d: usize, vals: V, vp: &mut [u32]) 
     }
 }
 
-/// Scores of `N` queries from `q0` against the paired key tile `kp` (`d / 2` vectors):
-/// `s[qi] = (Σ pairs) * scale`, one `vdpbf16ps` chain per query and lane.
+/// Scores of `N` queries from `q0` against the paired key tile at `kp` (`d / 2` vectors of
+/// `TILE` words): `s[qi] = (Σ pairs) * scale`, one `vdpbf16ps` chain per query and lane.
 ///
 /// # Safety
-/// AVX-512 F/BW/BF16 available; `qb` holds `d / 2` words per query, `s` a tile per query.
+/// AVX-512 F/BW/BF16 available; `kp` points at `d / 2 * TILE` readable words; `qb` holds
+/// `d / 2` words per query, `s` a tile per query.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
 pub(super) unsafe fn scores_n<const N: usize>(
     qb: &[u32],
-    kp: &[u32],
+    kp: *const u32,
     d: usize,
     q0: usize,
     scale: f32,
@@ -153,12 +157,11 @@ pub(super) unsafe fn scores_n<const N: usize>(
 ) {
     let h = d / 2;
     let qs: [&[u32]; N] = std::array::from_fn(|i| &qb[(q0 + i) * h..][..h]);
-    let kp = &kp[..h * TILE];
     let mut acc = [_mm512_setzero_ps(); N];
     for c in 0..h {
-        // SAFETY: c < d / 2: one vector of `kp`, one word of each query.
+        // SAFETY: c < d / 2: one vector at `kp` (caller), one word of each query.
         unsafe {
-            let k = _mm512_loadu_si512(kp.as_ptr().add(c * TILE).cast());
+            let k = _mm512_loadu_si512(kp.add(c * TILE).cast());
             for i in 0..N {
                 acc[i] = dp_bcst(acc[i], k, qs[i].as_ptr().add(c));
             }
@@ -168,33 +171,98 @@ pub(super) unsafe fn scores_n<const N: usize>(
     unsafe { store_scores(&acc, q0, scale, s) };
 }
 
+/// The tile of `vals` paired into `vp` (`vp[s * d + c]`, as [`value_pairs`]).
+///
+/// # Safety
+/// AVX-512 F/BW available; `vals` as [`ValPairs::pairs`] for the head's `d` columns.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
+pub(super) unsafe fn store_pairs<V: ValPairs>(d: usize, vals: V, vp: &mut [u32]) {
+    let vp = &mut vp[..TILE / 2 * d];
+    for s in 0..TILE / 2 {
+        for c in (0..d).step_by(16) {
+            // SAFETY: the caller's contract; `vp` holds 8 rows of `d` words.
+            unsafe {
+                let v = vals.pairs(s, c);
+                _mm512_storeu_si512(vp.as_mut_ptr().add(s * d + c).cast(), v);
+            }
+        }
+    }
+}
+
+/// A value tile's pairs of keys: 16 columns of keys `2s` and `2s + 1`, interleaved.
+pub(super) trait ValPairs: Copy {
+    /// Lane `i` = (key `2s`'s, key `2s + 1`'s) column `c + i`.
+    ///
+    /// # Safety
+    /// AVX-512 F/BW available (the callers' target features); `s < TILE / 2`, `c + 16 <= d`.
+    unsafe fn pairs(self, s: usize, c: usize) -> __m512i;
+}
+
+/// A tile paired by [`value_pairs`] (`.0`, `.1` the head width).
+#[derive(Clone, Copy)]
+pub(super) struct Paired(pub(super) *const u32, pub(super) usize);
+
+impl ValPairs for Paired {
+    #[inline(always)]
+    unsafe fn pairs(self, s: usize, c: usize) -> __m512i {
+        // SAFETY: the tile holds `TILE / 2 * d` words (constructor).
+        unsafe { _mm512_loadu_si512(self.0.add(s * self.1 + c).cast()) }
+    }
+}
+
+/// bf16 rows at offsets `.1` of `.0` (a bf16 cache's values), paired as they are read.
+#[derive(Clone, Copy)]
+pub(super) struct Bf16Rows<'a>(pub(super) *const u16, pub(super) &'a [usize; TILE]);
+
+impl ValPairs for Bf16Rows<'_> {
+    #[inline(always)]
+    unsafe fn pairs(self, s: usize, c: usize) -> __m512i {
+        // Word 2i from the first row's column i, 2i + 1 from the second's (index bit 5).
+        const IDX: [u16; 32] = {
+            let mut t = [0u16; 32];
+            let mut i = 0;
+            while i < 16 {
+                t[2 * i] = i as u16;
+                t[2 * i + 1] = 32 + i as u16;
+                i += 1;
+            }
+            t
+        };
+        // SAFETY: rows `2s`, `2s + 1` hold the head's `d` columns (constructor), c + 16 <= d;
+        // `IDX` is 64 bytes; the upper halves of `a`, `b` are never selected.
+        unsafe {
+            let a = _mm256_loadu_si256(self.0.add(self.1[2 * s] + c).cast());
+            let b = _mm256_loadu_si256(self.0.add(self.1[2 * s + 1] + c).cast());
+            let idx = _mm512_loadu_si512(IDX.as_ptr().cast());
+            _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), idx, _mm512_castsi256_si512(b))
+        }
+    }
+}
+
 /// `Q` queries from `qi` × `W` vectors of columns from `c`: `acc = acc * corr + Σ pairs`, the
-/// weights' pairs `pb` (`TILE / 2` words per query) against the paired value tile `vp`.
+/// weights' pairs `pb` (`TILE / 2` words per query) against the value tile's pairs.
 ///
 /// # Safety
 /// AVX-512 F/BW/BF16 available; `acc` holds `d` per query, columns `c..c + 16 * W` lie in
-/// the head, `vp` holds `TILE / 2 * d` words.
+/// the head, `vals` as [`ValPairs::pairs`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn pv<const Q: usize, const W: usize>(
-    vp: &[u32],
+pub(super) unsafe fn pv<const Q: usize, const W: usize, V: ValPairs>(
+    vals: V,
     pb: &[u32],
     corr: &[f32],
-    d: usize,
-    qi: usize,
-    c: usize,
+    (d, qi, c): (usize, usize, usize),
     acc: &mut [f32],
 ) {
-    let vp = &vp[..TILE / 2 * d];
     let place = (d, qi, c);
     // SAFETY: `acc` holds `d` per query (caller).
     let mut a = unsafe { load_acc::<Q, W>(acc, corr, place) };
     for s in 0..TILE / 2 {
         let mut vs = [_mm512_setzero_si512(); W];
         for (w, x) in vs.iter_mut().enumerate() {
-            // SAFETY: columns `c + 16 * w..+16` of step `s` lie in `vp`.
-            *x = unsafe { _mm512_loadu_si512(vp.as_ptr().add(s * d + c + 16 * w).cast()) };
+            // SAFETY: step `s`, columns `c + 16 * w..+16` of the head (caller).
+            *x = unsafe { vals.pairs(s, c + 16 * w) };
         }
         for i in 0..Q {
             // SAFETY: `pb` holds TILE / 2 words per query.
@@ -214,12 +282,17 @@ pub(super) unsafe fn pv<const Q: usize, const W: usize>(
 /// # Safety
 /// As [`pv`] for every query of `live`.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-pub(super) unsafe fn accumulate(sc: &mut FlashScratch, d: usize, live: std::ops::Range<usize>) {
-    let (vp, pb, corr, acc) = (&sc.vp[..], &sc.pb[..], &sc.corr[..], &mut sc.acc[..]);
+pub(super) unsafe fn accumulate<V: ValPairs>(
+    vals: V,
+    sc: &mut FlashScratch,
+    d: usize,
+    live: std::ops::Range<usize>,
+) {
+    let (pb, corr, acc) = (&sc.pb[..], &sc.corr[..], &mut sc.acc[..]);
     for (qi, n, c, w) in pv_blocks(live, d) {
         macro_rules! call {
             ($q:literal, $w:literal) => {
-                pv::<$q, $w>(vp, pb, corr, d, qi, c, acc)
+                pv::<$q, $w, V>(vals, pb, corr, (d, qi, c), acc)
             };
         }
         // SAFETY: forwarded contract.
@@ -227,18 +300,19 @@ pub(super) unsafe fn accumulate(sc: &mut FlashScratch, d: usize, live: std::ops:
     }
 }
 
-/// [`scores_n`] over the live queries, eight at a time.
+/// [`scores_n`] over the live queries, eight at a time, against the paired key tile at `kp`.
 ///
 /// # Safety
 /// As [`scores_n`] for every query of `live`.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
 pub(super) unsafe fn scores(
+    kp: *const u32,
     sc: &mut FlashScratch,
     d: usize,
     live: std::ops::Range<usize>,
     scale: f32,
 ) {
-    let (qb, kp, s) = (&sc.qb[..], &sc.kp[..], &mut sc.s[..]);
+    let (qb, s) = (&sc.qb[..], &mut sc.s[..]);
     for (qi, n) in query_groups(live) {
         macro_rules! call {
             ($n:literal) => {
