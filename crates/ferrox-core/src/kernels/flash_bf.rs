@@ -20,6 +20,19 @@ use super::flash::{
 };
 use std::arch::x86_64::*;
 
+/// A 16-bit permutation index whose word `2j` selects element `j` and word `2j + 1` element
+/// `second + j`.
+const fn interleave(second: u16) -> [u16; 32] {
+    let mut t = [0u16; 32];
+    let mut j = 0;
+    while j < 16 {
+        t[2 * j] = j as u16;
+        t[2 * j + 1] = second + j as u16;
+        j += 1;
+    }
+    t
+}
+
 /// Lane `j` of the result holds `(lo, hi) = (a[j], b[j])` as bf16: 16-bit element `2j` from
 /// `a`, `2j + 1` from `b`.
 ///
@@ -28,16 +41,7 @@ use std::arch::x86_64::*;
 #[inline(always)]
 unsafe fn pair(a: __m512, b: __m512) -> __m512i {
     // `cvtne2ps` puts `a` in elements 0..16 and `b` in 16..32; interleave them.
-    const IDX: [u16; 32] = {
-        let mut t = [0u16; 32];
-        let mut j = 0;
-        while j < 16 {
-            t[2 * j] = j as u16;
-            t[2 * j + 1] = 16 + j as u16;
-            j += 1;
-        }
-        t
-    };
+    const IDX: [u16; 32] = interleave(16);
     // SAFETY: the caller's contract; `IDX` is 64 bytes.
     unsafe {
         let ab: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(b, a));
@@ -219,16 +223,7 @@ impl ValPairs for Bf16Rows<'_> {
     #[inline(always)]
     unsafe fn pairs(self, s: usize, c: usize) -> __m512i {
         // Word 2i from the first row's column i, 2i + 1 from the second's (index bit 5).
-        const IDX: [u16; 32] = {
-            let mut t = [0u16; 32];
-            let mut i = 0;
-            while i < 16 {
-                t[2 * i] = i as u16;
-                t[2 * i + 1] = 32 + i as u16;
-                i += 1;
-            }
-            t
-        };
+        const IDX: [u16; 32] = interleave(32);
         // SAFETY: rows `2s`, `2s + 1` hold the head's `d` columns (constructor), c + 16 <= d;
         // `IDX` is 64 bytes; the upper halves of `a`, `b` are never selected.
         unsafe {
