@@ -219,28 +219,26 @@ unsafe fn values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScratch
 unsafe fn bf_scores_of_tile(kv: TypedKv<'_>, scale: f32, at: &TileAt<'_>, sc: &mut FlashScratch) {
     let d = kv.dim;
     let tiled = at.k0 * kv.stride + kv.col * TILE..at.k0 * kv.stride + (kv.col + d) * TILE;
-    let live = at.live.clone();
-    if let (RowLayout::Tiles, KvSlice::Bf16(k)) = (kv.key_layout, kv.keys) {
-        // SAFETY: the caller's contract; the slice (bounds-checked) holds the head's
-        // `d / 2 * TILE` pairs.
-        return unsafe { flash_bf::scores(k[tiled].as_ptr().cast(), sc, d, live, scale) };
-    }
     // SAFETY (every arm): the caller's contract; `tiled` is bounds-checked by the slicing.
-    match (kv.key_layout, kv.keys) {
+    let kp: *const u32 = match (kv.key_layout, kv.keys) {
+        // A bf16 tile is stored paired: multiplied in place.
+        (RowLayout::Tiles, KvSlice::Bf16(k)) => k[tiled].as_ptr().cast(),
         (RowLayout::Tiles, KvSlice::F32(k)) => unsafe {
-            flash_bf::key_pairs(d, F32Cols(k[tiled].as_ptr()), &mut sc.kp)
+            flash_bf::key_pairs(d, F32Cols(k[tiled].as_ptr()), &mut sc.kp);
+            sc.kp.as_ptr()
         },
         (RowLayout::Tiles, KvSlice::F16(k)) => unsafe {
-            flash_bf::key_pairs(d, F16Cols(k[tiled].as_ptr().cast()), &mut sc.kp)
+            flash_bf::key_pairs(d, F16Cols(k[tiled].as_ptr().cast()), &mut sc.kp);
+            sc.kp.as_ptr()
         },
         _ => unsafe {
             transpose_keys(kv, at.rows, &mut sc.kt);
-            flash_bf::key_pairs(d, F32Cols(sc.kt.as_ptr()), &mut sc.kp)
+            flash_bf::key_pairs(d, F32Cols(sc.kt.as_ptr()), &mut sc.kp);
+            sc.kp.as_ptr()
         },
-    }
-    let kp = sc.kp.as_ptr();
-    // SAFETY: as above; `kp` holds the paired tile.
-    unsafe { flash_bf::scores(kp, sc, d, live, scale) }
+    };
+    // SAFETY: as above; `kp` holds the head's `d / 2 * TILE` pairs.
+    unsafe { flash_bf::scores(kp, sc, d, at.live.clone(), scale) }
 }
 
 /// [`values_of_tile`] with bf16 products: a bf16 cache's rows paired as they are read, other
@@ -261,19 +259,21 @@ unsafe fn bf_values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScra
             return flash_bf::accumulate(rows, sc, d, live);
         },
         KvSlice::Bf16(v) => unsafe {
-            flash_bf::store_pairs(
-                d,
-                flash_bf::Bf16Rows(v.as_ptr().cast(), at.rows),
-                &mut sc.vp,
-            )
+            let rows = flash_bf::Bf16Rows(v.as_ptr().cast(), at.rows);
+            flash_bf::store_pairs(d, rows, &mut sc.vp)
         },
         KvSlice::F32(v) => unsafe {
-            flash_bf::value_pairs(d, F32Vals(v.as_ptr(), at.rows), &mut sc.vp)
+            let rows = flash_bf::Widened(F32Vals(v.as_ptr(), at.rows));
+            flash_bf::store_pairs(d, rows, &mut sc.vp)
         },
         KvSlice::F16(v) => unsafe {
-            flash_bf::value_pairs(d, F16Vals(v.as_ptr().cast(), at.rows), &mut sc.vp)
+            let rows = flash_bf::Widened(F16Vals(v.as_ptr().cast(), at.rows));
+            flash_bf::store_pairs(d, rows, &mut sc.vp)
         },
-        any => unsafe { flash_bf::value_pairs(d, AnyVals(any, at.rows), &mut sc.vp) },
+        any => unsafe {
+            let rows = flash_bf::Widened(AnyVals(any, at.rows));
+            flash_bf::store_pairs(d, rows, &mut sc.vp)
+        },
     }
     let vp = flash_bf::Paired(sc.vp.as_ptr(), d);
     // SAFETY: as above; `vp` holds the paired tile.

@@ -123,26 +123,6 @@ pub(super) unsafe fn key_pairs<K: KeyCols>(d: usize, cols: K, kp: &mut [u32]) {
     }
 }
 
-/// A value tile in pairs: `vp[s * d + c]` = `(value_{2s}[c], value_{2s + 1}[c])`.
-///
-/// # Safety
-/// AVX-512 F/BW/BF16 available; `vals` holds `TILE` rows of `d`; `vp` holds `TILE / 2 * d`
-/// words.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-pub(super) unsafe fn value_pairs<V: ValRows>(d: usize, vals: V, vp: &mut [u32]) {
-    let vp = &mut vp[..TILE / 2 * d];
-    for s in 0..TILE / 2 {
-        for c in (0..d).step_by(16) {
-            // SAFETY: the caller's contract; `vp` holds 8 rows of `d` words.
-            unsafe {
-                let v = pair(vals.at(2 * s, c), vals.at(2 * s + 1, c));
-                _mm512_storeu_si512(vp.as_mut_ptr().add(s * d + c).cast(), v);
-            }
-        }
-    }
-}
-
 /// Scores of `N` queries from `q0` against the paired key tile at `kp` (`d / 2` vectors of
 /// `TILE` words): `s[qi] = (Σ pairs) * scale`, one `vdpbf16ps` chain per query and lane.
 ///
@@ -175,10 +155,11 @@ pub(super) unsafe fn scores_n<const N: usize>(
     unsafe { store_scores(&acc, q0, scale, s) };
 }
 
-/// The tile of `vals` paired into `vp` (`vp[s * d + c]`, as [`value_pairs`]).
+/// A value tile in pairs: `vp[s * d + c]` = `(value_{2s}[c], value_{2s + 1}[c])`.
 ///
 /// # Safety
-/// AVX-512 F/BW available; `vals` as [`ValPairs::pairs`] for the head's `d` columns.
+/// AVX-512 F/BW/BF16 available; `vals` as [`ValPairs::pairs`] for the head's `d` columns;
+/// `vp` holds `TILE / 2 * d` words.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
 pub(super) unsafe fn store_pairs<V: ValPairs>(d: usize, vals: V, vp: &mut [u32]) {
@@ -203,7 +184,7 @@ pub(super) trait ValPairs: Copy {
     unsafe fn pairs(self, s: usize, c: usize) -> __m512i;
 }
 
-/// A tile paired by [`value_pairs`] (`.0`, `.1` the head width).
+/// A tile paired by [`store_pairs`] (`.0`, `.1` the head width).
 #[derive(Clone, Copy)]
 pub(super) struct Paired(pub(super) *const u32, pub(super) usize);
 
@@ -212,6 +193,19 @@ impl ValPairs for Paired {
     unsafe fn pairs(self, s: usize, c: usize) -> __m512i {
         // SAFETY: the tile holds `TILE / 2 * d` words (constructor).
         unsafe { _mm512_loadu_si512(self.0.add(s * self.1 + c).cast()) }
+    }
+}
+
+/// Rows of any type widened to f32 ([`ValRows`]), rounded to bf16 and paired.
+#[derive(Clone, Copy)]
+pub(super) struct Widened<V>(pub(super) V);
+
+impl<V: ValRows> ValPairs for Widened<V> {
+    #[inline(always)]
+    unsafe fn pairs(self, s: usize, c: usize) -> __m512i {
+        // SAFETY: the caller's contract (`s < TILE / 2`, `c + 16 <= d`); BF16 is enabled in
+        // every caller (`store_pairs`).
+        unsafe { pair(self.0.at(2 * s, c), self.0.at(2 * s + 1, c)) }
     }
 }
 
