@@ -98,6 +98,23 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
     }
 }
 
+/// A batch long enough that its activations are quantized in parallel pieces of rows (every
+/// activation type: Q8_K, Q8_0, Q8_1, bf16) still gives gemv's bits row by row.
+#[test]
+fn long_batches_quantized_in_pieces_equal_gemv() {
+    let mut rng = StdRng::seed_from_u64(23);
+    for ty in [
+        GgmlType::Q4K,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::BF16,
+    ] {
+        let m = random_matrix(&mut rng, ty, 48, 512);
+        // 97 rows of 512: three pieces of 64 rows and the remainder.
+        assert_gemm_is_gemv(&mut rng, &m, 97, &[97]);
+    }
+}
+
 /// Odd shapes of the 32-element types: a row count that leaves a partial row group and an odd
 /// number of blocks per row (a half block pair), at every batch size around the point where
 /// the kernels switch from decoding per token tile to decoding once per batch.

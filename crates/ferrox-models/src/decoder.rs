@@ -6,6 +6,7 @@
 //! Every forward processes a batch of consecutive positions; a single token is the batch of
 //! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
 
+use crate::blocks::norm::{pool_rows, PAR_ELEMS};
 use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
@@ -114,13 +115,18 @@ fn segment<'a>(seq: &'a mut SeqBatch<'_>, state: &'a mut PassState) -> Segment<'
     }
 }
 
-/// `x += m · t` (`m == 1`: a plain add, so unscaled models round exactly as before).
+/// `x += m · t` (`m == 1`: a plain add, so unscaled models round exactly as before), long
+/// blocks in parallel pieces.
 fn residual_add(x: &mut [f32], t: &[f32], m: f32) {
-    if m == 1.0 {
-        x.iter_mut().zip(t).for_each(|(a, &b)| *a += b);
-    } else {
-        x.iter_mut().zip(t).for_each(|(a, &b)| *a += m * b);
-    }
+    assert_eq!(x.len(), t.len(), "residual_add: shapes");
+    pool_rows(x, PAR_ELEMS, |i, x| {
+        let t = &t[i * PAR_ELEMS..][..x.len()];
+        if m == 1.0 {
+            x.iter_mut().zip(t).for_each(|(a, &b)| *a += b);
+        } else {
+            x.iter_mut().zip(t).for_each(|(a, &b)| *a += m * b);
+        }
+    });
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {

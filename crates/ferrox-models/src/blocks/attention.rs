@@ -8,6 +8,7 @@
 //! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
 //! so batched and single-token forwards agree bit for bit.
 
+use super::norm::{pool_rows, rows_chunk};
 use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_rows, FlashScratch, RowBlock, Scoring, TypedKv};
@@ -148,18 +149,28 @@ impl StandardAttention {
                 seg.pos,
                 "KV cache length must equal the start position"
             );
+            // Per row: the head norms, then RoPE at the row's position (a long block's rows
+            // in parallel pieces, each row as alone).
+            let (qs, ks) = (
+                &mut q[r0 * qd..(r0 + seg.n) * qd],
+                &mut k[r0 * kvd..(r0 + seg.n) * kvd],
+            );
+            for (x, heads, width, norm) in
+                [(qs, nh, qd, &self.q_norm), (ks, nkv, kvd, &self.k_norm)]
+            {
+                let chunk = rows_chunk(width);
+                pool_rows(x, chunk, |c, rows| {
+                    for (j, xi) in rows.chunks_exact_mut(width).enumerate() {
+                        if let Some(norm) = norm {
+                            norm.forward_inplace(xi);
+                        }
+                        self.rope
+                            .apply(xi, heads, hd, seg.pos + c * chunk / width + j);
+                    }
+                });
+            }
             for i in r0..r0 + seg.n {
-                let (qi, ki) = (&mut q[i * qd..(i + 1) * qd], &mut k[i * kvd..(i + 1) * kvd]);
-                if let Some(norm) = &self.q_norm {
-                    norm.forward_inplace(qi);
-                }
-                if let Some(norm) = &self.k_norm {
-                    norm.forward_inplace(ki);
-                }
-                let p = seg.pos + i - r0;
-                self.rope.apply(qi, nh, hd, p);
-                self.rope.apply(ki, nkv, hd, p);
-                cache.append(ki, &v[i * kvd..(i + 1) * kvd]);
+                cache.append(&k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd]);
             }
             let rows = r0 * qd..(r0 + seg.n) * qd;
             self.attend(&q[rows.clone()], seg.n, seg.pos, cache, &mut att[rows]);
