@@ -107,6 +107,34 @@ pub fn dot_bf16_pairs(w: &[u16], x: &[u16]) -> f32 {
     acc[0] + acc[1]
 }
 
+/// Elements of `x` per pool task when its rows are quantized in parallel (each row is
+/// quantized alone, so the split never changes a bit; a single row stays on the caller).
+const QUANT_PAR: usize = 1 << 15;
+
+/// `f(row of x, its blocks)` for every `cols`-long row of `x` and the `cols / per_block`
+/// blocks of `out` it fills: long batches in parallel pieces of whole rows.
+pub(crate) fn per_row<B: Send>(
+    x: &[f32],
+    cols: usize,
+    out: &mut [B],
+    per_block: usize,
+    f: impl Fn(&[f32], &mut [B]) + Sync,
+) {
+    let nb = cols / per_block;
+    let rows = (QUANT_PAR / cols).max(1);
+    let run = |i: usize, blocks: &mut [B]| {
+        let xs = &x[i * rows * cols..][..blocks.len() / nb * cols];
+        for (xr, br) in xs.chunks_exact(cols).zip(blocks.chunks_exact_mut(nb)) {
+            f(xr, br);
+        }
+    };
+    if x.len() > rows * cols && crate::pool::threads() > 1 {
+        crate::pool::for_each_chunk_mut(out, rows * nb, run);
+    } else {
+        run(0, out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -365,34 +365,6 @@ pub struct ActBuf {
     pair_s: Vec<i32>,
 }
 
-/// Elements of `x` per pool task when its rows are quantized in parallel (each row is
-/// quantized alone, so the split never changes a bit; a single row stays on the caller).
-const QUANT_PAR: usize = 1 << 15;
-
-/// `f(row of x, its blocks)` for every `cols`-long row of `x` and the `cols / per_block`
-/// blocks of `out` it fills: long batches in parallel pieces of whole rows.
-fn per_row<B: Send>(
-    x: &[f32],
-    cols: usize,
-    out: &mut [B],
-    per_block: usize,
-    f: impl Fn(&[f32], &mut [B]) + Sync,
-) {
-    let nb = cols / per_block;
-    let rows = (QUANT_PAR / cols).max(1);
-    let run = |i: usize, blocks: &mut [B]| {
-        let xs = &x[i * rows * cols..][..blocks.len() / nb * cols];
-        for (xr, br) in xs.chunks_exact(cols).zip(blocks.chunks_exact_mut(nb)) {
-            f(xr, br);
-        }
-    };
-    if x.len() > rows * cols && crate::pool::threads() > 1 {
-        crate::pool::for_each_chunk_mut(out, rows * nb, run);
-    } else {
-        run(0, out);
-    }
-}
-
 impl ActBuf {
     fn fill_pairs(&mut self) {
         let nb = self.cols / 32;
@@ -442,7 +414,7 @@ impl ActBuf {
             }
             ActType::Q8_0 => {
                 self.q8_0.resize(x.len() / 32, BlockQ8_0::default());
-                per_row(x, cols, &mut self.q8_0, 32, |xr, br| {
+                act::per_row(x, cols, &mut self.q8_0, 32, |xr, br| {
                     crate::kernels::quantize_row_q8_0(crate::kernels::isa(), xr, br)
                 });
                 self.d8.clear();
@@ -459,7 +431,7 @@ impl ActBuf {
             }
             ActType::Q8_1 => {
                 self.q8_1.resize(x.len() / 32, BlockQ8_1::default());
-                per_row(x, cols, &mut self.q8_1, 32, act::quantize_row_q8_1);
+                act::per_row(x, cols, &mut self.q8_1, 32, act::quantize_row_q8_1);
                 self.d8.clear();
                 self.d8.extend(self.q8_1.iter().map(|b| f16_to_f32(b.d)));
                 self.s8.clear();
@@ -467,7 +439,7 @@ impl ActBuf {
             }
             ActType::Q8K => {
                 self.q8k.resize(x.len() / QK_K, BlockQ8K::default());
-                per_row(x, cols, &mut self.q8k, QK_K, |xr, br| {
+                act::per_row(x, cols, &mut self.q8k, QK_K, |xr, br| {
                     crate::kernels::quantize_row_q8_k(crate::kernels::isa(), xr, br)
                 });
             }
