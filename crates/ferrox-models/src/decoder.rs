@@ -6,7 +6,7 @@
 //! Every forward processes a batch of consecutive positions; a single token is the batch of
 //! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
 
-use crate::blocks::norm::{pool_rows, PAR_ELEMS};
+use crate::blocks::norm::PAR_ELEMS;
 use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
@@ -119,7 +119,7 @@ fn segment<'a>(seq: &'a mut SeqBatch<'_>, state: &'a mut PassState) -> Segment<'
 /// blocks in parallel pieces.
 fn residual_add(x: &mut [f32], t: &[f32], m: f32) {
     assert_eq!(x.len(), t.len(), "residual_add: shapes");
-    pool_rows(x, PAR_ELEMS, |i, x| {
+    ferrox_core::pool::for_each_chunk_mut(x, PAR_ELEMS, |i, x| {
         let t = &t[i * PAR_ELEMS..][..x.len()];
         if m == 1.0 {
             x.iter_mut().zip(t).for_each(|(a, &b)| *a += b);

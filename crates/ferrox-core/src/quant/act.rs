@@ -128,11 +128,8 @@ pub(crate) fn per_row<B: Send>(
             f(xr, br);
         }
     };
-    if x.len() > rows * cols && crate::pool::threads() > 1 {
-        crate::pool::for_each_chunk_mut(out, rows * nb, run);
-    } else {
-        run(0, out);
-    }
+    // One piece (a decoded row) runs on the caller: `pool::for_each` with one task.
+    crate::pool::for_each_chunk_mut(out, rows * nb, run);
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! Every row attends exactly as it would alone: two-pass softmax over keys in ascending order,
 //! so batched and single-token forwards agree bit for bit.
 
-use super::norm::{pool_rows, rows_chunk};
+use super::norm::rows_chunk;
 use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
 use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_rows, FlashScratch, RowBlock, Scoring, TypedKv};
@@ -159,7 +159,7 @@ impl StandardAttention {
                 [(qs, nh, qd, &self.q_norm), (ks, nkv, kvd, &self.k_norm)]
             {
                 let chunk = rows_chunk(width);
-                pool_rows(x, chunk, |c, rows| {
+                pool::for_each_chunk_mut(x, chunk, |c, rows| {
                     for (j, xi) in rows.chunks_exact_mut(width).enumerate() {
                         if let Some(norm) = norm {
                             norm.forward_inplace(xi);

@@ -5,7 +5,8 @@ use super::Real;
 use ferrox_core::pool;
 
 /// Elements per pool task of a long block's row-wise steps (norms, residual adds): each row
-/// is computed as alone, so the split never changes a bit; 16 rows of a 4096-wide model.
+/// is computed as alone, so the split never changes a bit; 16 rows of a 4096-wide model. A
+/// single piece (a decoded row) runs on the caller (`pool::for_each` with one task).
 pub(crate) const PAR_ELEMS: usize = 1 << 16;
 
 #[derive(Debug, Clone)]
@@ -33,7 +34,7 @@ impl RmsNorm {
     pub fn forward(&self, x: &[f32], out: &mut [f32]) {
         assert_eq!(x.len(), out.len(), "RmsNorm::forward: shapes");
         let chunk = rows_chunk(self.dim());
-        pool_rows(out, chunk, |i, o| {
+        pool::for_each_chunk_mut(out, chunk, |i, o| {
             o.copy_from_slice(&x[i * chunk..][..o.len()]);
             norm_rows::<f64>(o, &self.weight, self.eps);
         });
@@ -48,22 +49,12 @@ impl RmsNorm {
 /// Normalizes each row of `w.len()` of `x` in place, summing squares in `A`: f64 for
 /// [`RmsNorm`]; f32 for MLA's latent norms (so their outputs stay as they were).
 pub fn rms_norm_rows<A: Real>(x: &mut [f32], w: &[f32], eps: f32) {
-    pool_rows(x, rows_chunk(w.len()), |_, c| norm_rows::<A>(c, w, eps));
+    pool::for_each_chunk_mut(x, rows_chunk(w.len()), |_, c| norm_rows::<A>(c, w, eps));
 }
 
 /// Whole rows of `dim` in about [`PAR_ELEMS`] elements.
 pub(crate) fn rows_chunk(dim: usize) -> usize {
     dim.max(1) * (PAR_ELEMS / dim.max(1)).max(1)
-}
-
-/// `f(i, chunk i)` over `chunk`-long pieces of `x`: in parallel when there are several,
-/// else in place on the caller (decoding's single rows pay no pool round trip).
-pub(crate) fn pool_rows(x: &mut [f32], chunk: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
-    if x.len() > chunk && pool::threads() > 1 {
-        pool::for_each_chunk_mut(x, chunk, f);
-    } else if !x.is_empty() {
-        f(0, x);
-    }
 }
 
 /// [`rms_norm_rows`] on the calling thread.
