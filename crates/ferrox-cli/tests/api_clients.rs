@@ -1,5 +1,5 @@
 //! The Ollama and Anthropic routes and embeddings of `ferrox serve`, driven by the official
-//! `ollama`, `anthropic` and `openai` Python clients (`.ci/run` installs them) against the
+//! `ollama`, `anthropic` and `openai` Python clients (`scripts/test` installs them) against the
 //! real default model: greedy answers equal `ferrox run`'s and the OpenAI route's, and an
 //! embedding equals the one computed from `ferrox logits --hidden`'s states.
 

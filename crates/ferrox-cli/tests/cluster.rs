@@ -52,7 +52,7 @@ fn replicas_behind_haproxy_keep_sessions_and_survive_kill_and_drain() {
         .env("FERROX", env!("CARGO_BIN_EXE_ferrox"))
         .stdout(Stdio::piped())
         .spawn()
-        .expect("deploy/local-cluster (needs haproxy: .ci/run installs it)");
+        .expect("deploy/local-cluster (needs haproxy: scripts/test installs it)");
     let stdout = child.stdout.take().unwrap();
     let cluster = Cluster(child);
     let mut pids = Vec::new();

@@ -2,7 +2,7 @@
 //! the pipeline, some dense families') `ferrox logits --all` is bit-identical to one process
 //! at 2 and 4 ranks; greedy `run` (speculation on) at 2 and 4 ranks and the served OpenAI API
 //! (4 ranks expert-parallel, 2 pipelined) give one process's text. Needs the binary built with
-//! `--features mpi` and MPICH's `mpiexec` (`.ci/run` installs both and runs this file).
+//! `--features mpi` and MPICH's `mpiexec` (`scripts/test` installs both and runs this file).
 #![cfg(feature = "mpi")]
 
 mod common;
@@ -214,7 +214,7 @@ fn small_glm() -> PathBuf {
     if !out.exists() {
         let tokenizer = common::model(common::DEFAULT_MODEL);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/moe-gguf");
-        let st = Command::new("python3")
+        let st = common::server::python()
             .arg(&script)
             .args([
                 "glm45-air",

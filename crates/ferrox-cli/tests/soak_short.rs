@@ -25,7 +25,7 @@ fn soak_short_run_passes() {
         ],
     );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/soak.py");
-    let out = std::process::Command::new("python3")
+    let out = common::server::python()
         .args([
             script,
             "--url",

@@ -2,7 +2,7 @@
 //! headless Chromium through chromedriver by `webui_browser.py` (W3C WebDriver over plain
 //! HTTP, standard library only). The page asks for the key, streams an answer that is stopped
 //! mid-way and kept, survives a reload, then streams a short answer to the end with its usage
-//! line. Chromium and chromedriver come from Debian (`.ci/run` installs them); a browser that
+//! line. Chromium and chromedriver come from Debian (`scripts/test` installs them); a browser that
 //! does not start fails the test with chromedriver's message.
 
 mod common;

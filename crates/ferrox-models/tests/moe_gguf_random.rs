@@ -6,9 +6,10 @@
 //! structure runs on every shape and type; the real Qwen3-30B-A3B layer (one layer, ≈0.7 GB with
 //! the 152k-token embedding and head) runs too, so the real widths are covered.
 
+mod common;
+
 use ferrox_models::decoder::Decoder;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -22,7 +23,7 @@ fn generate(shape: &str, layers: usize, extra: &[&str]) -> PathBuf {
     let dir = repo().join("target/moe-gguf-test");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("{shape}-{layers}{}.gguf", extra.join("")));
-    let status = Command::new("python3")
+    let status = common::python()
         .arg(repo().join("bench/moe-gguf"))
         .args([
             shape,
@@ -34,7 +35,7 @@ fn generate(shape: &str, layers: usize, extra: &[&str]) -> PathBuf {
         .arg("--tokenizer")
         .arg(&tok)
         .status()
-        .expect("python3 runs");
+        .expect("python3 runs (scripts/test makes .venv)");
     assert!(status.success(), "bench/moe-gguf {shape} failed");
     out
 }
@@ -132,11 +133,11 @@ fn qwen3_30b_a3b_real_layer() {
 
 #[test]
 fn glm45_air_needs_an_moe_layer() {
-    let out = Command::new("python3")
+    let out = common::python()
         .arg(repo().join("bench/moe-gguf"))
         .args(["glm45-air", "/nonexistent/x.gguf", "--layers", "1"])
         .output()
-        .expect("python3 runs");
+        .expect("python3 runs (scripts/test makes .venv)");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs more than 1 layer"), "{err}");

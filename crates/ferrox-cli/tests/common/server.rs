@@ -1,16 +1,27 @@
 //! Python client scripts against a running `ferrox serve` (started with `super::serve`).
 
+/// The interpreter the tests' Python scripts run under: the repository's `.venv` (where
+/// `scripts/test` installs the packages they import) when it exists, else `python3` on PATH.
+pub fn python() -> std::process::Command {
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python3");
+    if venv.exists() {
+        std::process::Command::new(venv)
+    } else {
+        std::process::Command::new("python3")
+    }
+}
+
 /// Runs `script` (under this crate's `tests/`) with python3 and `args`; its stdout as JSON.
 pub fn python_json(script: &str, args: &[String]) -> serde_json::Value {
     let path = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new("python3")
+    let out = python()
         .arg(&path)
         .args(args)
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{script} failed (.ci/run installs what it needs):\n{}",
+        "{script} failed (scripts/test installs the packages it imports into .venv):\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout)

@@ -5,6 +5,17 @@ use std::path::{Path, PathBuf};
 
 pub mod tiny;
 
+/// The interpreter the tests' Python scripts run under: the repository's `.venv` (where
+/// `scripts/test` installs the packages they import) when it exists, else `python3` on PATH.
+pub fn python() -> std::process::Command {
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python3");
+    if venv.exists() {
+        std::process::Command::new(venv)
+    } else {
+        std::process::Command::new("python3")
+    }
+}
+
 pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
