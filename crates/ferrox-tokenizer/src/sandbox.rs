@@ -492,7 +492,8 @@ mod tests {
         let cases = [
             (
                 "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}",
-                "fuel",
+                // On a loaded machine the time budget may run out before the fuel does.
+                "fuel|time budget",
             ),
             ("{{ {'a': [1, 2]} | tojson(indent=2**40) }}", "tojson indent"),
             ("{{ 'x\ny' | indent(2**40) }}", "indent width"),
@@ -521,7 +522,7 @@ mod tests {
             let r = render(src);
             let took = t.elapsed();
             let e = r.expect_err(src);
-            assert!(e.contains(why), "{src}: {e}");
+            assert!(why.split('|').any(|w| e.contains(w)), "{src}: {e}");
             assert!(took < Duration::from_secs(1), "{src}: {took:?}");
         }
     }
