@@ -27,20 +27,34 @@ pub enum Piece {
     Failed(String),
 }
 
-/// Sends `body` to `path` on `router` from a task on `rt`; the pieces of the answer arrive on
-/// the returned channel.
+/// A request running on the runtime: its answer's pieces arrive on `rx`. Dropping it aborts the
+/// request's task, which drops the route's handler and with it the generation's events: the
+/// scheduler cancels the generation at its next step (a whole answer is only sent at its end,
+/// so a dropped channel alone would not stop it).
+pub struct Pending {
+    rx: Mutex<Receiver<Piece>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Sends `body` to `path` on `router` from a task on `rt`.
 pub fn start(
     rt: &tokio::runtime::Runtime,
     router: &axum::Router,
     path: &str,
     body: String,
-) -> Receiver<Piece> {
+) -> Pending {
     let (tx, rx) = channel();
     let request = Request::post(path)
         .header("content-type", "application/json")
         .body(Body::from(body));
     let router = router.clone();
-    rt.spawn(async move {
+    let task = rt.spawn(async move {
         let request = match request {
             Ok(r) => r,
             Err(e) => {
@@ -64,7 +78,10 @@ pub fn start(
             }
         }
     });
-    rx
+    Pending {
+        rx: Mutex::new(rx),
+        task: task.abort_handle(),
+    }
 }
 
 /// The next piece, waiting with the GIL released; `None` once the answer is complete.
@@ -85,11 +102,10 @@ pub fn next(py: Python<'_>, rx: &Mutex<Receiver<Piece>>) -> PyResult<Option<Piec
 }
 
 /// A whole answer: its status and body.
-pub fn collect(py: Python<'_>, rx: Receiver<Piece>) -> PyResult<(u16, String)> {
-    let rx = Mutex::new(rx);
+pub fn collect(py: Python<'_>, pending: Pending) -> PyResult<(u16, String)> {
     let mut status = 0;
     let mut body = Vec::new();
-    while let Some(piece) = next(py, &rx)? {
+    while let Some(piece) = next(py, &pending.rx)? {
         match piece {
             Piece::Status(s) => status = s,
             Piece::Data(d) => body.extend_from_slice(&d),
@@ -104,7 +120,8 @@ pub fn collect(py: Python<'_>, rx: Receiver<Piece>) -> PyResult<(u16, String)> {
 /// [`Stream::status`] first.
 #[pyclass(module = "ferrox._native")]
 pub struct Stream {
-    rx: Mutex<Receiver<Piece>>,
+    /// None once closed.
+    pending: Option<Pending>,
     status: Option<u16>,
     /// Bytes of an event not yet complete.
     buf: Vec<u8>,
@@ -114,13 +131,21 @@ pub struct Stream {
 }
 
 impl Stream {
-    pub fn new(rx: Receiver<Piece>) -> Stream {
+    pub fn new(pending: Pending) -> Stream {
         Stream {
-            rx: Mutex::new(rx),
+            pending: Some(pending),
             status: None,
             buf: Vec::new(),
             ready: Default::default(),
             done: false,
+        }
+    }
+
+    /// The next piece of the answer; `None` at its end or once closed.
+    fn next_piece(&mut self, py: Python<'_>) -> PyResult<Option<Piece>> {
+        match &self.pending {
+            Some(p) => next(py, &p.rx),
+            None => Ok(None),
         }
     }
 
@@ -152,7 +177,7 @@ impl Stream {
     /// The HTTP status of the answer (waits for it).
     fn status(&mut self, py: Python<'_>) -> PyResult<u16> {
         while self.status.is_none() {
-            match next(py, &self.rx)? {
+            match self.next_piece(py)? {
                 Some(Piece::Status(s)) => self.status = Some(s),
                 Some(Piece::Data(d)) => self.buf.extend_from_slice(&d),
                 Some(Piece::Failed(_)) => unreachable!("next returns failures as errors"),
@@ -165,7 +190,7 @@ impl Stream {
     /// Everything not yet read, as text (an error answer's body).
     fn read(&mut self, py: Python<'_>) -> PyResult<String> {
         self.status(py)?;
-        while let Some(piece) = next(py, &self.rx)? {
+        while let Some(piece) = self.next_piece(py)? {
             if let Piece::Data(d) = piece {
                 self.buf.extend_from_slice(&d);
             }
@@ -178,6 +203,9 @@ impl Stream {
     }
 
     fn __next__(&mut self, py: Python<'_>) -> PyResult<String> {
+        if self.pending.is_none() {
+            return Err(PyStopIteration::new_err(()));
+        }
         self.status(py)?;
         loop {
             if let Some(event) = self.ready.pop_front() {
@@ -186,7 +214,7 @@ impl Stream {
             if self.done {
                 return Err(PyStopIteration::new_err(()));
             }
-            match next(py, &self.rx)? {
+            match self.next_piece(py)? {
                 Some(Piece::Data(d)) => {
                     self.buf.extend_from_slice(&d);
                     self.split_events();
@@ -199,8 +227,7 @@ impl Stream {
 
     /// Stops the generation now (the engine cancels it at its next step).
     fn close(&mut self) {
-        let (_, rx) = channel();
-        *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = rx;
+        self.pending = None;
         self.done = true;
         self.ready.clear();
     }

@@ -210,11 +210,12 @@ class Llama:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _body(self, fields: Dict[str, Any]) -> Dict[str, Any]:
-        """The request body: the given fields (None: the server's default) and the seed."""
+    def _body(self, fields: Dict[str, Any], sampled: bool = True) -> Dict[str, Any]:
+        """The request body: the given fields (None: the server's default) and, for a
+        generation, the seed."""
         body = {k: v for k, v in fields.items() if v is not None}
         body["model"] = self._model.model_id
-        if "seed" not in body and self._rng is not None:
+        if sampled and "seed" not in body and self._rng is not None:
             body["seed"] = self._rng.getrandbits(31)
         return body
 
@@ -408,7 +409,7 @@ class Llama:
 
     def create_embedding(self, input: Union[str, List[str]], model: Optional[str] = None) -> Dict[str, Any]:
         """OpenAI-shaped embeddings of ``input`` (L2-normalised; pooling as ``ferrox serve``)."""
-        return self._post("/v1/embeddings", self._body({"input": input}), model)
+        return self._post("/v1/embeddings", self._body({"input": input}, sampled=False), model)
 
     def embed(
         self,
