@@ -165,11 +165,12 @@ impl Model {
         Ok(PyBytes::new(py, &bytes))
     }
 
-    /// The GGUF metadata's scalar values, as text (arrays left out, as llama.cpp does).
+    /// The GGUF metadata's scalar values, as text.
     fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         if let Some(g) = &self.backend.decoder().gguf {
             for (k, v) in g.metadata() {
+                // Arrays are left out, as llama.cpp's `llama_model_meta_val_str` does.
                 if let Some(text) = meta_text(v) {
                     d.set_item(k, text)?;
                 }
@@ -199,23 +200,18 @@ impl Model {
     }
 }
 
-/// A metadata value as llama.cpp's `llama_model_meta_val_str` writes it; arrays: none.
+/// A scalar metadata value as text; `None` for an array. Every integer fits an i64 or a u64.
 fn meta_text(v: &MetaValue) -> Option<String> {
-    Some(match v {
-        MetaValue::U8(x) => x.to_string(),
-        MetaValue::I8(x) => x.to_string(),
-        MetaValue::U16(x) => x.to_string(),
-        MetaValue::I16(x) => x.to_string(),
-        MetaValue::U32(x) => x.to_string(),
-        MetaValue::I32(x) => x.to_string(),
-        MetaValue::U64(x) => x.to_string(),
-        MetaValue::I64(x) => x.to_string(),
-        MetaValue::F32(x) => x.to_string(),
-        MetaValue::F64(x) => x.to_string(),
-        MetaValue::Bool(x) => x.to_string(),
-        MetaValue::String(s) => s.clone(),
-        MetaValue::Array(_) => return None,
-    })
+    v.as_str()
+        .map(str::to_string)
+        .or_else(|| v.as_i64().map(|x| x.to_string()))
+        .or_else(|| v.as_u64().map(|x| x.to_string()))
+        .or_else(|| match v {
+            // f64 printed in full (`as_f32` would narrow it).
+            MetaValue::F64(x) => Some(x.to_string()),
+            _ => v.as_f32().map(|x| x.to_string()),
+        })
+        .or_else(|| v.as_bool().map(|x| x.to_string()))
 }
 
 #[pymodule]
