@@ -1,0 +1,343 @@
+//! The real engine behind ferrox-server's `Backend` trait: a loaded `Decoder` and its
+//! tokenizer, requests run on a continuous-batching `BatchEngine` (one batched forward per step
+//! for all slots, each slot with its own KV caches, prefix reuse and longest-match drafts).
+//! `ferrox serve` puts it behind HTTP; the Python bindings (bindings/python) call the same
+//! routes in-process, so both share one request path down to the engine loop.
+
+use std::sync::{Arc, OnceLock};
+
+use ferrox_models::decoder::Decoder;
+use ferrox_models::embedding::{self, Pooling};
+use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
+use ferrox_models::generate::StopReason;
+use ferrox_models::sampling::SamplerConfig;
+use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
+use ferrox_server::api::{ChatMessage, ChatPrompt};
+use ferrox_server::backend::{
+    Backend, BackendError, CacheUsage, CompiledGrammar, Engine, Event, FinishReason, GenParams,
+    GenSummary, GrammarSpec, RenderedChat, TokenLogprob,
+};
+use ferrox_tokenizer::chat_output::ToolFormat;
+use ferrox_tokenizer::template::{render_chat_text, ChatTemplate, Message};
+use ferrox_tokenizer::{TokenId, Tokenizer};
+
+/// How a [`ModelBackend`] serves its model.
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    /// The id answered in `model` fields.
+    pub id: String,
+    /// Other names accepted in `model`.
+    pub aliases: Vec<String>,
+    /// Context size of each slot (clamped to the model's).
+    pub ctx: usize,
+    /// Decode without longest-match drafts.
+    pub no_spec: bool,
+    /// Embedding pooling (default: the GGUF's `pooling_type`, else last).
+    pub pooling: Option<Pooling>,
+    /// Prefix-cache budget in bytes (0: off).
+    pub cache_bytes: usize,
+}
+
+impl ModelBackend {
+    /// A backend over a model that lives as long as the process (slots borrow it).
+    pub fn new(
+        decoder: &'static Decoder,
+        tokenizer: &'static Tokenizer,
+        config: BackendConfig,
+    ) -> ModelBackend {
+        let pooling = config
+            .pooling
+            .or_else(|| decoder.gguf.as_deref().and_then(Pooling::from_gguf))
+            .unwrap_or(Pooling::Last);
+        ModelBackend {
+            id: config.id,
+            aliases: config.aliases,
+            decoder,
+            tokenizer,
+            ctx: config.ctx.min(decoder.config.max_seq_len.max(1)),
+            no_spec: config.no_spec,
+            template: ChatTemplate::for_tokenizer(tokenizer).map_err(|e| e.to_string()),
+            tool_format: ToolFormat::detect(tokenizer.chat_template().unwrap_or("")),
+            grammars: OnceLock::new(),
+            pooling,
+            cache_bytes: config.cache_bytes,
+        }
+    }
+
+    pub fn decoder(&self) -> &'static Decoder {
+        self.decoder
+    }
+
+    pub fn tokenizer(&self) -> &'static Tokenizer {
+        self.tokenizer
+    }
+}
+
+/// An API message as the chat template expects it: text content, and tool calls whose
+/// `arguments` are objects (the API sends JSON strings; templates write `arguments | tojson`,
+/// so they are parsed first, as llama.cpp and vLLM do).
+fn template_message(m: &ChatMessage) -> Message {
+    let mut tool_calls = m.tool_calls.clone();
+    if let Some(serde_json::Value::Array(calls)) = tool_calls.as_mut() {
+        for c in calls {
+            let args = c.pointer_mut("/function/arguments");
+            if let Some(a) = args {
+                if let Some(parsed) = a.as_str().and_then(|s| serde_json::from_str(s).ok()) {
+                    *a = parsed;
+                }
+            }
+        }
+    }
+    Message {
+        role: m.role.clone(),
+        content: m.content.text().unwrap_or_default(),
+        tool_calls,
+        tool_call_id: m.tool_call_id.clone(),
+        name: m.name.clone(),
+    }
+}
+
+pub struct ModelBackend {
+    id: String,
+    aliases: Vec<String>,
+    decoder: &'static Decoder,
+    tokenizer: &'static Tokenizer,
+    ctx: usize,
+    no_spec: bool,
+    /// The model's chat template, compiled once (none: plain prompts); one that does not
+    /// compile fails each chat request, not the server.
+    template: Result<Option<ChatTemplate>, String>,
+    /// The tool-call format that template teaches.
+    tool_format: ToolFormat,
+    /// Built on the first request with a grammar (the token trie takes a moment), then shared.
+    grammars: OnceLock<Result<GrammarCompiler, String>>,
+    pooling: Pooling,
+    /// Prefix-cache budget in bytes.
+    cache_bytes: usize,
+}
+
+struct ModelEngine {
+    engine: BatchEngine<'static>,
+    tokenizer: &'static Tokenizer,
+    /// Generations whose log-probability tokens are named by id.
+    tokens_as_ids: std::collections::HashSet<u64>,
+}
+
+impl Backend for ModelBackend {
+    fn model_id(&self) -> &str {
+        &self.id
+    }
+    fn aliases(&self) -> Vec<String> {
+        self.aliases.clone()
+    }
+    fn ctx_size(&self) -> usize {
+        self.ctx
+    }
+    fn vocab_size(&self) -> usize {
+        // Ids the model has logits for (the tokenizer may list fewer).
+        self.decoder.vocab_size()
+    }
+    fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError> {
+        let msgs: Vec<Message> = chat.messages.iter().map(template_message).collect();
+        let tools = chat.tools.map(|t| serde_json::Value::Array(t.to_vec()));
+        let template = self
+            .template
+            .as_ref()
+            .map_err(|e| BackendError::Template(e.clone()))?;
+        // Message text is tokenized as text: only the template's markers are control tokens.
+        let tok = self.tokenizer;
+        let chat = render_chat_text(tok, template.as_ref(), &msgs, tools.as_ref(), chat.kwargs)
+            .map_err(|e| BackendError::Template(e.to_string()))?;
+        Ok(RenderedChat {
+            tokens: tok.encode_prompt(&chat.text, &chat.literal),
+            tool_format: self.tool_format,
+            // DeepSeek-R1-style templates open the reasoning block in the generation prompt.
+            in_reasoning: chat.text.trim_end().ends_with("<think>"),
+        })
+    }
+    fn text_prompt(&self, text: &str) -> Vec<TokenId> {
+        self.tokenizer.encode(text, true, true)
+    }
+    fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
+        self.tokenizer.encode(text, add_special, true)
+    }
+    fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError> {
+        let n = self.tokenizer.vocab_size();
+        if let Some(bad) = ids.iter().find(|&&t| t >= n) {
+            return Err(BackendError::BadTokens(format!(
+                "token id {bad} is outside the vocabulary (size {n})"
+            )));
+        }
+        Ok(self.tokenizer.decode(ids))
+    }
+    fn compile_grammar(&self, spec: &GrammarSpec) -> Result<CompiledGrammar, String> {
+        let compiler = self
+            .grammars
+            .get_or_init(|| {
+                let t = std::time::Instant::now();
+                let c = GrammarCompiler::new(self.tokenizer, self.decoder.vocab_size())
+                    .map_err(|e| e.to_string());
+                tracing::info!(
+                    "grammar compiler built in {:.0} ms",
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+                c
+            })
+            .as_ref()?;
+        let grammar = match spec {
+            GrammarSpec::JsonObject => Grammar::JsonObject,
+            GrammarSpec::JsonSchema { schema, strict } => Grammar::JsonSchema {
+                schema: schema.clone(),
+                strict: *strict,
+            },
+            GrammarSpec::Gbnf(t) => Grammar::Gbnf(t.clone()),
+            GrammarSpec::Lark(t) => Grammar::Lark(t.clone()),
+        };
+        let constraint = compiler.compile(&grammar).map_err(|e| e.to_string())?;
+        Ok(CompiledGrammar(Arc::new(constraint)))
+    }
+    fn embed(&self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
+        // The caller checked ids and lengths; the decoder shares its scratch with the engine
+        // thread, so embeddings and generation steps take turns.
+        Ok(inputs
+            .iter()
+            .map(|ids| embedding::embed(self.decoder, ids, self.pooling))
+            .collect())
+    }
+    fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
+        let mut engine = BatchEngine::new(self.decoder, self.tokenizer, slots, self.ctx);
+        if self.no_spec {
+            engine.max_draft = 0;
+        }
+        engine.set_prefix_cache(self.cache_bytes);
+        Box::new(ModelEngine {
+            engine,
+            tokenizer: self.tokenizer,
+            tokens_as_ids: Default::default(),
+        })
+    }
+}
+
+impl Engine for ModelEngine {
+    fn capacity(&self) -> usize {
+        self.engine.capacity()
+    }
+    fn active(&self) -> usize {
+        self.engine.active()
+    }
+    fn admit(&mut self, id: u64, prompt: &[TokenId], p: &GenParams) -> Result<(), String> {
+        let params = BatchParams {
+            sampler: SamplerConfig {
+                temperature: p.temperature,
+                top_k: p.top_k,
+                top_p: p.top_p,
+                min_p: p.min_p,
+                presence_penalty: p.presence_penalty,
+                frequency_penalty: p.frequency_penalty,
+                repeat_penalty: p.repeat_penalty,
+                penalty_last_n: p.repeat_last_n,
+                seed: p.seed,
+                logit_bias: p.logit_bias.clone(),
+            },
+            max_tokens: p.max_tokens,
+            stop: p.stop.clone(),
+            logprobs: p.logprobs,
+            keep_special: p.keep_special,
+            // Each generation runs its own copy of the compiled grammar's start state.
+            constraint: p
+                .compiled
+                .as_ref()
+                .and_then(|c| c.0.downcast_ref::<Constraint>())
+                .cloned(),
+        };
+        if p.compiled.is_some() && params.constraint.is_none() {
+            return Err("the request's grammar was compiled by another backend".into());
+        }
+        self.engine
+            .admit(id, prompt, &params)
+            .map_err(|e| e.to_string())?;
+        if p.tokens_as_ids {
+            self.tokens_as_ids.insert(id);
+        }
+        Ok(())
+    }
+    fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
+        let (tok, by_id) = (self.tokenizer, &mut self.tokens_as_ids);
+        self.engine.step(|id, ev| match ev {
+            BatchEvent::Logprob(l) => {
+                let as_id = by_id.contains(&id);
+                let piece = |t: TokenId| {
+                    let b = tok.token_to_piece(t).to_vec();
+                    let s = match as_id {
+                        true => format!("token_id:{t}"),
+                        false => String::from_utf8_lossy(&b).into_owned(),
+                    };
+                    (s, b)
+                };
+                let (token, bytes) = piece(l.token);
+                let top = l
+                    .top
+                    .iter()
+                    .map(|&(t, lp)| {
+                        let (s, b) = piece(t);
+                        (s, b, lp)
+                    })
+                    .collect();
+                events(
+                    id,
+                    Event::Logprob(TokenLogprob {
+                        token,
+                        bytes,
+                        logprob: l.logprob,
+                        top,
+                    }),
+                )
+            }
+            BatchEvent::Text(t) => events(id, Event::Text(t)),
+            BatchEvent::Error(e) => {
+                // A grammar that cannot go on ends the request as an error; the engine's
+                // `Done` that follows is dropped by the scheduler.
+                by_id.remove(&id);
+                events(id, Event::Failed(e))
+            }
+            BatchEvent::Done {
+                stop,
+                tokens,
+                stop_string,
+                cached_tokens,
+            } => {
+                by_id.remove(&id);
+                events(
+                    id,
+                    Event::Done(GenSummary {
+                        finish: match stop {
+                            StopReason::MaxTokens | StopReason::Context => FinishReason::Length,
+                            _ => FinishReason::Stop,
+                        },
+                        completion_tokens: tokens,
+                        cancelled: stop == StopReason::Cancelled,
+                        stop_string,
+                        cached_tokens,
+                    }),
+                )
+            }
+        });
+    }
+    fn cancel(&mut self, id: u64) {
+        self.tokens_as_ids.remove(&id);
+        self.engine.cancel(id);
+    }
+    fn spec_counts(&self) -> (u64, u64) {
+        (self.engine.stats.drafted, self.engine.stats.accepted)
+    }
+    fn grammar_counts(&self) -> (u64, u64) {
+        (self.engine.stats.masks, self.engine.stats.mask_nanos)
+    }
+    fn cache_usage(&self) -> CacheUsage {
+        CacheUsage {
+            positions: self.engine.cached_positions(),
+            capacity: self.engine.capacity() * self.engine.ctx_size(),
+            prefix_bytes: self.engine.prefix_cache_bytes(),
+        }
+    }
+}
