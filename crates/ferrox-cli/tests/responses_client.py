@@ -41,10 +41,14 @@ out["stream"] = "".join(deltas)
 out["stream_first_last"] = [kinds[0], kinds[-1]]
 out["stream_seq_ok"] = seqs == list(range(len(seqs)))
 
-with client.responses.stream(input=prompt, **common) as s:
-    for _ in s:
-        pass
-    out["stream_helper"] = s.get_final_response().output_text
+# The SDK's stream helper wants `response.completed`: an answer that ends on its own.
+short = dict(model=model, input="Reply with the single word yes.", temperature=0,
+             max_output_tokens=20)
+with client.responses.stream(**short) as s:
+    helper_deltas = [ev.delta for ev in s if ev.type == "response.output_text.delta"]
+    final = s.get_final_response()
+    out["stream_helper"] = [final.status, final.output_text, "".join(helper_deltas)]
+out["short_whole"] = client.responses.create(**short).output_text
 
 # A function-tool round trip.
 tools = [{

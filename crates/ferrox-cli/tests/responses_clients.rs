@@ -25,7 +25,7 @@ fn openai_responses_match_chat_completions() {
     );
     let chat = &v["chat"];
     assert!(!chat.as_str().unwrap().is_empty(), "{v}");
-    for k in ["whole", "stream", "stream_helper", "retrieved"] {
+    for k in ["whole", "stream", "retrieved"] {
         assert_eq!(&v[k], chat, "{k}: {v}");
     }
     assert_eq!(
