@@ -203,6 +203,7 @@ fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Op
             max_body_bytes: args.max_body_mb.saturating_mul(1 << 20),
         },
         allowed_hosts: args.allowed_hosts.clone(),
+        response_store: Default::default(),
     }
 }
 

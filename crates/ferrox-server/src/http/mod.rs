@@ -15,6 +15,7 @@ mod page;
 mod params;
 pub mod render;
 mod response;
+mod responses;
 mod stream;
 mod tools;
 
@@ -34,6 +35,7 @@ use crate::backend::{Backend, Scheduler};
 use crate::library::Library;
 pub use error::ApiError;
 pub use listen::Limits;
+pub use responses::StoreLimits;
 
 use error::{authed_body, check_auth};
 
@@ -57,6 +59,8 @@ pub struct Options {
     /// Without an API key: Host names accepted besides IP literals and `localhost` (a web
     /// page on another site reaching the server through DNS rebinding names its own host).
     pub allowed_hosts: Vec<String>,
+    /// How many `/v1/responses` results are kept for `previous_response_id`.
+    pub response_store: StoreLimits,
 }
 
 /// A shared [`Library`].
@@ -79,10 +83,13 @@ pub struct AppState {
     /// Draining: not ready, new requests refused.
     pub draining: std::sync::atomic::AtomicBool,
     drain_requested: tokio::sync::Notify,
+    /// Stored `/v1/responses` results.
+    responses: responses::Store,
 }
 
 impl AppState {
     pub fn new(backend: Arc<dyn Backend>, scheduler: Scheduler, options: Options) -> AppState {
+        let responses = responses::Store::new(options.response_store);
         AppState {
             backend,
             scheduler,
@@ -91,6 +98,7 @@ impl AppState {
             renders_overdue: Default::default(),
             draining: Default::default(),
             drain_requested: tokio::sync::Notify::new(),
+            responses,
         }
     }
 }
@@ -109,6 +117,8 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/v1/chat/completions", post(generate::chat))
         .route("/v1/completions", post(generate::completions))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/embeddings", post(embeddings::openai))
