@@ -14,6 +14,7 @@ mod ollama_models;
 mod page;
 mod params;
 pub mod render;
+mod reqlog;
 mod response;
 mod stream;
 mod tools;
@@ -57,6 +58,8 @@ pub struct Options {
     /// Without an API key: Host names accepted besides IP literals and `localhost` (a web
     /// page on another site reaching the server through DNS rebinding names its own host).
     pub allowed_hosts: Vec<String>,
+    /// Log one line per request on stderr (route, status, tokens, times).
+    pub log_requests: bool,
 }
 
 /// A shared [`Library`].
@@ -124,6 +127,10 @@ pub fn router(state: Shared) -> Router {
         .route("/api/version", get(ollama_models::version))
         .route("/api/pull", post(ollama_models::pull))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            reqlog::middleware,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             lifecycle::middleware,
