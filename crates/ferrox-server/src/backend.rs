@@ -329,7 +329,13 @@ impl Scheduler {
     }
 }
 
-type Running = HashMap<u64, (tokio::sync::mpsc::UnboundedSender<Event>, Option<Arc<RequestStats>>)>;
+type Running = HashMap<
+    u64,
+    (
+        tokio::sync::mpsc::UnboundedSender<Event>,
+        Option<Arc<RequestStats>>,
+    ),
+>;
 
 fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m: Arc<Metrics>) {
     let mut engine = backend.new_engine(parallel);

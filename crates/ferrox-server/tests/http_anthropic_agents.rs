@@ -44,7 +44,10 @@ const BETAS: &str = "claude-code-20250219,interleaved-thinking-2025-05-14,\
 #[tokio::test]
 async fn claude_codes_request_runs_with_max_tokens_clamped() {
     let a = server(1, 4, None).await;
-    let beta = [("anthropic-beta", BETAS), ("anthropic-version", "2023-06-01")];
+    let beta = [
+        ("anthropic-beta", BETAS),
+        ("anthropic-version", "2023-06-01"),
+    ];
     let r = anthropic(&a, "/v1/messages?beta=true", &beta, &claude_code_body()).await;
     assert_eq!(r.status, 200, "{}", r.body);
     let data: Vec<Value> = r
@@ -133,8 +136,10 @@ async fn clear_tool_uses_renders_the_hand_cleared_prompt() {
 #[tokio::test]
 async fn clear_thinking_keeps_the_last_turns() {
     let a = server(1, 4, None).await;
-    let turn = |t: &str| json!({"role": "assistant", "content": [
-        {"type": "thinking", "thinking": t, "signature": ""}, {"type": "text", "text": "ok"}]});
+    let turn = |t: &str| {
+        json!({"role": "assistant", "content": [
+        {"type": "thinking", "thinking": t, "signature": ""}, {"type": "text", "text": "ok"}]})
+    };
     let body = json!({"model": "fake-model", "max_tokens": 1, "messages": [
         {"role": "user", "content": "a"}, turn("x"), {"role": "user", "content": "b"}, turn("y"),
         {"role": "user", "content": "c"}],
@@ -153,13 +158,41 @@ async fn what_ferrox_cannot_do_stays_refused() {
     let base = json!({"model": "fake-model", "max_tokens": 1,
                       "messages": [{"role": "user", "content": "hi"}]});
     for (extra, header, needle) in [
-        (json!({}), "future-feature-2099-01-01", "future-feature-2099-01-01"),
-        (json!({"context_management": {"edits": [{"type": "compact_20260112"}]}}), "", "compact_20260112"),
-        (json!({"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": 2}]}}), "", "keep"),
-        (json!({"context_management": {"edits": [], "mode": "x"}}), "", "mode"),
-        (json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}), "", "web_search_20250305"),
-        (json!({"tools": [{"name": "t", "input_schema": {}, "input_examples": []}]}), "", "input_examples"),
-        (json!({"thinking": {"type": "adaptive", "display": "full"}}), "", "display"),
+        (
+            json!({}),
+            "future-feature-2099-01-01",
+            "future-feature-2099-01-01",
+        ),
+        (
+            json!({"context_management": {"edits": [{"type": "compact_20260112"}]}}),
+            "",
+            "compact_20260112",
+        ),
+        (
+            json!({"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": 2}]}}),
+            "",
+            "keep",
+        ),
+        (
+            json!({"context_management": {"edits": [], "mode": "x"}}),
+            "",
+            "mode",
+        ),
+        (
+            json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}),
+            "",
+            "web_search_20250305",
+        ),
+        (
+            json!({"tools": [{"name": "t", "input_schema": {}, "input_examples": []}]}),
+            "",
+            "input_examples",
+        ),
+        (
+            json!({"thinking": {"type": "adaptive", "display": "full"}}),
+            "",
+            "display",
+        ),
         (json!({"max_tokens": 0}), "", "max_tokens"),
     ] {
         let mut b = base.clone();

@@ -19,6 +19,9 @@ use hyper::body::{Frame, SizeHint};
 use super::Shared;
 use crate::backend::RequestStats;
 
+/// nginx's status for "the client closed the request before the answer".
+const CLIENT_CLOSED: u16 = 499;
+
 tokio::task_local! {
     static STATS: Arc<RequestStats>;
 }
@@ -36,7 +39,8 @@ pub(super) async fn middleware(State(s): State<Shared>, req: Request, next: Next
         start: Instant::now(),
         method: req.method().to_string(),
         route: req.uri().path().to_string(),
-        status: 0,
+        // Until the handler answers: a client that leaves before is logged as nginx does.
+        status: CLIENT_CLOSED,
         stats: Arc::default(),
     };
     let r = STATS.scope(line.stats.clone(), next.run(req)).await;
@@ -58,10 +62,9 @@ struct Line {
 impl Line {
     fn text(&self) -> String {
         let st = &self.stats;
-        let ttft = st
-            .first_text
-            .get()
-            .map_or("-".into(), |t| format!("{:.3}s", (*t - self.start).as_secs_f64()));
+        let ttft = st.first_text.get().map_or("-".into(), |t| {
+            format!("{:.3}s", (*t - self.start).as_secs_f64())
+        });
         format!(
             "{} {} {} prompt={} cached={} generated={} ttft={ttft} total={:.3}s",
             self.method,

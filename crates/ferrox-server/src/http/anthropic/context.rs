@@ -24,7 +24,9 @@ const DEFAULT_KEEP_TOOL_USES: usize = 3;
 
 enum Edit {
     /// Keep the thinking of the last this many turns (`None`: all).
-    ClearThinking { keep: Option<usize> },
+    ClearThinking {
+        keep: Option<usize>,
+    },
     ClearToolUses(ToolEdit),
 }
 
@@ -107,7 +109,9 @@ fn parse_edit(e: &Value) -> Result<Edit, ApiError> {
         return Ok(Edit::ClearThinking { keep });
     }
     let trigger = match e.get("trigger").and_then(|t| t.get("type")?.as_str()) {
-        Some("tool_uses") => Trigger::ToolUses(counted(e.get("trigger"), "tool_uses", "trigger")?.unwrap_or(0)),
+        Some("tool_uses") => {
+            Trigger::ToolUses(counted(e.get("trigger"), "tool_uses", "trigger")?.unwrap_or(0))
+        }
         _ => Trigger::InputTokens(
             counted(e.get("trigger"), "input_tokens", "trigger")?.unwrap_or(DEFAULT_TRIGGER_TOKENS),
         ),
@@ -178,7 +182,12 @@ fn clear_tool_uses(b: &mut MessagesBody, e: &ToolEdit) -> usize {
         .filter(|(role, _)| *role == "assistant")
         .flat_map(|(_, v)| v.iter().filter(|x| kind(x) == "tool_use"))
         .map(|x| {
-            let s = |k: &str| x.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+            let s = |k: &str| {
+                x.get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
             (s("id"), s("name"))
         })
         .collect();
@@ -188,7 +197,11 @@ fn clear_tool_uses(b: &mut MessagesBody, e: &ToolEdit) -> usize {
         .collect();
     for (_, v) in blocks_mut(b) {
         for x in v.iter_mut() {
-            let id_key = if kind(x) == "tool_use" { "id" } else { "tool_use_id" };
+            let id_key = if kind(x) == "tool_use" {
+                "id"
+            } else {
+                "tool_use_id"
+            };
             let id = x.get(id_key).and_then(Value::as_str).unwrap_or_default();
             let Some((_, name)) = clear.iter().find(|(i, _)| i == id) else {
                 continue;

@@ -8,7 +8,7 @@ use std::convert::Infallible;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt};
@@ -94,7 +94,15 @@ pub(super) async fn messages(State(s): State<Shared>, headers: HeaderMap, body: 
             .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no generation"))?;
         let pieces = Pieces::new(rx, p.output.as_ref());
         if b.stream {
-            return Ok(Sse::new(events(msg, pieces)).into_response());
+            // A long prompt's prefill sends nothing for minutes: Anthropic's `ping` events keep
+            // clients' idle-stream watchdogs (Claude Code's aborts and retries) quiet.
+            let ping = event("ping", json!({"type": "ping"}));
+            let alive = KeepAlive::new()
+                .interval(std::time::Duration::from_secs(10))
+                .event(ping);
+            return Ok(Sse::new(events(msg, pieces))
+                .keep_alive(alive)
+                .into_response());
         }
         whole(msg, pieces).await
     }

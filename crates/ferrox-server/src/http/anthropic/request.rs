@@ -159,7 +159,9 @@ fn tool_result_text(b: &Value) -> Result<String, ApiError> {
         match c.get("type").and_then(Value::as_str) {
             Some("tool_reference") => out.push(format!(
                 "Tool loaded: {}",
-                c.get("tool_name").and_then(Value::as_str).unwrap_or_default()
+                c.get("tool_name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
             )),
             _ => out.push(text_of(&Content::Blocks(vec![c.clone()]), "tool_result")?),
         }
@@ -261,7 +263,13 @@ fn tools(tools: &[Value], messages: &[Message]) -> Result<Vec<Value>, ApiError> 
                 )));
             }
         }
-        let known = ["name", "description", "input_schema", "type", "defer_loading"];
+        let known = [
+            "name",
+            "description",
+            "input_schema",
+            "type",
+            "defer_loading",
+        ];
         if let Some(k) = obj
             .keys()
             .find(|k| !known.contains(&k.as_str()) && !TOOL_HINTS.contains(&k.as_str()))
@@ -413,7 +421,9 @@ pub(super) fn fold_system_turns(req: &mut ChatRequest) -> bool {
                 let joined = format!("{}\n\n{text}", prev.content.text().unwrap_or_default());
                 prev.content = MessageContent::Text(joined);
             }
-            _ if late(i, &m) => pending = Some(pending.map_or(text.clone(), |p| p + "\n\n" + &text)),
+            _ if late(i, &m) => {
+                pending = Some(pending.map_or(text.clone(), |p| p + "\n\n" + &text))
+            }
             _ => {
                 let mut m = m;
                 if let Some(p) = pending.take().filter(|_| m.role == "user") {
