@@ -69,6 +69,8 @@ fn run_claude(addr: &str, dir: &std::path::Path) -> String {
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_TELEMETRY", "1")
         .env("DISABLE_AUTOUPDATER", "1")
+        // The first prefill of its ~12k-token prompt may pass its 10-minute default.
+        .env("API_TIMEOUT_MS", "3600000")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -76,9 +78,9 @@ fn run_claude(addr: &str, dir: &std::path::Path) -> String {
         .expect("claude starts");
     let t = Instant::now();
     while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(1200) {
+        if t.elapsed() > Duration::from_secs(2400) {
             let _ = child.kill();
-            panic!("claude ran past 20 minutes");
+            panic!("claude ran past 40 minutes");
         }
         std::thread::sleep(Duration::from_millis(500));
     }

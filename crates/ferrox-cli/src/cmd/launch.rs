@@ -82,6 +82,9 @@ fn claude_env(base: &str, model: &str, key: &str) -> Vec<(String, String)> {
         ("ANTHROPIC_DEFAULT_SONNET_MODEL", model),
         ("ANTHROPIC_DEFAULT_OPUS_MODEL", model),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        // Its default 10-minute request timeout is shorter than a first prefill of its
+        // ~12k-token instructions on a small CPU.
+        ("API_TIMEOUT_MS", "3600000"),
     ];
     env.sort();
     env.into_iter()
