@@ -41,6 +41,8 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Measure prompt and generation speed (llama-bench's table and JSON).
     Bench(cmd::bench::Args),
+    /// Start a coding agent (claude or codex) on a ferrox server, reusing or starting one.
+    Launch(cmd::launch::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -74,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Launch(a) => cmd::launch::run(a),
     }
 }
 

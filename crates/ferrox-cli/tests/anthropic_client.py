@@ -26,7 +26,7 @@ out = {}
 r = a.messages.create(model=model, max_tokens=n, system=system, messages=turns, extra_body=greedy)
 out["whole"] = "".join(b.text for b in r.content if b.type == "text")
 out["whole_stop"] = r.stop_reason
-out["usage"] = [r.usage.input_tokens, r.usage.output_tokens]
+out["usage"] = [r.usage.input_tokens + (r.usage.cache_read_input_tokens or 0), r.usage.output_tokens]
 
 events = []
 with a.messages.stream(model=model, max_tokens=n, system=system, messages=turns,
@@ -71,6 +71,35 @@ follow = ask + [{"role": "assistant", "content": r.content},
 out["tool_result_tokens"] = [
     a.messages.count_tokens(model=model, tools=tools, messages=ask).input_tokens,
     a.messages.count_tokens(model=model, tools=tools, messages=follow).input_tokens]
+
+# A mid-conversation system turn and a context_management edit clearing the older tool
+# result: the prompt equals the hand-built one with that result replaced by the placeholder.
+def tool_turns(first_result):
+    return [{"role": "user", "content": "What's the weather in Paris and in Rome?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather",
+                                               "input": {"city": "Paris"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                          "content": first_result}]},
+            {"role": "system", "content": "Reminder: answer in one sentence."},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t2", "name": "get_weather",
+                                               "input": {"city": "Rome"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2",
+                                          "content": "Rain, 14 C"}]}]
+long_result = "Sunny, 21 C. " * 20
+edit = {"edits": [{"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 10},
+                   "keep": {"type": "tool_uses", "value": 1}}]}
+beta = {"anthropic-beta": "context-management-2025-06-27"}
+count = lambda msgs, **kw: a.messages.count_tokens(model=model, tools=tools, system=system,
+                                                   messages=msgs, extra_headers=beta, **kw).input_tokens
+out["cm_tokens"] = [count(tool_turns(long_result), extra_body={"context_management": edit}),
+                    count(tool_turns("[cleared to save context]")),
+                    count(tool_turns(long_result))]
+r = a.messages.create(model=model, max_tokens=8, extra_body={**greedy, "context_management": edit},
+                      extra_headers=beta, tools=tools, system=system, messages=tool_turns(long_result))
+u = r.usage
+out["cm_usage"] = u.input_tokens + (u.cache_read_input_tokens or 0)
+cm = (r.model_extra or {}).get("context_management") or getattr(r, "context_management", None)
+out["cm_applied"] = cm if isinstance(cm, dict) or cm is None else cm.model_dump()
 
 try:
     a.messages.create(model=model, max_tokens=10, messages=[{"role": "robot", "content": "x"}])

@@ -93,6 +93,13 @@ fn anthropic_client_matches_the_openai_route() {
     assert_eq!(v["whole_stop"], v["stream_stop"]);
     assert_eq!(v["usage"][0], v["openai_prompt_tokens"]);
     assert_eq!(v["count_tokens"], v["openai_prompt_tokens"]);
+    let [edited, by_hand, original] = [0, 1, 2].map(|i| v["cm_tokens"][i].as_u64().unwrap());
+    assert_eq!(edited, by_hand, "{v}");
+    assert!(original > by_hand + 50, "{v}");
+    assert_eq!(v["cm_usage"], by_hand);
+    let applied = &v["cm_applied"]["applied_edits"][0];
+    assert_eq!(applied["cleared_tool_uses"], 1, "{v}");
+    assert_eq!(applied["cleared_input_tokens"], original - by_hand, "{v}");
     assert_eq!(
         v["stream_first_last"],
         json!(["message_start", "message_stop"])

@@ -242,6 +242,18 @@ pub struct Job {
     pub prompt: Vec<TokenId>,
     pub params: GenParams,
     pub events: tokio::sync::mpsc::UnboundedSender<Event>,
+    /// Where the request log reads what this generation did (when it is on).
+    pub stats: Option<Arc<RequestStats>>,
+}
+
+/// What one request's generations did, for the request log: filled in by the engine thread.
+#[derive(Debug, Default)]
+pub struct RequestStats {
+    pub prompt_tokens: AtomicUsize,
+    pub cached_tokens: AtomicUsize,
+    pub generated_tokens: AtomicUsize,
+    /// When the first text arrived.
+    pub first_text: std::sync::OnceLock<Instant>,
 }
 
 /// Counters for `/metrics`.
@@ -317,7 +329,13 @@ impl Scheduler {
     }
 }
 
-type Running = HashMap<u64, tokio::sync::mpsc::UnboundedSender<Event>>;
+type Running = HashMap<
+    u64,
+    (
+        tokio::sync::mpsc::UnboundedSender<Event>,
+        Option<Arc<RequestStats>>,
+    ),
+>;
 
 fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m: Arc<Metrics>) {
     let mut engine = backend.new_engine(parallel);
@@ -332,7 +350,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
         gone.extend(
             running
                 .iter()
-                .filter(|(_, tx)| tx.is_closed())
+                .filter(|(_, (tx, _))| tx.is_closed())
                 .map(|(&id, _)| id),
         );
         for id in gone.drain(..) {
@@ -352,9 +370,14 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
         // stays up.
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             engine.step(&mut |id, ev| {
-                let Some(tx) = running.get(&id) else { return };
+                let Some((tx, stats)) = running.get(&id) else {
+                    return;
+                };
                 match ev {
                     Event::Text(_) | Event::Logprob(_) => {
+                        if let Some(st) = stats {
+                            st.first_text.get_or_init(Instant::now);
+                        }
                         if tx.send(ev).is_err() {
                             gone.push(id);
                         }
@@ -366,6 +389,12 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
                         m.busy_slots.fetch_sub(1, Ordering::SeqCst);
                     }
                     Event::Done(summary) => {
+                        if let Some(st) = stats {
+                            st.cached_tokens
+                                .fetch_add(summary.cached_tokens, Ordering::Relaxed);
+                            st.generated_tokens
+                                .fetch_add(summary.completion_tokens, Ordering::Relaxed);
+                        }
                         m.prefix_hits
                             .fetch_add(summary.cached_tokens as u64, Ordering::Relaxed);
                         m.completion_tokens
@@ -396,7 +425,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
                 "engine step panicked; ending its {} requests",
                 running.len()
             );
-            for (_, tx) in running.drain() {
+            for (_, (tx, _)) in running.drain() {
                 m.errors.fetch_add(1, Ordering::Relaxed);
                 m.busy_slots.fetch_sub(1, Ordering::SeqCst);
                 let _ = tx.send(Event::Failed(
@@ -441,7 +470,7 @@ fn admit_waiting(
             Ok(()) => {
                 m.prefix_queries
                     .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
-                running.insert(id, job.events);
+                running.insert(id, (job.events, job.stats));
                 m.busy_slots.fetch_add(1, Ordering::SeqCst);
             }
             Err(e) => {

@@ -141,7 +141,7 @@ async fn anthropic_messages_stream_events_and_errors() {
         (json!({"max_tokens": null}), "max_tokens"),
         (json!({"top_a": 1}), "top_a"),
         (
-            json!({"messages": [{"role": "system", "content": "x"}]}),
+            json!({"messages": [{"role": "developer", "content": "x"}]}),
             "role",
         ),
         (json!({"tool_choice": {"type": "maybe"}}), "tool_choice"),

@@ -4,6 +4,7 @@ pub mod chat;
 pub mod dist;
 pub mod engine;
 pub mod inspect;
+pub mod launch;
 pub mod library;
 pub mod logits;
 pub mod model;

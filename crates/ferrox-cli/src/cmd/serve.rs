@@ -84,6 +84,31 @@ pub struct Args {
     /// Do not serve the chat page.
     #[arg(long = "no-webui")]
     pub no_webui: bool,
+    /// Also accept NAME in `model` for the served MODEL (e.g. the Haiku id an agent asks for;
+    /// repeatable).
+    #[arg(long = "alias", value_name = "NAME=MODEL")]
+    pub aliases: Vec<String>,
+    /// Log one line per request on stderr: route, status, prompt / cached / generated tokens,
+    /// time to first token, total time.
+    #[arg(long = "log-requests")]
+    pub log_requests: bool,
+}
+
+/// The names `--alias NAME=MODEL` adds; MODEL must be one the server answers to.
+fn extra_aliases(flags: &[String], id: &str, names: &[String]) -> anyhow::Result<Vec<String>> {
+    flags
+        .iter()
+        .map(|f| {
+            let (alias, model) = f
+                .split_once('=')
+                .filter(|(a, _)| !a.is_empty())
+                .ok_or_else(|| anyhow::anyhow!("--alias {f}: expected NAME=MODEL"))?;
+            if model != id && !names.iter().any(|n| n == model) {
+                anyhow::bail!("--alias {f}: this server serves `{id}`, not `{model}`");
+            }
+            Ok(alias.to_string())
+        })
+        .collect()
 }
 
 /// Whether the chat page is served: as the flags say, else only when the server is bound to a
@@ -123,12 +148,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .find(|e| e.file == file)
         .map_or_else(|| name.clone(), |e| e.name.to_string());
+    let mut aliases = vec![name, file, eng.path.display().to_string()];
+    aliases.extend(extra_aliases(&args.aliases, &id, &aliases)?);
     let backend = ModelBackend::new(
         decoder,
         tokenizer,
         BackendConfig {
             id: id.clone(),
-            aliases: vec![name, file, eng.path.display().to_string()],
+            aliases,
             ctx: args.ctx,
             no_spec: args.no_spec,
             pooling: args.pooling,
@@ -204,6 +231,7 @@ fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Op
         },
         allowed_hosts: args.allowed_hosts.clone(),
         response_store: Default::default(),
+        log_requests: args.log_requests,
     }
 }
 
@@ -247,6 +275,18 @@ mod tests {
                 "--no-webui on {host}"
             );
         }
+    }
+
+    #[test]
+    fn aliases_name_the_served_model() {
+        let names = ["qwen.gguf".to_string()];
+        let ok = extra_aliases(&["claude-haiku=qwen:0.5b".into()], "qwen:0.5b", &names);
+        assert_eq!(ok.unwrap(), ["claude-haiku"]);
+        let by_file = extra_aliases(&["h=qwen.gguf".into()], "qwen:0.5b", &names);
+        assert_eq!(by_file.unwrap(), ["h"]);
+        let other = extra_aliases(&["h=llama".into()], "qwen:0.5b", &names).unwrap_err();
+        assert!(other.to_string().contains("serves `qwen:0.5b`"), "{other}");
+        assert!(extra_aliases(&["h".into()], "qwen:0.5b", &names).is_err());
     }
 
     /// A request that names no sampler settings samples as `ferrox run` does by default.

@@ -218,6 +218,10 @@ pub(super) fn submit(
     n: usize,
 ) -> Result<Vec<UnboundedReceiver<Event>>, ApiError> {
     let prompt_tokens = prompt.len();
+    let stats = super::reqlog::current();
+    if let Some(st) = &stats {
+        st.prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
+    }
     let mut rxs = Vec::with_capacity(n);
     for i in 0..n {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -229,6 +233,7 @@ pub(super) fn submit(
                 prompt: prompt.clone(),
                 params,
                 events: tx,
+                stats: stats.clone(),
             })
             .map_err(|SubmitError::QueueFull| {
                 let mut e = ApiError::new(

@@ -14,6 +14,7 @@ mod ollama_models;
 mod page;
 mod params;
 pub mod render;
+mod reqlog;
 mod response;
 mod responses;
 mod stream;
@@ -61,6 +62,8 @@ pub struct Options {
     pub allowed_hosts: Vec<String>,
     /// How many `/v1/responses` results are kept for `previous_response_id`.
     pub response_store: StoreLimits,
+    /// Log one line per request on stderr (route, status, tokens, times).
+    pub log_requests: bool,
 }
 
 /// A shared [`Library`].
@@ -134,6 +137,10 @@ pub fn router(state: Shared) -> Router {
         .route("/api/version", get(ollama_models::version))
         .route("/api/pull", post(ollama_models::pull))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            reqlog::middleware,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             lifecycle::middleware,
