@@ -14,11 +14,7 @@ pub fn python() -> std::process::Command {
 /// Runs `script` (under this crate's `tests/`) with python3 and `args`; its stdout as JSON.
 pub fn python_json(script: &str, args: &[String]) -> serde_json::Value {
     let path = format!("{}/tests/{script}", env!("CARGO_MANIFEST_DIR"));
-    let out = python()
-        .arg(&path)
-        .args(args)
-        .output()
-        .unwrap();
+    let out = python().arg(&path).args(args).output().unwrap();
     assert!(
         out.status.success(),
         "{script} failed (scripts/test installs the packages it imports into .venv):\n{}",

@@ -14,6 +14,7 @@ mod ollama_models;
 mod page;
 mod params;
 pub mod render;
+mod rerank;
 mod response;
 mod stream;
 mod tools;
@@ -123,7 +124,13 @@ pub fn router(state: Shared) -> Router {
         .route("/api/ps", get(ollama_models::ps))
         .route("/api/version", get(ollama_models::version))
         .route("/api/pull", post(ollama_models::pull))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            rerank::encoder_guard,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             lifecycle::middleware,
