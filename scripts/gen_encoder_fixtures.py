@@ -89,7 +89,9 @@ def tiny_reranker():
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]",
-                                   pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+                                   pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
+                                   model_input_names=["input_ids", "token_type_ids",
+                                                      "attention_mask"])
     fast.save_pretrained(d)
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
@@ -109,6 +111,7 @@ def tiny_reranker():
                return_tensors="pt")
     with torch.no_grad():
         logits = model(**enc).logits[:, 0].tolist()
+    assert enc["token_type_ids"].max() == 1, "the pair's second segment has token type 1"
     ids = [[i for i, m in zip(row, mask) if m] for row, mask in
            zip(enc["input_ids"].tolist(), enc["attention_mask"].tolist())]
     (OUT / "rerank.json").write_text(json.dumps(
