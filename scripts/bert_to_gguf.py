@@ -29,7 +29,7 @@ def read_safetensors(path):
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
     body = raw[8 + n:]
-    kinds = {"F32": np.float32, "F16": np.float16}
+    kinds = {"F32": np.float32, "F16": np.float16, "I64": np.int64}
     out = {}
     for name, t in header.items():
         if name == "__metadata__":

@@ -93,7 +93,11 @@ impl Names<'_> {
         rows: usize,
         cols: usize,
     ) -> Result<WeightMatrix, LoadError> {
-        let r = self.get(t, l, "weight")?;
+        let mut r = self.get(t, l, "weight")?;
+        // GGUF drops a leading dim of 1 (a one-label classifier is stored as a vector).
+        if rows == 1 && r.shape.len() == 1 {
+            r.shape.insert(0, 1);
+        }
         // A rows-sized dim may be absent from the config (the token-type count): 0 = any.
         if r.shape.len() != 2 || (rows != 0 && r.shape[0] != rows) || r.shape[1] != cols {
             return Err(shape(&r.name, &r.shape, vec![rows, cols]));
@@ -158,7 +162,7 @@ fn body(n: &Names, c: &BertConfig) -> Result<Body, LoadError> {
 /// The pooler (tanh) and classifier of a cross-encoder; one label only (a relevance logit).
 fn rank_head(n: &Names, c: &BertConfig) -> Result<RankHead, LoadError> {
     let classifier = n.get(Tensor::Classifier, 0, "weight")?;
-    if classifier.shape.first() != Some(&1) {
+    if classifier.shape.len() == 2 && classifier.shape[0] != 1 {
         return Err(LoadError::Value {
             key: classifier.name.clone(),
             problem: format!(
