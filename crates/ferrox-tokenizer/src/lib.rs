@@ -19,6 +19,7 @@ mod special;
 mod spm;
 mod stream;
 mod vocab;
+pub mod wordpiece;
 
 pub mod chat_output;
 pub mod chat_text;

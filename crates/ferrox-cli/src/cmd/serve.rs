@@ -124,6 +124,10 @@ fn webui_enabled(webui: bool, no_webui: bool, bound: std::net::IpAddr) -> bool {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
+    let path = super::model::resolve(args.model.as_deref())?;
+    if ferrox_models::encoder::is_encoder(&path) {
+        return super::serve_encoder::run(args, &path);
+    }
     let mut eng = engine::load_with(args.model.as_deref(), true, &args.dist)?;
     args.cache.apply(&mut eng)?;
     let tokenizer = eng
@@ -167,11 +171,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Ready means warmed up: one forward pages the weights in and starts the thread pool
     // before the first request (or health check) arrives.
     decoder.forward_token(0, 0, &mut decoder.new_caches());
+    let dist = args.dist.clone();
+    serve_backend(args, backend, &id, ctx)?;
+    super::dist::save_load(&dist, decoder)?;
+    // With the `mpi` feature the cluster's drop stops the expert ranks; without it there is
+    // nothing to drop.
+    #[allow(clippy::drop_non_drop)]
+    drop(cluster);
+    Ok(())
+}
+
+/// The server's settings from the flags (and `FERROX_API_KEY`).
+/// Serves `backend` on the address of `args` until a stop signal or a drain.
+pub(super) fn serve_backend(
+    args: Args,
+    backend: Arc<dyn Backend>,
+    id: &str,
+    ctx: usize,
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let dist = args.dist.clone();
     rt.block_on(async move {
         let addr = format!("{}:{}", args.host, args.port);
         let listener = tokio::net::TcpListener::bind(&addr).await?;
@@ -196,16 +217,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .await?;
         eprintln!("drained; exiting");
         anyhow::Ok(())
-    })?;
-    super::dist::save_load(&dist, decoder)?;
-    // With the `mpi` feature the cluster's drop stops the expert ranks; without it there is
-    // nothing to drop.
-    #[allow(clippy::drop_non_drop)]
-    drop(cluster);
-    Ok(())
+    })
 }
 
-/// The server's settings from the flags (and `FERROX_API_KEY`).
 fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Options {
     ferrox_server::Options {
         api_key: args.api_key.clone().or_else(|| {

@@ -5,6 +5,7 @@
 //! one builder (`crate::build`) turns any of them into a decoder. An unlisted name is refused
 //! by name, never guessed (compare mistral.rs's one-row architecture registry).
 
+pub mod bert;
 pub mod deepseek_v3;
 pub mod deepseek_v32;
 pub mod gemma2;

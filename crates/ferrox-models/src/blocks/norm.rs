@@ -1,5 +1,5 @@
 //! RMSNorm (Zhang & Sennrich 2019): `x / sqrt(mean(x²) + eps) * w`. Gemma's `(1 + w)` form is
-//! folded into the weight at load time.
+//! folded into the weight at load time. LayerNorm (Ba et al. 2016) with bias for encoders.
 
 use super::Real;
 use ferrox_core::pool;
@@ -43,6 +43,36 @@ impl RmsNorm {
     /// In place, each row of `dim()`.
     pub fn forward_inplace(&self, x: &mut [f32]) {
         rms_norm_rows::<f64>(x, &self.weight, self.eps);
+    }
+}
+
+/// LayerNorm (Ba et al. 2016) with weight and bias, as BERT's post-norms: `(x - mean) /
+/// sqrt(var + eps) * w + b` per row, mean and variance summed in f64.
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+    pub eps: f32,
+}
+
+impl LayerNorm {
+    /// In place, each row of `weight.len()`.
+    pub fn forward_inplace(&self, x: &mut [f32]) {
+        let d = self.weight.len();
+        pool::for_each_chunk_mut(x, rows_chunk(d), |_, c| {
+            for row in c.chunks_exact_mut(d) {
+                let mean = row.iter().map(|&v| v as f64).sum::<f64>() / d as f64;
+                let var = row
+                    .iter()
+                    .map(|&v| (v as f64 - mean) * (v as f64 - mean))
+                    .sum::<f64>()
+                    / d as f64;
+                let s = 1.0 / (var + self.eps as f64).sqrt();
+                for ((v, &w), &b) in row.iter_mut().zip(&self.weight).zip(&self.bias) {
+                    *v = ((*v as f64 - mean) * s) as f32 * w + b;
+                }
+            }
+        });
     }
 }
 

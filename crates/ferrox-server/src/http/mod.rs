@@ -15,6 +15,7 @@ mod page;
 mod params;
 pub mod render;
 mod reqlog;
+mod rerank;
 mod response;
 mod responses;
 mod stream;
@@ -136,7 +137,13 @@ pub fn router(state: Shared) -> Router {
         .route("/api/ps", get(ollama_models::ps))
         .route("/api/version", get(ollama_models::version))
         .route("/api/pull", post(ollama_models::pull))
+        .route("/v1/rerank", post(rerank::rerank))
+        .route("/rerank", post(rerank::rerank))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            rerank::encoder_guard,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             reqlog::middleware,
