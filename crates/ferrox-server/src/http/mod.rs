@@ -6,6 +6,7 @@ mod anthropic;
 mod embeddings;
 mod error;
 mod generate;
+mod infill;
 mod lifecycle;
 mod listen;
 mod metrics;
@@ -109,6 +110,7 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics::metrics))
         .route("/v1/chat/completions", post(generate::chat))
         .route("/v1/completions", post(generate::completions))
+        .route("/infill", post(infill::infill))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/embeddings", post(embeddings::openai))
