@@ -162,8 +162,17 @@ impl Engine for FakeEngine {
             }
             g.i += 1;
             g.text.push_str(&piece);
-            if g.params.stop.iter().any(|s| g.text.contains(s.as_str())) {
-                events(g.id, done(FinishReason::Stop, g.i));
+            if let Some(k) = g
+                .params
+                .stop
+                .iter()
+                .position(|s| g.text.contains(s.as_str()))
+            {
+                let mut ev = done(FinishReason::Stop, g.i);
+                if let Event::Done(s) = &mut ev {
+                    s.stop_string = Some(k);
+                }
+                events(g.id, ev);
                 return false;
             }
             events(g.id, Event::Text(piece));
