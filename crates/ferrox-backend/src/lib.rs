@@ -18,6 +18,7 @@ use ferrox_server::backend::{
     GenSummary, GrammarSpec, RenderedChat, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
+use ferrox_tokenizer::fim::FimInput;
 use ferrox_tokenizer::template::{render_chat_text, ChatTemplate, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 
@@ -157,6 +158,15 @@ impl Backend for ModelBackend {
     }
     fn text_prompt(&self, text: &str) -> Vec<TokenId> {
         self.tokenizer.encode(text, true, true)
+    }
+    fn fim_prompt(
+        &self,
+        input: &FimInput<'_>,
+        max_tokens: Option<usize>,
+    ) -> Result<Vec<TokenId>, BackendError> {
+        self.tokenizer
+            .fim_prompt(input, self.ctx, max_tokens)
+            .map_err(|e| BackendError::Unsupported(e.to_string()))
     }
     fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
         self.tokenizer.encode(text, add_special, true)

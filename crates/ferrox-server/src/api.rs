@@ -185,6 +185,8 @@ pub enum PromptField {
 #[derive(Debug, Clone, Deserialize)]
 pub struct CompletionRequest {
     pub prompt: PromptField,
+    /// Text after the completion: the prompt is the text before it (fill-in-the-middle).
+    pub suffix: Option<String>,
     #[serde(flatten)]
     pub common: CommonParams,
 }

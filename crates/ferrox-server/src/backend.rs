@@ -21,6 +21,7 @@ pub struct RenderedChat {
     pub tool_format: ToolFormat,
     pub in_reasoning: bool,
 }
+use ferrox_tokenizer::fim::FimInput;
 use ferrox_tokenizer::TokenId;
 use serde_json::Value;
 
@@ -206,6 +207,18 @@ pub trait Backend: Send + Sync + 'static {
     fn chat_prompt(&self, chat: &ChatPrompt<'_>) -> Result<RenderedChat, BackendError>;
     /// Prompt tokens of a plain completion.
     fn text_prompt(&self, text: &str) -> Vec<TokenId>;
+    /// Prompt tokens of a fill-in-the-middle request (llama-server's `/infill` layout) that
+    /// will generate up to `max_tokens`; `Unsupported` names what the model lacks.
+    fn fim_prompt(
+        &self,
+        input: &FimInput<'_>,
+        max_tokens: Option<usize>,
+    ) -> Result<Vec<TokenId>, BackendError> {
+        let _ = (input, max_tokens);
+        Err(BackendError::Unsupported(
+            "this backend does not do fill-in-the-middle".into(),
+        ))
+    }
     fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId>;
     fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError>;
     /// A fresh engine with `slots` slots.

@@ -59,7 +59,12 @@ async fn ollama_refusals_are_ollama_errors() {
         ),
         ("/api/chat", json!({"format": 7}), 400, "format"),
         ("/api/chat", json!({"model": "other"}), 404, "other"),
-        ("/api/generate", json!({"suffix": "x"}), 400, "suffix"),
+        (
+            "/api/generate",
+            json!({"suffix": "x", "system": "be brief"}),
+            400,
+            "suffix",
+        ),
         (
             "/api/generate",
             json!({"template": "{{ .Prompt }}"}),

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::fim::FimIds;
 use crate::vocab::Vocab;
 use crate::{
     attr, bpe, pretok, Model, SpecialTokens, TokenId, Tokenizer, TokenizerError, TokenizerSpec,
@@ -34,7 +35,7 @@ pub(crate) const FIM_REP_TEXTS: &[&str] = &[
     "<reponame>",
 ];
 pub(crate) const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
-pub(crate) const FIM_OTHER_TEXTS: &[&str] = &[
+pub(crate) const FIM_PRE_TEXTS: &[&str] = &[
     "<|fim_prefix|>",
     "<fim-prefix>",
     "<fim_prefix>",
@@ -43,6 +44,8 @@ pub(crate) const FIM_OTHER_TEXTS: &[&str] = &[
     "▁<PRE>",
     "<|code_prefix|>",
     "<|prefix|>",
+];
+pub(crate) const FIM_SUF_TEXTS: &[&str] = &[
     "<|fim_suffix|>",
     "<fim-suffix>",
     "<fim_suffix>",
@@ -51,6 +54,8 @@ pub(crate) const FIM_OTHER_TEXTS: &[&str] = &[
     "▁<SUF>",
     "<|code_suffix|>",
     "<|suffix|>",
+];
+pub(crate) const FIM_MID_TEXTS: &[&str] = &[
     "<|fim_middle|>",
     "<fim-middle>",
     "<fim_middle>",
@@ -105,9 +110,7 @@ struct Ids {
     eot: Option<TokenId>,
     eom: Option<TokenId>,
     pad: Option<TokenId>,
-    fim_pad: Option<TokenId>,
-    fim_rep: Option<TokenId>,
-    fim_sep: Option<TokenId>,
+    fim: FimIds,
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
@@ -155,9 +158,14 @@ impl Ids {
             eot: in_range(spec.eot_id),
             eom: in_range(spec.eom_id),
             pad: in_range(spec.pad_id),
-            fim_pad: in_range(spec.fim_pad_id),
-            fim_rep: in_range(spec.fim_rep_id),
-            fim_sep: in_range(spec.fim_sep_id),
+            fim: FimIds {
+                pre: in_range(spec.fim_pre_id),
+                suf: in_range(spec.fim_suf_id),
+                mid: in_range(spec.fim_mid_id),
+                pad: in_range(spec.fim_pad_id),
+                rep: in_range(spec.fim_rep_id),
+                sep: in_range(spec.fim_sep_id),
+            },
             add_bos,
             add_eos: spec.add_eos.unwrap_or(false),
             add_space_prefix,
@@ -189,21 +197,14 @@ impl Ids {
         if self.eom.is_none() {
             self.eom = token_to_id.get("<|eom_id|>");
         }
-        if self.fim_pad.is_none() {
-            self.fim_pad = find_first(FIM_PAD_TEXTS);
-        }
-        if self.fim_rep.is_none() {
-            self.fim_rep = find_first(FIM_REP_TEXTS);
-        }
-        if self.fim_sep.is_none() {
-            self.fim_sep = find_first(FIM_SEP_TEXTS);
-        }
+        self.fim.detect(token_to_id);
         let (eot, eom) = (self.eot, self.eom);
-        let fims = [self.fim_pad, self.fim_rep, self.fim_sep];
+        let f = self.fim;
+        let fims = [f.pad, f.rep, f.sep];
         for id in [eot, eom].into_iter().chain(fims).flatten() {
             make_control(id, attrs);
         }
-        for t in FIM_OTHER_TEXTS {
+        for t in [FIM_PRE_TEXTS, FIM_SUF_TEXTS, FIM_MID_TEXTS].concat() {
             if let Some(id) = token_to_id.get(t) {
                 make_control(id, attrs);
             }
@@ -351,6 +352,7 @@ impl Tokenizer {
                 unk: ids.unk,
                 pad: ids.pad,
             },
+            fim: ids.fim,
             eog: eog.into_iter().collect(),
             add_bos: ids.add_bos,
             add_eos: ids.add_eos,

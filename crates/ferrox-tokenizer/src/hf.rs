@@ -135,6 +135,8 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
     let unk = id_of(config.get("unk_token"));
     let pad = id_of(config.get("pad_token"));
     let eot = EOT_TEXTS.iter().find_map(|t| token_to_id.get(t));
+    let mut fim = crate::fim::FimIds::default();
+    fim.detect(token_to_id);
     let mut eog: BTreeSet<TokenId> = EOG_TEXTS
         .iter()
         .filter_map(|t| token_to_id.get(t))
@@ -180,6 +182,7 @@ pub(crate) fn load_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
             unk,
             pad,
         },
+        fim,
         eog: eog.into_iter().collect(),
         add_bos,
         add_eos: false,

@@ -10,6 +10,7 @@
 //! `tokenizer.ggml.pre`). BOS/EOS are added per the GGUF flags.
 
 mod bpe;
+pub mod fim;
 mod from_gguf;
 mod from_spec;
 mod hf;
@@ -62,6 +63,9 @@ pub enum TokenizerError {
     },
     #[error("GGUF: {0}")]
     Gguf(String),
+    /// The vocabulary lacks the fill-in-the-middle tokens named (prefix, suffix, middle).
+    #[error("fill-in-the-middle is not supported by this model: its vocabulary has no {0} token")]
+    NoFim(String),
 }
 
 /// Token attributes (llama.cpp `llama_token_attr`).
@@ -136,6 +140,7 @@ pub struct Tokenizer {
     pieces: Vec<u8>,
     piece_offsets: Vec<u32>,
     special: SpecialTokens,
+    fim: fim::FimIds,
     eog: Vec<TokenId>,
     add_bos: bool,
     add_eos: bool,

@@ -9,6 +9,7 @@ use ferrox_models::speculative::{
     Drafter, LongestMatchDrafter, PromptLookupSpeculator, Speculation,
 };
 use ferrox_models::structured::{Grammar, GrammarCompiler};
+use ferrox_tokenizer::fim::FimInput;
 use ferrox_tokenizer::template::{prompt_text, Message};
 use std::io::Write;
 
@@ -128,6 +129,10 @@ pub struct Args {
     /// Send the prompt as is, without the chat template.
     #[arg(long)]
     pub raw: bool,
+    /// Fill in the middle: the prompt is the code before the hole, this the code after it (the
+    /// prompt laid out as llama-server's /infill lays it out, with the model's FIM tokens).
+    #[arg(long = "fim-suffix", value_name = "TEXT", conflicts_with = "raw")]
+    pub fim_suffix: Option<String>,
     /// Constrain the output to a JSON schema: inline JSON or a file (as llama-cli's -j).
     #[arg(short = 'j', long = "json-schema", value_name = "SCHEMA|FILE")]
     pub json_schema: Option<String>,
@@ -224,7 +229,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             s
         }
     };
-    let ids = if args.raw {
+    let ids = if let Some(suffix) = &args.fim_suffix {
+        let input = FimInput {
+            prefix: &prompt,
+            suffix,
+            ..FimInput::default()
+        };
+        let n = args.gen.n_predict;
+        tok.fim_prompt(&input, args.gen.ctx, (n >= 0).then_some(n as usize))?
+    } else if args.raw {
         tok.encode(&prompt, true, true)
     } else {
         // The user's text is not control tokens: only the template's markers are.

@@ -11,6 +11,7 @@ use ferrox_tokenizer::TokenId;
 use serde_json::Value;
 
 use super::error::authed_body;
+use super::infill::{fim_prompt, Fim};
 use super::params::{grammar, validate};
 use super::render::OwnedChat;
 use super::response::{collect_response, Meta};
@@ -112,10 +113,20 @@ pub(super) async fn completions(
                 return Err(ApiError::bad("prompt must be one string").param("prompt"))
             }
         };
-        if text.is_empty() {
-            return Err(ApiError::bad("the prompt is empty").param("prompt"));
-        }
-        let prompt = super::off_workers(&s, move |b| b.text_prompt(&text)).await?;
+        let prompt = match req.suffix.clone() {
+            Some(suffix) => {
+                let fim = Fim {
+                    prefix: text,
+                    suffix,
+                    ..Fim::default()
+                };
+                fim_prompt(&s, fim, &req.common, "suffix").await?
+            }
+            None if text.is_empty() => {
+                return Err(ApiError::bad("the prompt is empty").param("prompt"))
+            }
+            None => super::off_workers(&s, move |b| b.text_prompt(&text)).await?,
+        };
         let mut params = validate(&s, Kind::Completion, &req.common, prompt.len())?;
         compile_grammar(&s, &req.common, &mut params).await?;
         start(&s, Kind::Completion, &req.common, prompt, params, None).await

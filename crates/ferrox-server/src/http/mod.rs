@@ -6,6 +6,7 @@ mod anthropic;
 mod embeddings;
 mod error;
 mod generate;
+mod infill;
 mod lifecycle;
 mod listen;
 mod metrics;
@@ -123,6 +124,7 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/completions", post(generate::completions))
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::retrieve))
+        .route("/infill", post(infill::infill))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/embeddings", post(embeddings::openai))

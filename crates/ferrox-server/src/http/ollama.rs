@@ -19,6 +19,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::answer::{Piece, Pieces};
 use super::error::authed_body;
 use super::generate::{prepare_chat, submit, Kind, Prepared};
+use super::infill::{fim_prompt, Fim};
 use super::params::validate;
 use super::tools::OutputSetup;
 use super::{ApiError, Shared};
@@ -280,12 +281,24 @@ pub(super) async fn generate(State(s): State<Shared>, headers: HeaderMap, body: 
         if b.prompt.is_empty() {
             return Ok(Json(loaded(&b.shape.model, "response")).into_response());
         }
-        if b.raw {
-            // The prompt as is (special tokens parsed): the user wrote the template's text.
+        let suffix = b.suffix.clone().filter(|t| !t.is_empty());
+        if b.raw || suffix.is_some() {
             let c: CommonParams = serde_json::from_value(Value::Object(fields))
                 .map_err(|e| ApiError::bad(e.to_string()))?;
             let text = b.prompt.clone();
-            let prompt = super::off_workers(&s, move |be| be.text_prompt(&text)).await?;
+            let prompt = match suffix {
+                // The prompt is the text before the hole, laid out as `/infill` lays it out.
+                Some(suffix) => {
+                    let fim = Fim {
+                        prefix: text,
+                        suffix,
+                        ..Fim::default()
+                    };
+                    fim_prompt(&s, fim, &c, "suffix").await?
+                }
+                // The prompt as is (special tokens parsed): the user wrote the template's text.
+                None => super::off_workers(&s, move |be| be.text_prompt(&text)).await?,
+            };
             let mut params = validate(&s, Kind::Completion, &c, prompt.len())?;
             super::generate::compile_grammar(&s, &c, &mut params).await?;
             let p = Prepared {
@@ -311,9 +324,9 @@ pub(super) async fn generate(State(s): State<Shared>, headers: HeaderMap, body: 
 /// `/api/generate` fields ferrox cannot honour: refused with the reason.
 fn refuse_generate_fields(b: &GenerateBody) -> Result<(), ApiError> {
     let set = |o: &Option<String>| o.as_ref().is_some_and(|t| !t.is_empty());
-    if set(&b.suffix) {
+    if set(&b.suffix) && (b.raw || set(&b.system)) {
         return Err(ApiError::bad(
-            "suffix (fill-in-the-middle) is not supported for this model's template",
+            "suffix (fill-in-the-middle) cannot be combined with raw or system: its prompt is the model's FIM layout",
         )
         .param("suffix"));
     }

@@ -13,6 +13,7 @@ use ferrox_server::backend::{
 };
 use ferrox_server::Options;
 use ferrox_tokenizer::chat_output::ToolFormat;
+use ferrox_tokenizer::fim::FimInput;
 use ferrox_tokenizer::template::{ChatTemplate, Message};
 use ferrox_tokenizer::TokenId;
 use serde_json::{json, Value};
@@ -161,8 +162,17 @@ impl Engine for FakeEngine {
             }
             g.i += 1;
             g.text.push_str(&piece);
-            if g.params.stop.iter().any(|s| g.text.contains(s.as_str())) {
-                events(g.id, done(FinishReason::Stop, g.i));
+            if let Some(k) = g
+                .params
+                .stop
+                .iter()
+                .position(|s| g.text.contains(s.as_str()))
+            {
+                let mut ev = done(FinishReason::Stop, g.i);
+                if let Event::Done(s) = &mut ev {
+                    s.stop_string = Some(k);
+                }
+                events(g.id, ev);
                 return false;
             }
             events(g.id, Event::Text(piece));
@@ -216,6 +226,21 @@ impl Backend for Fake {
     }
     fn text_prompt(&self, text: &str) -> Vec<TokenId> {
         text.bytes().map(TokenId::from).collect()
+    }
+    /// `P…S…M` around the parts; a prefix starting `no-fim` plays a model without FIM tokens.
+    fn fim_prompt(
+        &self,
+        input: &FimInput<'_>,
+        _max_tokens: Option<usize>,
+    ) -> Result<Vec<TokenId>, BackendError> {
+        if input.prefix.starts_with("no-fim") {
+            return Err(BackendError::Unsupported(
+                "fill-in-the-middle is not supported by this model: its vocabulary has no prefix, suffix, middle token".into(),
+            ));
+        }
+        let extra: String = input.extra.iter().map(|c| c.text).collect();
+        let (p, s) = (input.prefix, input.suffix);
+        Ok(self.text_prompt(&format!("{extra}P{p}{}S{s}M", input.prompt)))
     }
     fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId> {
         let mut v = if add_special { vec![1000] } else { vec![] };

@@ -1,0 +1,119 @@
+//! Fill in the middle on the real qwen2.5-coder 0.5B: `suffix` on `/v1/completions` and
+//! Ollama's `/api/generate` (through the official clients) and `ferrox run --fim-suffix` give
+//! `/infill`'s text; a model without FIM tokens is refused.
+
+mod common;
+use common::server::{post_json, python_json};
+use serde_json::{json, Value};
+
+const SMALL: &str = "qwen2.5-coder:0.5b-instruct";
+const N: &str = "24";
+
+/// Code with its middle masked: (prefix, suffix).
+const PLAIN: [(&str, &str); 2] = [
+    (
+        "def is_prime(n: int) -> bool:\n    if n < 2:\n        return False\n",
+        "    return True\n\n\nprimes = [p for p in range(50) if is_prime(p)]\n",
+    ),
+    (
+        "fn sum_even(xs: &[i64]) -> i64 {\n",
+        "\n}\n\nfn main() {\n    println!(\"{}\", sum_even(&[1, 2, 3, 4]));\n}\n",
+    ),
+];
+
+/// `suffix` through the official OpenAI and Ollama clients, streamed and not, the streamed
+/// `/infill` and `ferrox run --fim-suffix` all give `/infill`'s greedy text; speculation is on
+/// while they generate.
+#[test]
+fn suffix_routes_and_the_cli_equal_infill() {
+    let path = common::model(SMALL);
+    let model = path.to_str().unwrap();
+    let (_server, addr) = common::serve(model, &["--parallel", "2"]);
+    for (prefix, suffix) in PLAIN {
+        let req = json!({"input_prefix": prefix, "input_suffix": suffix, "n_predict": 24,
+                         "temperature": 0});
+        let (status, v) = post_json(&addr, "/infill", &req);
+        assert_eq!(status, 200, "{v}");
+        let want = &v["content"];
+        assert!(!want.as_str().unwrap().is_empty(), "{v}");
+        let v = python_json(
+            "fim_clients.py",
+            &[
+                format!("http://{addr}"),
+                SMALL.into(),
+                prefix.into(),
+                suffix.into(),
+                N.into(),
+            ],
+        );
+        for k in ["openai", "openai_stream", "ollama", "ollama_stream"] {
+            assert_eq!(&v[k], want, "{prefix:?}: {k}");
+        }
+        let mut body = req.clone();
+        body["stream"] = json!(true);
+        let (status, sse) = common::server::http(&addr, "POST", "/infill", &body.to_string());
+        assert_eq!(status, 200);
+        let events: Vec<Value> = sse
+            .split("\n\n")
+            .filter_map(|e| e.strip_prefix("data: "))
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect();
+        let text: String = events
+            .iter()
+            .map(|e| e["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(&json!(text), want, "{prefix:?}: streamed /infill");
+        assert_eq!(events.last().unwrap()["stop"], true);
+        let out = common::ferrox_ok([
+            "run",
+            "-m",
+            model,
+            "--temp",
+            "0",
+            "-n",
+            N,
+            "--fim-suffix",
+            suffix,
+            prefix,
+        ]);
+        let out = out.strip_suffix('\n').unwrap_or(&out);
+        assert_eq!(&json!(out), want, "{prefix:?}: ferrox run --fim-suffix");
+    }
+    let (_, metrics) = common::server::http(&addr, "GET", "/metrics", "");
+    let ratio: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ferrox_speculative_acceptance_ratio "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    eprintln!("draft acceptance on the FIM answers: {ratio}");
+    assert!(ratio > 0.0, "no draft was accepted: is speculation on?");
+}
+
+/// gemma3 has no FIM tokens: a 400 naming them.
+#[test]
+fn a_model_without_fim_tokens_is_refused() {
+    let path = common::model("gemma3:270m");
+    let (_server, addr) = common::serve(path.to_str().unwrap(), &["--parallel", "1"]);
+    let (status, v) = post_json(
+        &addr,
+        "/infill",
+        &json!({"input_prefix": "a", "input_suffix": "b"}),
+    );
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("fill-in-the-middle") && msg.contains("prefix"),
+        "{msg}"
+    );
+    let out = common::ferrox([
+        "run",
+        "-m",
+        path.to_str().unwrap(),
+        "--fim-suffix",
+        "b",
+        "a",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fill-in-the-middle"));
+}
