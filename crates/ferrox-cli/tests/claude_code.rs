@@ -96,6 +96,7 @@ fn run_claude(addr: &str, dir: &std::path::Path) -> String {
 }
 
 #[test]
+#[ignore = "agent e2e: on an AVX2-only host the 1.5B prefills its 9-12k-token prompt at ~12 t/s (>10 min); run by hand: cargo test --release -p ferrox-cli --test claude_code -- --ignored"]
 fn claude_code_answers_through_ferrox() {
     let model = common::model(MODEL);
     let mut server = common::command()

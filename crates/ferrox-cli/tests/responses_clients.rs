@@ -72,6 +72,7 @@ fn codex() -> std::path::PathBuf {
 }
 
 #[test]
+#[ignore = "agent e2e: on an AVX2-only host the 1.5B prefills its 9-12k-token prompt at ~12 t/s (>10 min); run by hand: cargo test --release -p ferrox-cli --test responses_clients -- --ignored"]
 fn codex_exec_answers_through_responses() {
     let model = "qwen2.5-coder:1.5b-instruct";
     let path = common::model(model);
