@@ -62,9 +62,9 @@ def affinity(with_session, n):
             "second_turn_cached": cached / prompt}
 
 
-out["affinity"] = affinity(True, 50)
+out["affinity"] = affinity(True, 24)
 # Round robin (no session key) for comparison, on fewer conversations.
-out["round_robin"] = affinity(False, 21)
+out["round_robin"] = affinity(False, 12)
 
 
 def load(seconds, action_at, action):
