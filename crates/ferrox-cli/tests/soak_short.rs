@@ -20,8 +20,10 @@ fn soak_short_run_passes() {
             "3",
             "--body-timeout",
             "3",
+            // A budget the prefix cache fills within the 45-second run even on a slow (AVX2-only)
+            // host, so memory is measured after warm-up (16 MiB peaked at 14 there).
             "--cache-ram",
-            "16",
+            "8",
         ],
     );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/soak.py");
@@ -33,7 +35,7 @@ fn soak_short_run_passes() {
             "--minutes",
             "0.75",
         ])
-        .args(["--clients", "8", "--cache-ram", "16", "--json"])
+        .args(["--clients", "8", "--cache-ram", "8", "--json"])
         .args(["--pid", &server.pid().to_string()])
         .output()
         .unwrap();
