@@ -32,6 +32,8 @@ mod flash_bf;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x16;
 #[cfg(target_arch = "x86_64")]
+mod x16_avx2;
+#[cfg(target_arch = "x86_64")]
 mod x16_f;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x16_k;
@@ -329,7 +331,18 @@ struct BlockArgs<'a> {
 /// for this instruction set: only where an interleaved kernel exists.
 /// [`KernelOptions::x16`] `false` keeps every matrix in ggml layout (A/B benchmarks).
 pub fn interleaves(isa: Isa, ty: GgmlType) -> bool {
-    config().x16 && isa == Isa::Avx512 && isa.supported() && crate::quant::repack::has_layout(ty)
+    config().x16 && isa.supported() && interleaved_kernel(isa, ty)
+}
+
+/// Whether `isa` has a kernel for `ty` in the interleaved layout: AVX-512 for every type with
+/// the layout, AVX2 (`x16_avx2`) for the types most GGUFs' large matrices use.
+fn interleaved_kernel(isa: Isa, ty: GgmlType) -> bool {
+    match isa {
+        Isa::Avx512 => crate::quant::repack::has_layout(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => x16_avx2::has_kernel(ty),
+        _ => false,
+    }
 }
 
 /// What a matrix of type `ty` is converted to at load for this instruction set
@@ -477,6 +490,13 @@ pub(crate) unsafe fn gemm_x16(
     );
     let cols = acts.cols();
     #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: AVX2/FMA/F16C checked by `interleaves`; shapes checked here and by the
+        // caller.
+        unsafe { gemm_x16_avx2(ty, w, acts, t0, nt, y, ld) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     match ty {
         GgmlType::Q2K
         | GgmlType::Q3K
@@ -533,6 +553,47 @@ pub(crate) unsafe fn gemm_x16(
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("interleaves() is false off x86-64: {cols} {y:?} {ld} {w:?}");
+}
+
+/// [`gemm_x16`] on an AVX2 CPU (`x16_avx2`).
+///
+/// # Safety
+/// As [`gemm_x16`], with `isa` AVX2 and `x16_avx2::has_kernel(ty)`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn gemm_x16_avx2(
+    ty: GgmlType,
+    w: &[u8],
+    acts: &ActBuf,
+    t0: usize,
+    nt: usize,
+    y: *mut f32,
+    ld: usize,
+) {
+    let cols = acts.cols();
+    match ty {
+        GgmlType::Q4K | GgmlType::Q6K => {
+            let nb = cols / crate::quant::blocks::QK_K;
+            let a = &acts.q8k[t0 * nb..(t0 + nt) * nb];
+            let gemm = if ty == GgmlType::Q4K {
+                x16_avx2::gemm_q4k
+            } else {
+                x16_avx2::gemm_q6k
+            };
+            // SAFETY: per the caller.
+            unsafe { gemm(w, cols, a, nt, y, ld) }
+        }
+        _ => {
+            let nb = cols / 32;
+            let a = x16::Acts {
+                q: &acts.q8_0[t0 * nb..(t0 + nt) * nb],
+                d: &acts.d8[t0 * nb..(t0 + nt) * nb],
+                sum: &acts.sum8[t0 * nb..(t0 + nt) * nb],
+                s: &[],
+            };
+            // SAFETY: per the caller.
+            unsafe { x16_avx2::gemm_q4_0(ty, w, cols, &a, nt, y, ld) }
+        }
+    }
 }
 
 /// The scalar reference for `dot_block`.

@@ -51,7 +51,7 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 /// Rows per interleaved group (one per 32-bit lane).
-const ROWS: usize = 16;
+pub(super) const ROWS: usize = 16;
 /// Tokens per register tile: the weights of a sub-block are unpacked once per tile.
 const TOK: usize = 8;
 /// Bytes of one super-block tile of 16 rows.
@@ -997,7 +997,7 @@ unsafe fn q2k_tile<const T: usize>(
 }
 
 #[cfg(test)]
-mod tests_support {
+pub(super) mod tests_support {
     use super::*;
     use crate::quant::blocks::{
         f16_to_f32, f32_to_f16, iq4xs_scales, q3k_scales, scale_min_k4, BlockIQ4XS,
@@ -1005,9 +1005,9 @@ mod tests_support {
     use crate::quant::repack_k::{
         repack_iq4xs, repack_q2k, repack_q3k, repack_q4k, repack_q5k, repack_q6k,
     };
-    use crate::quant::{ActBuf, ActType, GgmlType};
+    use crate::quant::{dot_row_ref, ActBuf, ActType, GgmlType};
     use rand::rngs::StdRng;
-    use rand::Rng;
+    use rand::{Rng, SeedableRng};
 
     pub type Gemm = unsafe fn(&[u8], usize, &[BlockQ8K], usize, *mut f32, usize);
 
@@ -1161,19 +1161,11 @@ mod tests_support {
             .flat_map(|k| y[k * ld..k * ld + groups * ROWS].to_vec())
             .collect()
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::tests_support::*;
-    use super::*;
-    use crate::quant::blocks::f32_to_f16;
-    use crate::quant::{dot_row_ref, ActBuf, ActType, GgmlType};
-    use rand::rngs::StdRng;
-    use rand::SeedableRng;
-
-    fn check(ty: GgmlType, gemm: Gemm) {
-        if !has_simd() {
+    /// `gemm` (a kernel for `ty` in the x16 layout) against `dot_row_ref`, and batch
+    /// invariance; nothing when the CPU lacks the kernel's instructions (`simd` false).
+    pub fn check(ty: GgmlType, gemm: Gemm, simd: bool) {
+        if !simd {
             return;
         }
         let mut rng = StdRng::seed_from_u64(ty as u64);
@@ -1221,8 +1213,8 @@ mod tests {
 
     /// Saturated quants, scales and activations (±127 everywhere): the i16 bounds of the
     /// re-centred chains at their extremes.
-    fn check_extremes(ty: GgmlType, gemm: Gemm) {
-        if !has_simd() {
+    pub fn check_extremes(ty: GgmlType, gemm: Gemm, simd: bool) {
+        if !simd {
             return;
         }
         let cols = 512;
@@ -1280,45 +1272,52 @@ mod tests {
             }
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::*;
+    use super::*;
+    use crate::quant::GgmlType;
 
     #[test]
     fn x16_gemm_extreme_quants() {
-        check_extremes(GgmlType::Q4K, gemm_q4k);
-        check_extremes(GgmlType::Q6K, gemm_q6k);
-        check_extremes(GgmlType::Q5K, gemm_q5k);
-        check_extremes(GgmlType::Q3K, gemm_q3k);
-        check_extremes(GgmlType::Q2K, gemm_q2k);
-        check_extremes(GgmlType::IQ4XS, gemm_iq4xs);
+        check_extremes(GgmlType::Q4K, gemm_q4k, has_simd());
+        check_extremes(GgmlType::Q6K, gemm_q6k, has_simd());
+        check_extremes(GgmlType::Q5K, gemm_q5k, has_simd());
+        check_extremes(GgmlType::Q3K, gemm_q3k, has_simd());
+        check_extremes(GgmlType::Q2K, gemm_q2k, has_simd());
+        check_extremes(GgmlType::IQ4XS, gemm_iq4xs, has_simd());
     }
 
     #[test]
     fn x16_gemm_q5k_matches_reference_and_is_batch_invariant() {
-        check(GgmlType::Q5K, gemm_q5k);
+        check(GgmlType::Q5K, gemm_q5k, has_simd());
     }
 
     #[test]
     fn x16_gemm_q2k_matches_reference_and_is_batch_invariant() {
-        check(GgmlType::Q2K, gemm_q2k);
+        check(GgmlType::Q2K, gemm_q2k, has_simd());
     }
 
     #[test]
     fn x16_gemm_q3k_matches_reference_and_is_batch_invariant() {
-        check(GgmlType::Q3K, gemm_q3k);
+        check(GgmlType::Q3K, gemm_q3k, has_simd());
     }
 
     #[test]
     fn x16_gemm_iq4xs_matches_reference_and_is_batch_invariant() {
-        check(GgmlType::IQ4XS, gemm_iq4xs);
+        check(GgmlType::IQ4XS, gemm_iq4xs, has_simd());
     }
 
     #[test]
     fn x16_gemm_q4k_matches_reference_and_is_batch_invariant() {
-        check(GgmlType::Q4K, gemm_q4k);
+        check(GgmlType::Q4K, gemm_q4k, has_simd());
     }
 
     #[test]
     fn x16_gemm_q6k_matches_reference_and_is_batch_invariant() {
-        check(GgmlType::Q6K, gemm_q6k);
+        check(GgmlType::Q6K, gemm_q6k, has_simd());
     }
 }
 
