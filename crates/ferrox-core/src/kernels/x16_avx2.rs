@@ -53,7 +53,11 @@ const fn dword_picks(picks: [i8; 4]) -> [i8; 32] {
     let mut i = 0;
     while i < 32 {
         let p = picks[i % 4];
-        out[i] = if p < 0 { -1 } else { ((i % 16) / 4 * 4) as i8 + p };
+        out[i] = if p < 0 {
+            -1
+        } else {
+            ((i % 16) / 4 * 4) as i8 + p
+        };
         i += 1;
     }
     out
@@ -132,7 +136,10 @@ unsafe fn store<const T: usize>(acc: &[[__m256; T]; 2], out: *mut f32, ld: usize
 
 /// Checks slice shapes; returns (blocks per row, groups).
 fn shapes(w: &[u8], blocks: usize, tile: usize, acts: usize, nt: usize) -> (usize, usize) {
-    assert!(blocks > 0 && w.len().is_multiple_of(blocks * tile), "whole groups");
+    assert!(
+        blocks > 0 && w.len().is_multiple_of(blocks * tile),
+        "whole groups"
+    );
     assert!(acts >= nt * blocks, "activation rows");
     (blocks, w.len() / (blocks * tile))
 }
@@ -318,7 +325,8 @@ unsafe fn q6k_tile<const T: usize>(
             let tile = w.add(sb * Q6K_TILE);
             for h in 0..2 {
                 // Vector s, lane i: the i8 scales 4s..4s + 4 of row i.
-                let sv: [__m256i; 4] = std::array::from_fn(|s| load(tile.add(32 + 64 * s + 32 * h)));
+                let sv: [__m256i; 4] =
+                    std::array::from_fn(|s| load(tile.add(32 + 64 * s + 32 * h)));
                 let mut is = [z; T];
                 for j in 0..16 {
                     let scw = _mm256_srai_epi16(
@@ -402,7 +410,10 @@ pub(crate) unsafe fn gemm_q4_0(
 ) {
     let tile = X16 * ty.type_size();
     let (nb, _) = shapes(w, cols / 32, tile, a.q.len(), nt);
-    assert!(a.d.len() >= nt * nb && a.sum.len() >= nt * nb, "activation terms");
+    assert!(
+        a.d.len() >= nt * nb && a.sum.len() >= nt * nb,
+        "activation terms"
+    );
     match ty {
         GgmlType::Q5_0 => for_tiles!(w, nb, tile, nt, y, ld, q4_0_tile_q5, nb, a),
         GgmlType::Q4_0 => for_tiles!(w, nb, tile, nt, y, ld, q4_0_tile_q4, nb, a),
@@ -457,7 +468,11 @@ unsafe fn q4_0_tile<const T: usize, const Q5: bool>(
     let m4 = _mm256_set1_epi8(0x0F);
     let one8 = _mm256_set1_epi8(1);
     let ones = _mm256_set1_epi16(1);
-    let (tile_bytes, qs, shift) = if Q5 { (X16 * 22, 96, 4) } else { (X16 * 18, 32, 3) };
+    let (tile_bytes, qs, shift) = if Q5 {
+        (X16 * 22, 96, 4)
+    } else {
+        (X16 * 18, 32, 3)
+    };
     let mut acc = [[_mm256_setzero_ps(); T]; 2];
     for b in 0..nb {
         let idx: [usize; T] = std::array::from_fn(|k| (t0 + k) * nb + b);
@@ -476,7 +491,8 @@ unsafe fn q4_0_tile<const T: usize, const Q5: bool>(
                     // Bit c of byte b of a lane's qh is bit 4 of element 4c + b.
                     let qh = load(tile.add(32 + 32 * h));
                     for c in 0..8 {
-                        let bit = _mm256_and_si256(_mm256_srl_epi32(qh, _mm_cvtsi32_si128(c)), one8);
+                        let bit =
+                            _mm256_and_si256(_mm256_srl_epi32(qh, _mm_cvtsi32_si128(c)), one8);
                         q[c as usize] = _mm256_or_si256(q[c as usize], _mm256_slli_epi16(bit, 4));
                     }
                 }
@@ -537,7 +553,13 @@ mod tests {
 
     /// `rows` Q4_0 / Q5_0 rows: random bytes with f16 scales of either sign, or every byte
     /// `fill` (saturated quants, qh all ones or zeros).
-    fn rows_of(rng: &mut StdRng, ty: GgmlType, cols: usize, rows: usize, fill: Option<u8>) -> Vec<u8> {
+    fn rows_of(
+        rng: &mut StdRng,
+        ty: GgmlType,
+        cols: usize,
+        rows: usize,
+        fill: Option<u8>,
+    ) -> Vec<u8> {
         let bsz = ty.type_size();
         let mut w: Vec<u8> = (0..rows * cols / 32 * bsz)
             .map(|_| fill.unwrap_or_else(|| rng.gen()))
@@ -558,7 +580,12 @@ mod tests {
         }
         let mut rng = StdRng::seed_from_u64(5);
         for ty in [GgmlType::Q4_0, GgmlType::Q5_0] {
-            for (cols, groups, fill) in [(32, 2, None), (896, 1, None), (4864, 1, None), (64, 1, Some(0xFF))] {
+            for (cols, groups, fill) in [
+                (32, 2, None),
+                (896, 1, None),
+                (4864, 1, None),
+                (64, 1, Some(0xFF)),
+            ] {
                 let row_bytes = ty.row_bytes(cols).unwrap();
                 let rows = rows_of(&mut rng, ty, cols, groups * X16, fill);
                 let mut w = vec![0u8; rows.len()];
@@ -567,7 +594,13 @@ mod tests {
                 let x: Vec<f32> = (0..nt * cols)
                     .map(|i| match (i / cols) % 3 {
                         0 => rng.gen_range(-1.0..1.0),
-                        1 => if i % 2 == 0 { 1e4 } else { -1e4 },
+                        1 => {
+                            if i % 2 == 0 {
+                                1e4
+                            } else {
+                                -1e4
+                            }
+                        }
                         _ => 0.0,
                     })
                     .collect();
@@ -595,15 +628,27 @@ mod tests {
                         let row = &rows[r * row_bytes..(r + 1) * row_bytes];
                         let want = dot_row_ref(ty, row, acts.row(k)).unwrap();
                         let got = y[k * groups * X16 + r];
-                        let tol = 1e-5 * (want.abs() + 1e-3 * x[k * cols..(k + 1) * cols].iter().map(|v| v.abs()).sum::<f32>());
-                        assert!((got - want).abs() <= tol, "{ty:?} cols {cols} row {r} token {k}: {got} vs {want}");
+                        let tol = 1e-5
+                            * (want.abs()
+                                + 1e-3
+                                    * x[k * cols..(k + 1) * cols]
+                                        .iter()
+                                        .map(|v| v.abs())
+                                        .sum::<f32>());
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{ty:?} cols {cols} row {r} token {k}: {got} vs {want}"
+                        );
                     }
                 }
                 for n in 1..=nt {
                     let batch = run(0, n);
                     for k in 0..n {
                         let single = run(k, 1);
-                        let got: Vec<u32> = batch[k * groups * X16..][..groups * X16].iter().map(|v| v.to_bits()).collect();
+                        let got: Vec<u32> = batch[k * groups * X16..][..groups * X16]
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect();
                         let want: Vec<u32> = single.iter().map(|v| v.to_bits()).collect();
                         assert_eq!(got, want, "{ty:?} cols {cols} nt {n} token {k}");
                     }
