@@ -82,6 +82,7 @@ impl Model {
                 no_spec,
                 pooling: None,
                 cache_bytes: 0,
+                recall_tokens: ferrox_models::engine::DEFAULT_RECALL_TOKENS,
             },
         ));
         let rt = tokio::runtime::Builder::new_multi_thread()

@@ -37,6 +37,8 @@ pub struct BackendConfig {
     pub pooling: Option<Pooling>,
     /// Prefix-cache budget in bytes (0: off).
     pub cache_bytes: usize,
+    /// Tokens of finished generations the drafters recall (0: off).
+    pub recall_tokens: usize,
 }
 
 impl ModelBackend {
@@ -62,6 +64,7 @@ impl ModelBackend {
             grammars: OnceLock::new(),
             pooling,
             cache_bytes: config.cache_bytes,
+            recall_tokens: config.recall_tokens,
         }
     }
 
@@ -115,6 +118,7 @@ pub struct ModelBackend {
     pooling: Pooling,
     /// Prefix-cache budget in bytes.
     cache_bytes: usize,
+    recall_tokens: usize,
 }
 
 struct ModelEngine {
@@ -220,6 +224,7 @@ impl Backend for ModelBackend {
             engine.max_draft = 0;
         }
         engine.set_prefix_cache(self.cache_bytes);
+        engine.set_recall(self.recall_tokens);
         Box::new(ModelEngine {
             engine,
             tokenizer: self.tokenizer,

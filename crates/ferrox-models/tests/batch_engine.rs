@@ -259,3 +259,67 @@ fn prefix_cache_restores_an_evicted_prefix_exactly() {
     );
     assert!(with[2].1 >= 100, "{}", with[2].1);
 }
+
+/// Runs request `id` alone in `eng` to its end; its text.
+fn run_alone(eng: &mut BatchEngine, id: u64, prompt: &[usize], p: &BatchParams) -> String {
+    eng.admit(id, prompt, p).unwrap();
+    let mut text = String::new();
+    while eng.active() > 0 {
+        eng.step(|_, ev| match ev {
+            BatchEvent::Text(t) => text.push_str(&t),
+            BatchEvent::Error(e) => panic!("{e}"),
+            _ => {}
+        });
+    }
+    text
+}
+
+/// A repeated request (agents repeat their turns) has its earlier output drafted from the
+/// engine's recall store: nearly every token accepted, the same text; with the store off,
+/// the same request drafts only from its own context.
+#[test]
+fn finished_generations_are_recalled_by_a_repeated_request() {
+    let (dec, tok) = model();
+    let prompt = ids(&tok, PROMPTS[1]);
+    let p = params(0.0, 0, 40);
+    let mut accepted = Vec::new();
+    for recall in [true, false] {
+        let mut eng = BatchEngine::new(&dec, &tok, 1, 512);
+        eng.fix_draft_len(8);
+        if !recall {
+            eng.set_recall(0);
+        }
+        let first = run_alone(&mut eng, 1, &prompt, &p);
+        let before = eng.stats;
+        // Another prompt in between: the slot's own history no longer holds the answer.
+        run_alone(&mut eng, 2, &ids(&tok, PROMPTS[3]), &p);
+        let mid = eng.stats;
+        let again = run_alone(&mut eng, 3, &prompt, &p);
+        assert_eq!(
+            again, first,
+            "recall {recall}: a repeat gives the same text"
+        );
+        let (s, m) = (eng.stats, mid);
+        eprintln!(
+            "recall {recall}: first {before:?}, repeat accepted {} in {} steps",
+            s.accepted - m.accepted,
+            s.steps - m.steps
+        );
+        accepted.push((s.accepted - m.accepted, s.steps - m.steps));
+    }
+    let ((acc_on, steps_on), (acc_off, _)) = (accepted[0], accepted[1]);
+    let first = run_alone(&mut BatchEngine::new(&dec, &tok, 1, 512), 9, &prompt, &p);
+    let n = tok.encode(&first, false, false).len() as u64;
+    assert!(
+        acc_on + 4 >= n.saturating_sub(1),
+        "recalled {acc_on} of ~{n} tokens"
+    );
+    assert!(
+        acc_on > acc_off,
+        "the store must add accepted drafts: {acc_on} vs {acc_off}"
+    );
+    assert!(
+        steps_on * 3 <= n + 3,
+        "a repeat of ~{n} tokens took {steps_on} steps"
+    );
+}

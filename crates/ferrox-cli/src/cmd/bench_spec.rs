@@ -11,7 +11,7 @@ use super::run::{DrafterKind, DEFAULT_DRAFT_MAX};
 use anyhow::Context;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::speculative::Speculation;
+use ferrox_models::speculative::{RecallIndex, SharedRecall, Speculation};
 use ferrox_tokenizer::template::{prompt_text, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::path::PathBuf;
@@ -54,6 +54,14 @@ pub struct Args {
     /// Threads (0 = all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
+    /// Rounds over the whole prompt list: rounds after the first are reported as the
+    /// `repeats` set (what a `recall` drafter, which remembers every earlier generation of
+    /// this run, gains when agents repeat their requests).
+    #[arg(long = "rounds", default_value_t = 1)]
+    pub rounds: usize,
+    /// Tokens a `recall` drafter keeps of earlier generations.
+    #[arg(long = "recall-tokens", default_value_t = ferrox_models::engine::DEFAULT_RECALL_TOKENS)]
+    pub recall_tokens: usize,
     /// Runs per prompt and mode, interleaved (plain, drafters, plain, ...); each mode counts
     /// its median-speed run, so a burst of machine noise does not decide a ratio.
     #[arg(short = 'r', long = "repetitions", default_value_t = 1)]
@@ -143,7 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// The prompt sets, in the order they are reported.
-const SETS: [&str; 2] = ["workload", "control"];
+const SETS: [&str; 3] = ["workload", "control", "repeats"];
 
 fn mode_label(m: &Option<DrafterKind>) -> String {
     m.map_or("plain".to_string(), |d| format!("{d:?}").to_lowercase())
@@ -234,18 +242,22 @@ fn measure(
     let mut totals = vec![vec![Totals::default(); modes.len()]; SETS.len()];
     let mut speedups = vec![vec![Vec::new(); modes.len()]; SETS.len()];
     let mut session = Session::new(decoder, tok, 8192);
+    let recall = SharedRecall::new(RecallIndex::new(args.recall_tokens).into());
+    let rounds = (0..args.rounds.max(1)).flat_map(|r| prompts.iter().map(move |p| (r, p)));
     eprintln!(
         "{:<44} {:>6} {:>5} {:>9} {:>8} {:>9} {:>9}",
         "prompt", "mode", "tok", "tok/s", "speedup", "acc/ver", "tok/call"
     );
     let rate = |o: &GenerateOutput| o.gen_tokens as f64 / o.gen_time.as_secs_f64().max(1e-9);
-    for p in prompts {
-        let si = SETS.iter().position(|s| *s == p.set).unwrap_or(0);
+    for (round, p) in rounds {
+        let set = if round > 0 { "repeats" } else { p.set };
+        let si = SETS.iter().position(|s| *s == set).unwrap_or(0);
         let mut runs: Vec<Vec<GenerateOutput>> = (0..modes.len()).map(|_| Vec::new()).collect();
         for _ in 0..args.repetitions.max(1) {
             for (mi, m) in modes.iter().enumerate() {
                 // No reset: the prompt stays cached, so only the first run pays for the prefill.
-                session.set_speculation(m.map(|d| Speculation::new(d.build(), args.draft_max)));
+                session
+                    .set_speculation(m.map(|d| Speculation::new(d.build(&recall), args.draft_max)));
                 let mut sampler = Sampler::new(SamplerConfig::greedy());
                 runs[mi].push(session.generate(&p.ids, &params, &mut sampler, |_| true));
             }
@@ -263,7 +275,7 @@ fn measure(
             let s = out.spec;
             eprintln!(
                 "{:<44} {:>6} {:>5} {:>9.2} {:>7.2}x {:>9.2} {:>9.2}{}",
-                format!("{} {}", p.set, p.name),
+                format!("{set} {}", p.name),
                 mode_label(m),
                 out.gen_tokens,
                 rate(&out),

@@ -6,7 +6,8 @@ use super::engine;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
-    Drafter, LongestMatchDrafter, PromptLookupSpeculator, Speculation,
+    Drafter, LongestMatchDrafter, PromptLookupSpeculator, RecallDrafter, RecallIndex, SharedRecall,
+    Speculation,
 };
 use ferrox_models::structured::{Grammar, GrammarCompiler};
 use ferrox_tokenizer::fim::FimInput;
@@ -69,13 +70,19 @@ pub enum DrafterKind {
     Longest,
     /// The seed's prompt lookup: continuation of the latest earlier 3-gram.
     Ngram,
+    /// Earlier generations' outputs (with their prompts' tails) or the longest match in the
+    /// context, whichever matches longer (the server's default).
+    Recall,
 }
 
 impl DrafterKind {
-    pub fn build(self) -> Box<dyn Drafter> {
+    /// The drafter; `recall` is the store of earlier generations a `Recall` drafter reads and
+    /// feeds (shared by the generations that should learn from each other).
+    pub fn build(self, recall: &SharedRecall) -> Box<dyn Drafter> {
         match self {
             DrafterKind::Longest => Box::new(LongestMatchDrafter::new(2)),
             DrafterKind::Ngram => Box::new(PromptLookupSpeculator::new(3, DEFAULT_DRAFT_MAX)),
+            DrafterKind::Recall => Box::new(RecallDrafter::new(recall.clone())),
         }
     }
 }
@@ -101,8 +108,11 @@ impl GenFlags {
 
     /// Speculative decoding state for a session, unless `--no-spec` (or a zero draft length).
     pub fn speculation(&self) -> Option<Speculation> {
-        (!self.no_spec && self.draft_max > 0)
-            .then(|| Speculation::new(self.drafter.build(), self.draft_max))
+        (!self.no_spec && self.draft_max > 0).then(|| {
+            // One generation: the store only ever holds what this run finishes.
+            let recall = SharedRecall::new(RecallIndex::new(0).into());
+            Speculation::new(self.drafter.build(&recall), self.draft_max)
+        })
     }
 
     pub fn params(&self) -> GenerateParams {

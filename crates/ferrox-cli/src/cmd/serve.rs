@@ -74,6 +74,11 @@ pub struct Args {
     /// (llama-server's `--cache-ram`; 0 turns the cache off).
     #[arg(long = "cache-ram", default_value_t = 1024)]
     pub cache_ram: usize,
+    /// Tokens of finished generations (each output with its prompt's last 64 tokens) kept for
+    /// drafting: an agent repeating earlier work has its old answer proposed and verified at
+    /// batch cost (0 turns it off; the oldest go first).
+    #[arg(long = "recall-tokens", default_value_t = ferrox_models::engine::DEFAULT_RECALL_TOKENS)]
+    pub recall_tokens: usize,
     /// How `/v1/embeddings` pools token states: mean, cls or last (default: the GGUF's
     /// `pooling_type`, else last — a causal model's last state has seen the whole input).
     #[arg(long)]
@@ -164,6 +169,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             no_spec: args.no_spec,
             pooling: args.pooling,
             cache_bytes: args.cache_ram.saturating_mul(1 << 20),
+            recall_tokens: args.recall_tokens,
         },
     );
     let ctx = backend.ctx_size();

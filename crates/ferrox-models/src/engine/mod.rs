@@ -26,7 +26,7 @@ pub use stop::{GenerateParams, StopReason};
 
 use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
-use crate::speculative::{AdaptiveDraft, LongestMatchDrafter, Speculation};
+use crate::speculative::{AdaptiveDraft, RecallDrafter, RecallIndex, SharedRecall, Speculation};
 use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
@@ -124,6 +124,10 @@ pub(crate) trait Sink {
 /// Longest draft a server slot may verify in one step.
 const MAX_DRAFT: usize = 12;
 
+/// Tokens of earlier generations (prompt tails and outputs) a server engine's drafters recall
+/// by default: ~4 MB with the index, a few hundred agent turns.
+pub const DEFAULT_RECALL_TOKENS: usize = 1 << 18;
+
 /// Fewest prompt tokens worth copying from another slot rather than evaluating.
 const FORK_MIN: usize = 16;
 
@@ -149,13 +153,18 @@ pub struct BatchEngine<'m> {
 }
 
 impl<'m> BatchEngine<'m> {
-    /// A server engine: `slots` slots of `ctx` tokens each, each drafting by longest match.
+    /// A server engine: `slots` slots of `ctx` tokens each, each drafting by longest match in
+    /// its context or from earlier generations (`set_recall`), whichever matches longer.
     pub fn new(decoder: &'m Decoder, tokenizer: &'m Tokenizer, slots: usize, ctx: usize) -> Self {
         let ctx_size = ctx.min(decoder.config.max_seq_len.max(1)).max(2);
+        let recall = Self::recall_store(DEFAULT_RECALL_TOKENS);
         let slots = (0..slots.max(1))
             .map(|_| {
-                let spec = Speculation::new(Box::new(LongestMatchDrafter::default()), MAX_DRAFT);
-                Slot::new(decoder.new_caches(), Some(spec))
+                let drafter = Box::new(RecallDrafter::new(recall.clone()));
+                Slot::new(
+                    decoder.new_caches(),
+                    Some(Speculation::new(drafter, MAX_DRAFT)),
+                )
             })
             .collect();
         BatchEngine {
@@ -208,6 +217,20 @@ impl<'m> BatchEngine<'m> {
         self.max_draft = len;
         for spec in self.slots.iter_mut().filter_map(|s| s.spec.as_mut()) {
             spec.adaptive = AdaptiveDraft::fixed(len);
+        }
+    }
+
+    fn recall_store(tokens: usize) -> SharedRecall {
+        SharedRecall::new(RecallIndex::new(tokens).into())
+    }
+
+    /// Keeps up to `tokens` of finished generations (their prompts' tails and outputs) for
+    /// every slot's drafter to recall (0: each drafts from its own context only); the store
+    /// starts empty.
+    pub fn set_recall(&mut self, tokens: usize) {
+        let recall = Self::recall_store(tokens);
+        for spec in self.slots.iter_mut().filter_map(|s| s.spec.as_mut()) {
+            spec.drafter = Box::new(RecallDrafter::new(recall.clone()));
         }
     }
 

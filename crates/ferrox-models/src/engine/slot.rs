@@ -283,6 +283,9 @@ impl<'t> Slot<'t> {
             ),
             _ => None,
         };
+        if let (Some(spec), Some(job)) = (self.spec.as_mut(), self.job.as_ref()) {
+            spec.finished(&self.history, job.prompt.len());
+        }
         self.end(stop, error, sink);
     }
 

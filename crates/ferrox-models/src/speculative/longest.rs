@@ -124,6 +124,14 @@ impl LongestMatchDrafter {
         }
     }
 
+    /// [`longest_match`](Self::longest_match) of `history` (indexed first), when at least
+    /// `min_match` long.
+    pub fn matched(&mut self, history: &[TokenId]) -> Option<(usize, usize)> {
+        self.sync(history);
+        self.longest_match()
+            .filter(|&(len, _)| len >= self.min_match)
+    }
+
     /// Length of the longest suffix of the indexed tokens that also occurs earlier, and where
     /// its most recent earlier occurrence ends (token index).
     pub fn longest_match(&self) -> Option<(usize, usize)> {

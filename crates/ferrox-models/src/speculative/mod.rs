@@ -8,17 +8,19 @@
 //! `Session` itself and the server.
 //!
 //! Beyond the seed: a [`Drafter`] trait (n-gram lookup and a suffix-automaton
-//! [`LongestMatchDrafter`]), an [`AdaptiveDraft`] length controller, and [`verify_rows`], the
+//! [`LongestMatchDrafter`], and [`RecallDrafter`] over earlier requests' outputs), an [`AdaptiveDraft`] length controller, and [`verify_rows`], the
 //! one verification rule, lossless under any sampler (speculative sampling with a
 //! deterministic draft). [`Speculation`] bundles them per sequence.
 
 mod adaptive;
 mod longest;
+mod recall;
 mod speculation;
 mod verify;
 
 pub use adaptive::AdaptiveDraft;
 pub use longest::LongestMatchDrafter;
+pub use recall::{RecallDrafter, RecallIndex, SharedRecall, PROMPT_TAIL};
 pub use speculation::{Drafter, SpecStats, Speculation};
 pub use verify::{verify, verify_rows, verify_rows_constrained, Verdict};
 

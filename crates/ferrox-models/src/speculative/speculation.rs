@@ -18,6 +18,9 @@ pub trait Drafter: Send {
     /// [`propose`](Drafter::propose) appended to `out`, which the decode loop reuses to spare
     /// an allocation per step.
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>);
+    /// A generation ended normally: `history` is its prompt (the first `prompt_len` tokens)
+    /// and output. Drafters that learn across requests keep what they need of it.
+    fn finished(&mut self, _history: &[TokenId], _prompt_len: usize) {}
     /// Short name for statistics and benchmarks.
     fn name(&self) -> &'static str;
 }
@@ -88,6 +91,11 @@ impl Speculation {
     /// draft-length cost model. Optional: without it the controller assumes cheap batches.
     pub fn record_cost(&mut self, rows: usize, secs: f64) {
         self.adaptive.record_cost(rows, secs);
+    }
+
+    /// A generation ended normally (see [`Drafter::finished`]).
+    pub fn finished(&mut self, history: &[TokenId], prompt_len: usize) {
+        self.drafter.finished(history, prompt_len);
     }
 
     /// Books one verified decode round: `drafted` tokens proposed, `accepted` of them kept.
