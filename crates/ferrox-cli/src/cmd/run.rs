@@ -3,6 +3,7 @@
 //! text, everything else goes to stderr.
 
 use super::engine;
+use ferrox_models::engine::DEFAULT_RECALL_TOKENS;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
@@ -109,8 +110,8 @@ impl GenFlags {
     /// Speculative decoding state for a session, unless `--no-spec` (or a zero draft length).
     pub fn speculation(&self) -> Option<Speculation> {
         (!self.no_spec && self.draft_max > 0).then(|| {
-            // One generation: the store only ever holds what this run finishes.
-            let recall = SharedRecall::new(RecallIndex::new(0).into());
+            // `chat` keeps this for the whole session: `recall` then drafts from earlier turns.
+            let recall = SharedRecall::new(RecallIndex::new(DEFAULT_RECALL_TOKENS).into());
             Speculation::new(self.drafter.build(&recall), self.draft_max)
         })
     }
