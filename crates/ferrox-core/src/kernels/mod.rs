@@ -540,19 +540,26 @@ pub(crate) unsafe fn gemm_x16(
             unsafe { x16::gemm(ty, w, cols, &a, nt, y, ld) };
         }
         _ => {
-            let nb = cols / 32;
-            let a = x16::Acts {
-                q: &acts.q8_0[t0 * nb..(t0 + nt) * nb],
-                d: &acts.d8[t0 * nb..(t0 + nt) * nb],
-                sum: &acts.sum8[t0 * nb..(t0 + nt) * nb],
-                s: &[],
-            };
+            let a = q8_0_acts(acts, t0, nt);
             // SAFETY: AVX-512 checked by `interleaves`; shapes checked here and by the caller.
             unsafe { x16::gemm(ty, w, cols, &a, nt, y, ld) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("interleaves() is false off x86-64: {cols} {y:?} {ld} {w:?}");
+}
+
+/// The Q8_0 activation rows `t0..t0 + nt` of `acts` as the interleaved kernels read them.
+#[cfg(target_arch = "x86_64")]
+fn q8_0_acts(acts: &ActBuf, t0: usize, nt: usize) -> x16::Acts<'_, BlockQ8_0> {
+    let nb = acts.cols() / 32;
+    let r = t0 * nb..(t0 + nt) * nb;
+    x16::Acts {
+        q: &acts.q8_0[r.clone()],
+        d: &acts.d8[r.clone()],
+        sum: &acts.sum8[r],
+        s: &[],
+    }
 }
 
 /// [`gemm_x16`] on an AVX2 CPU (`x16_avx2`).
@@ -583,13 +590,7 @@ unsafe fn gemm_x16_avx2(
             unsafe { gemm(w, cols, a, nt, y, ld) }
         }
         _ => {
-            let nb = cols / 32;
-            let a = x16::Acts {
-                q: &acts.q8_0[t0 * nb..(t0 + nt) * nb],
-                d: &acts.d8[t0 * nb..(t0 + nt) * nb],
-                sum: &acts.sum8[t0 * nb..(t0 + nt) * nb],
-                s: &[],
-            };
+            let a = q8_0_acts(acts, t0, nt);
             // SAFETY: per the caller.
             unsafe { x16_avx2::gemm_q4_0(ty, w, cols, &a, nt, y, ld) }
         }

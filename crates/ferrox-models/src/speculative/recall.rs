@@ -156,15 +156,18 @@ impl RecallDrafter {
 
 impl Drafter for RecallDrafter {
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
-        let own = self.own.matched(history).map_or(0, |(len, _)| len);
+        let own = self.own.matched(history);
         // A poisoned lock only means a panic elsewhere mid-insert; the index stays valid.
         let index = self.shared.lock().unwrap_or_else(|e| e.into_inner());
-        match index.lookup(history, max) {
-            Some((len, cont)) if len > own => out.extend_from_slice(cont),
-            _ => {
-                drop(index);
-                self.own.propose_into(history, max, out)
+        match (index.lookup(history, max), own) {
+            (Some((len, cont)), own) if own.is_none_or(|(o, _)| len > o) => {
+                out.extend_from_slice(cont)
             }
+            // The own match's continuation, as `LongestMatchDrafter` drafts it.
+            (_, Some((_, end))) if max > 0 => {
+                out.extend_from_slice(&history[end + 1..(end + 1 + max).min(history.len())])
+            }
+            _ => {}
         }
     }
 
