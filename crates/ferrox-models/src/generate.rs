@@ -75,6 +75,12 @@ impl<'m> Session<'m> {
         *self.engine.speculation_mut(SLOT) = spec;
     }
 
+    /// Takes the speculation state back (its controller's measured costs and acceptance, its
+    /// counters), leaving plain decoding.
+    pub fn take_speculation(&mut self) -> Option<Speculation> {
+        self.engine.speculation_mut(SLOT).take()
+    }
+
     pub fn speculation(&self) -> Option<&Speculation> {
         self.engine.speculation(SLOT)
     }

@@ -57,6 +57,45 @@ async fn infill_answers_as_llama_server() {
     assert_eq!(v["tokens_predicted"], 64 - 3);
 }
 
+/// llama-server's `n_probs`: each generated token's log-probability and its alternatives in
+/// `completion_probabilities`, whole and streamed; 0 is none, and `logprobs` beside it is a 400.
+#[tokio::test]
+async fn infill_reports_n_probs() {
+    let a = server(1, 4, None).await;
+    let req = json!({"input_prefix": "ab", "input_suffix": "cd", "n_predict": 3, "n_probs": 2});
+    let v = post(&a, "/infill", req.clone()).await.json();
+    let probs = v["completion_probabilities"]
+        .as_array()
+        .expect("probabilities");
+    assert_eq!(probs.len(), 3, "{v}");
+    assert_eq!(probs[1]["token"], "w1 ");
+    assert_eq!(probs[1]["logprob"].as_f64().unwrap() as f32, -0.1);
+    assert_eq!(probs[1]["top_logprobs"].as_array().unwrap().len(), 2);
+    assert_eq!(probs[1]["top_logprobs"][0]["token"], "a0");
+
+    let mut body = req.clone();
+    body["stream"] = json!(true);
+    let r = post(&a, "/infill", body).await;
+    let streamed: usize = r
+        .body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .map(|v| v["completion_probabilities"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert_eq!(streamed, 3, "{}", r.body);
+
+    let mut body = req.clone();
+    body["n_probs"] = json!(0);
+    let v = post(&a, "/infill", body).await.json();
+    assert!(v.get("completion_probabilities").is_none(), "{v}");
+    let mut body = req;
+    body["logprobs"] = json!(2);
+    let r = post(&a, "/infill", body).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("n_probs"), "{}", r.body);
+}
+
 #[tokio::test]
 async fn infill_streams_data_objects() {
     let a = server(1, 4, None).await;

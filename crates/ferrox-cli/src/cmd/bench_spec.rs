@@ -243,6 +243,12 @@ fn measure(
     let mut speedups = vec![vec![Vec::new(); modes.len()]; SETS.len()];
     let mut session = Session::new(decoder, tok, 8192);
     let recall = SharedRecall::new(RecallIndex::new(args.recall_tokens).into());
+    // One speculation state per mode for the whole run, as a server slot keeps its own across
+    // requests: the draft-length controller's measured costs and acceptance carry over.
+    let mut specs: Vec<Option<Speculation>> = modes
+        .iter()
+        .map(|m| m.map(|d| Speculation::new(d.build(&recall), args.draft_max)))
+        .collect();
     let rounds = (0..args.rounds.max(1)).flat_map(|r| prompts.iter().map(move |p| (r, p)));
     eprintln!(
         "{:<44} {:>6} {:>5} {:>9} {:>8} {:>9} {:>9}",
@@ -254,12 +260,12 @@ fn measure(
         let si = SETS.iter().position(|s| *s == set).unwrap_or(0);
         let mut runs: Vec<Vec<GenerateOutput>> = (0..modes.len()).map(|_| Vec::new()).collect();
         for _ in 0..args.repetitions.max(1) {
-            for (mi, m) in modes.iter().enumerate() {
+            for (mi, spec) in specs.iter_mut().enumerate() {
                 // No reset: the prompt stays cached, so only the first run pays for the prefill.
-                session
-                    .set_speculation(m.map(|d| Speculation::new(d.build(&recall), args.draft_max)));
+                session.set_speculation(spec.take());
                 let mut sampler = Sampler::new(SamplerConfig::greedy());
                 runs[mi].push(session.generate(&p.ids, &params, &mut sampler, |_| true));
+                *spec = session.take_speculation();
             }
         }
         let mut plain: Option<GenerateOutput> = None;

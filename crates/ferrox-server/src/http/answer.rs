@@ -11,7 +11,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::tools::OutputSetup;
 use super::ApiError;
-use crate::backend::{Event, GenSummary};
+use crate::backend::{Event, GenSummary, TokenLogprob};
 
 /// A piece of an answer as it is produced.
 #[derive(Debug)]
@@ -23,8 +23,8 @@ pub(super) enum Piece {
     Failed(String),
 }
 
-/// Reads one generation's events as pieces (log-probabilities are dropped: these routes do
-/// not carry them).
+/// Reads one generation's events as pieces. Log-probabilities are dropped unless
+/// [`Pieces::keep_logprobs`] asked for them (llama-server's `n_probs`).
 pub(super) struct Pieces {
     rx: UnboundedReceiver<Event>,
     parser: Option<OutputParser>,
@@ -32,6 +32,8 @@ pub(super) struct Pieces {
     calls: usize,
     queue: VecDeque<Piece>,
     ended: bool,
+    /// `Some` when log-probabilities are kept: those not yet taken.
+    logprobs: Option<Vec<TokenLogprob>>,
     started: Instant,
     /// When the first piece of text arrived (the prompt's evaluation ended about then).
     pub first_at: Option<Instant>,
@@ -46,9 +48,24 @@ impl Pieces {
             calls: 0,
             queue: VecDeque::new(),
             ended: false,
+            logprobs: None,
             started: Instant::now(),
             first_at: None,
         }
+    }
+
+    /// Keep the generation's log-probabilities for [`Pieces::take_logprobs`].
+    pub(super) fn keep_logprobs(mut self) -> Pieces {
+        self.logprobs = Some(Vec::new());
+        self
+    }
+
+    /// The log-probabilities kept since the last call (empty unless kept).
+    pub(super) fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        self.logprobs
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The next piece; `None` after `Done` or `Failed`.
@@ -64,7 +81,12 @@ impl Pieces {
             self.first_at.get_or_insert_with(Instant::now);
             let mut parts = Vec::new();
             match ev {
-                Some(Event::Logprob(_)) => continue,
+                Some(Event::Logprob(l)) => {
+                    if let Some(kept) = self.logprobs.as_mut() {
+                        kept.push(l);
+                    }
+                    continue;
+                }
                 Some(Event::Text(t)) => match self.parser.as_mut() {
                     Some(p) => p.push(&t, &mut parts),
                     None => parts.push(OutputPart::Content(t)),

@@ -24,7 +24,7 @@ use super::generate::{compile_grammar, finish, submit, Kind};
 use super::params::validate;
 use super::{ApiError, Shared};
 use crate::api::CommonParams;
-use crate::backend::{BackendError, FinishReason, GenSummary};
+use crate::backend::{BackendError, FinishReason, GenSummary, TokenLogprob};
 
 /// One `input_extra` entry: another file of the project.
 #[derive(Debug, Clone, Deserialize)]
@@ -94,9 +94,18 @@ pub(super) async fn fim_prompt(
     })
 }
 
-/// llama-server's field names on the way in: `n_predict` (-1: no limit) is `max_tokens`; a
-/// request without `model` asks for the served one.
+/// llama-server's field names on the way in: `n_predict` (-1: no limit) is `max_tokens`,
+/// `n_probs` (0: none) the completions' `logprobs` count; a request without `model` asks for
+/// the served one.
 fn llama_server_fields(s: &Shared, mut body: Map<String, Value>) -> Result<Value, ApiError> {
+    if let Some(n) = body.remove("n_probs") {
+        if body.contains_key("logprobs") {
+            return Err(ApiError::bad("give n_probs or logprobs, not both").param("n_probs"));
+        }
+        if n.as_i64() != Some(0) {
+            body.insert("logprobs".into(), n);
+        }
+    }
     if let Some(n) = body.remove("n_predict") {
         if body.contains_key("max_tokens") {
             return Err(ApiError::bad("give n_predict or max_tokens, not both").param("n_predict"));
@@ -133,8 +142,12 @@ pub(super) async fn infill(State(s): State<Shared>, headers: HeaderMap, body: By
             model: b.common.model.clone(),
             prompt_tokens,
             stops,
+            probs: params.logprobs.is_some(),
         };
-        let pieces = Pieces::new(rx, None);
+        let pieces = match params.logprobs {
+            Some(_) => Pieces::new(rx, None).keep_logprobs(),
+            None => Pieces::new(rx, None),
+        };
         if b.common.stream {
             Ok(sse(out, pieces))
         } else {
@@ -150,6 +163,8 @@ struct Out {
     model: String,
     prompt_tokens: usize,
     stops: Vec<String>,
+    /// `n_probs` asked for `completion_probabilities`.
+    probs: bool,
 }
 
 impl Out {
@@ -194,9 +209,32 @@ impl Out {
     }
 }
 
+/// llama-server's `completion_probabilities` entries (`n_probs`): each generated token with its
+/// log-probability and its `top_logprobs` alternatives.
+fn probabilities(lps: &[TokenLogprob]) -> Value {
+    let entry = |t: &str, b: &[u8], lp: f32| json!({"token": t, "bytes": b, "logprob": lp});
+    lps.iter()
+        .map(|l| {
+            let mut e = entry(&l.token, &l.bytes, l.logprob);
+            e["top_logprobs"] = l.top.iter().map(|(t, b, lp)| entry(t, b, *lp)).collect();
+            e
+        })
+        .collect()
+}
+
+/// Adds the kept log-probabilities to `v` when the request asked for them.
+fn with_probabilities(mut v: Value, pieces: &mut Pieces, asked: bool) -> Value {
+    if asked {
+        v["completion_probabilities"] = probabilities(&pieces.take_logprobs());
+    }
+    v
+}
+
 async fn whole(out: Out, mut pieces: Pieces) -> Result<Response, ApiError> {
     let a = collect(&mut pieces).await?;
-    Ok(Json(out.last(&a.content, &a.summary, pieces.durations())).into_response())
+    let v = out.last(&a.content, &a.summary, pieces.durations());
+    let v = with_probabilities(v, &mut pieces, out.probs);
+    Ok(Json(v).into_response())
 }
 
 /// The streamed form: `data: {...}` per piece of text, the last with `stop: true` and the
@@ -206,9 +244,15 @@ fn sse(out: Out, pieces: Pieces) -> Response {
     let events = stream::unfold(Some((pieces, out)), |st| async move {
         let (mut pieces, out) = st?;
         let (v, next) = match pieces.next().await? {
-            Piece::Done(summary) => (out.last("", &summary, pieces.durations()), None),
+            Piece::Done(summary) => {
+                let v = out.last("", &summary, pieces.durations());
+                (with_probabilities(v, &mut pieces, out.probs), None)
+            }
             Piece::Failed(msg) => (json!({"error": {"code": 500, "message": msg}}), None),
-            Piece::Content(t) | Piece::Reasoning(t) => (out.partial(&t), Some((pieces, out))),
+            Piece::Content(t) | Piece::Reasoning(t) => {
+                let v = with_probabilities(out.partial(&t), &mut pieces, out.probs);
+                (v, Some((pieces, out)))
+            }
             Piece::Call(_) => (out.partial(""), Some((pieces, out))),
         };
         let ev = SseEvent::default().data(v.to_string());
