@@ -6,7 +6,7 @@ convert_hf_to_gguf.py `BertModel` lays it out, without torch.
 Facts followed (llama.cpp gguf-py constants and conversion/bert): arch `bert`; keys
 `bert.context_length` (max_position_embeddings), `bert.embedding_length`,
 `bert.feed_forward_length`, `bert.block_count`, `bert.attention.head_count`,
-`bert.attention.layer_norm_epsilon`, `bert.attention.causal` = false, `bert.pooling_type`
+`bert.attention.layer_norm_epsilon`, `bert.attention.causal` = false, `bert.token_type_count`, `bert.pooling_type`
 (1 mean, 2 CLS from sentence-transformers' 1_Pooling/config.json; 4 rank for a classifier);
 tokenizer `bert` with the "phantom space" vocabulary (word-initial pieces get a U+2581 prefix,
 `##` continuations lose it, `[...]` tokens stay), token types 1 normal / 3 control, and the
@@ -76,6 +76,8 @@ def main():
     w.add_head_count(cfg["num_attention_heads"])
     w.add_layer_norm_eps(cfg.get("layer_norm_eps", 1e-12))
     w.add_causal_attention(False)
+    # llama.cpp refuses a bert GGUF without it ("needs to define token type count").
+    w.add_token_type_count(cfg.get("type_vocab_size", 2))
     w.add_pooling_type(gguf.PoolingType(pooling_type(d, cfg)))
     w.add_file_type(1 if f16 else 0)
     w.add_tokenizer_model("bert")

@@ -1,7 +1,8 @@
 """Decoding speed through the Python bindings against `ferrox bench`'s tg128 (the same model,
 2 threads): `python3 bench_overhead.py MODEL_PATH FERROX_BINARY [ROUNDS]`. Each round runs
-`ferrox bench -p 0 -n 128` and then a greedy 128-token completion through `ferrox.Llama`
-without drafts (the bench decodes plainly); prints each round and the medians. The Python rate
+`ferrox bench -p 0 -n 128 -r 1` and a greedy 128-token completion through `ferrox.Llama`
+without drafts (the bench decodes plainly), in alternating order; prints each round, the
+medians and the median of the rounds' ratios. The Python rate
 is 127 tokens over the time the 128-token call takes beyond a 1-token call of the same prompt
 (whose prefix the slot keeps), i.e. decoding only, as tg128 is."""
 
@@ -38,7 +39,7 @@ def python_rate():
 
 def bench_rate():
     out = subprocess.run(
-        [binary, "bench", "-m", model, "-p", "0", "-n", "128", "-t", "2", "-o", "json"],
+        [binary, "bench", "-m", model, "-p", "0", "-n", "128", "-t", "2", "-r", "1", "-o", "json"],
         capture_output=True, text=True, check=True,
     ).stdout
     return json.loads(out)[0]["avg_ts"]
@@ -47,8 +48,15 @@ def bench_rate():
 timed(8)  # warm: pages the weights in
 py, cli = [], []
 for r in range(rounds):
-    cli.append(bench_rate())
-    py.append(python_rate())
+    # One run each, the order alternating, so a drift of the machine's speed hits both alike.
+    if r % 2 == 0:
+        cli.append(bench_rate())
+        py.append(python_rate())
+    else:
+        py.append(python_rate())
+        cli.append(bench_rate())
     print(f"round {r + 1}: ferrox bench tg128 {cli[-1]:.2f} t/s, Python {py[-1]:.2f} t/s", flush=True)
 a, b = statistics.median(cli), statistics.median(py)
-print(f"median: ferrox bench {a:.2f} t/s, Python {b:.2f} t/s ({100 * (b / a - 1):+.1f}%)")
+ratio = statistics.median(p / c for p, c in zip(py, cli))
+print(f"median: ferrox bench {a:.2f} t/s, Python {b:.2f} t/s ({100 * (b / a - 1):+.1f}%); "
+      f"median of the rounds' ratios {100 * (ratio - 1):+.1f}%")
