@@ -21,7 +21,7 @@
 
 use std::ops::Range;
 
-use crate::template::{Message, TemplateError};
+use crate::message::{Message, TemplateError};
 use crate::{hf, Fragment, Specials, TokenId, Tokenizer};
 
 /// A rendered chat prompt: its text, and the sorted, disjoint byte ranges of it that are

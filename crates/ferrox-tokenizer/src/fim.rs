@@ -29,13 +29,51 @@ pub struct FimIds {
     pub sep: Option<TokenId>,
 }
 
+// Token texts llama.cpp looks for when the GGUF names no FIM token ids.
+pub(crate) const FIM_PAD_TEXTS: &[&str] =
+    &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
+pub(crate) const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
+pub(crate) const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+pub(crate) const FIM_PRE_TEXTS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+];
+pub(crate) const FIM_SUF_TEXTS: &[&str] = &[
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+];
+pub(crate) const FIM_MID_TEXTS: &[&str] = &[
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+];
+
 impl FimIds {
     /// Fills the ids the metadata did not give from the token texts (first listed text wins).
     pub(crate) fn detect(&mut self, vocab: &Vocab) {
-        use crate::from_spec::{
-            FIM_MID_TEXTS, FIM_PAD_TEXTS, FIM_PRE_TEXTS, FIM_REP_TEXTS, FIM_SEP_TEXTS,
-            FIM_SUF_TEXTS,
-        };
         let find = |list: &[&str]| list.iter().find_map(|t| vocab.get(t));
         for (slot, list) in [
             (&mut self.pre, FIM_PRE_TEXTS),

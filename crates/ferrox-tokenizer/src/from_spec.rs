@@ -5,13 +5,13 @@
 
 use std::collections::BTreeSet;
 
-use crate::fim::FimIds;
+use crate::fim::{FimIds, FIM_MID_TEXTS, FIM_PRE_TEXTS, FIM_SUF_TEXTS};
 use crate::vocab::Vocab;
 use crate::{
     attr, bpe, pretok, Model, SpecialTokens, TokenId, Tokenizer, TokenizerError, TokenizerSpec,
 };
 
-// Text lists llama.cpp uses to find end-of-turn / FIM / end-of-generation tokens.
+// Text lists llama.cpp uses to find end-of-turn / end-of-generation tokens (FIM: `fim.rs`).
 pub(crate) const EOT_TEXTS: &[&str] = &[
     "<|eot_id|>",
     "<|im_end|>",
@@ -24,46 +24,6 @@ pub(crate) const EOT_TEXTS: &[&str] = &[
     "[EOT]",
     "<｜end▁of▁sentence｜>",
     "<end_of_utterance>",
-];
-pub(crate) const FIM_PAD_TEXTS: &[&str] =
-    &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-pub(crate) const FIM_REP_TEXTS: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
-pub(crate) const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
-pub(crate) const FIM_PRE_TEXTS: &[&str] = &[
-    "<|fim_prefix|>",
-    "<fim-prefix>",
-    "<fim_prefix>",
-    "<｜fim▁begin｜>",
-    "<PRE>",
-    "▁<PRE>",
-    "<|code_prefix|>",
-    "<|prefix|>",
-];
-pub(crate) const FIM_SUF_TEXTS: &[&str] = &[
-    "<|fim_suffix|>",
-    "<fim-suffix>",
-    "<fim_suffix>",
-    "<｜fim▁hole｜>",
-    "<SUF>",
-    "▁<SUF>",
-    "<|code_suffix|>",
-    "<|suffix|>",
-];
-pub(crate) const FIM_MID_TEXTS: &[&str] = &[
-    "<|fim_middle|>",
-    "<fim-middle>",
-    "<fim_middle>",
-    "<｜fim▁end｜>",
-    "<MID>",
-    "▁<MID>",
-    "<|code_middle|>",
-    "<|middle|>",
 ];
 pub(crate) const EOG_TEXTS: &[&str] = &[
     "<|eot_id|>",

@@ -24,6 +24,7 @@ pub mod wordpiece;
 
 pub mod chat_output;
 pub mod chat_text;
+pub mod message;
 pub mod template;
 
 use std::path::Path;
