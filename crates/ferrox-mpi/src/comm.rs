@@ -3,15 +3,16 @@
 //! (expert parallelism) or [`DriverStages`] (pipeline parallelism), the other ranks hand it
 //! their handler and it serves until rank 0 stops.
 
-use crate::stages::DriverStages;
-use crate::stages::{self, StageHandler};
+use crate::request::report_before_abort;
+use crate::request::{Counters, Handler, Outputs, Request, StageHandler};
+use crate::stages::{self, DriverStages};
 use crate::{wire, MpiError};
 use ferrox_models::distributed::{ExchangeError, ExpertExchange, ExpertWork};
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use mpi::Count;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -19,44 +20,6 @@ use std::thread::JoinHandle;
 const OP_STOP: i32 = 0;
 const OP_MOE: i32 = 1;
 const HEADER: usize = 4;
-
-/// What a serving rank runs for each MoE layer's work: outputs into the `Vec`.
-pub type Handler =
-    Box<dyn FnMut(usize, &ExpertWork, &mut Vec<f32>) -> Result<(), ExchangeError> + Send>;
-
-type Outputs = Result<Vec<Vec<f32>>, ExchangeError>;
-
-pub(crate) enum Request {
-    Moe {
-        layer: usize,
-        hidden: usize,
-        /// Per rank: packed work (index 0 empty).
-        payloads: Vec<Vec<u32>>,
-        pairs: Vec<usize>,
-        reply: SyncSender<Outputs>,
-    },
-    Serve {
-        hidden: usize,
-        handler: Handler,
-        done: SyncSender<Result<(), MpiError>>,
-    },
-    /// Rank 0: one pipelined forward; micro-batches arrive on `data`.
-    Forward {
-        header: Vec<u64>,
-        hidden: usize,
-        data: Receiver<Vec<f32>>,
-        reply: SyncSender<Result<Vec<Vec<f32>>, ExchangeError>>,
-    },
-    ServeStages {
-        hidden: usize,
-        handler: StageHandler,
-        done: SyncSender<()>,
-    },
-    /// Waits until every rank has reached its `ready`.
-    Barrier(SyncSender<()>),
-    Stop,
-    Abort,
-}
 
 /// How the ranks share the model: it decides how rank 0 stops the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,19 +47,6 @@ pub struct Traffic {
     pub stage_rows: u64,
     /// Bytes each rank boundary carried (headers, hidden states, status words).
     pub stage_bytes: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) exchanges: AtomicU64,
-    pub(crate) rows: AtomicU64,
-    pub(crate) pairs: AtomicU64,
-    pub(crate) bytes_out: AtomicU64,
-    pub(crate) bytes_back: AtomicU64,
-    pub(crate) forwards: AtomicU64,
-    pub(crate) micro_batches: AtomicU64,
-    pub(crate) stage_rows: AtomicU64,
-    pub(crate) stage_bytes: AtomicU64,
 }
 
 /// This process's place in the MPI job and its communication thread.
@@ -379,20 +329,6 @@ fn comm_thread(
         }
     }
     // `universe` drops here: MPI_Finalize on the thread that initialised MPI.
-}
-
-/// Prints `ferrox-mpi rank R: error` in one write and gives mpiexec time to forward it:
-/// `MPI_Abort` tears the job down at once, and a message still in (or half in) the forwarder's
-/// pipe was lost — eprintln! writes its pieces separately, and a test saw only
-/// "ferrox-mpi rank " arrive.
-pub(crate) fn report_before_abort(rank: impl std::fmt::Display, error: &dyn std::fmt::Display) {
-    use std::io::Write;
-    let line = format!("ferrox-mpi rank {rank}: {error}\n");
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_all(line.as_bytes());
-    let _ = err.flush();
-    drop(err);
-    std::thread::sleep(std::time::Duration::from_millis(300));
 }
 
 fn count(n: usize) -> Result<Count, ExchangeError> {

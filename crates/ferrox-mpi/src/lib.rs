@@ -20,10 +20,12 @@
 #![cfg(feature = "mpi")]
 
 mod comm;
+mod request;
 mod stages;
 mod wire;
 
-pub use comm::{Cluster, Handler, Mode, Traffic};
+pub use comm::{Cluster, Mode, Traffic};
+pub use request::Handler;
 pub use stages::DriverStages;
 pub use stages::StageHandler;
 

@@ -8,7 +8,8 @@
 //! works on micro-batch `k` while rank `r + 1` works on `k − 1`. Each data message ends in a
 //! status word: 0, or 1 once some rank failed (the later ones pass it on without running).
 
-use crate::comm::{Counters, Request};
+pub use crate::request::StageHandler;
+use crate::request::{report_before_abort, Counters, Request};
 use ferrox_core::cache::KvType;
 use ferrox_models::distributed::{ExchangeError, StageExchange, StageSeq};
 use mpi::topology::SimpleCommunicator;
@@ -24,10 +25,6 @@ pub(crate) const TAG_HEADER: i32 = 1;
 const TAG_DATA: i32 = 16;
 /// Cache types by header code (new types go last: codes are the wire format).
 const TYPES: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Bf16];
-
-/// What a rank after 0 runs for one micro-batch: its layers over `x` in place.
-pub type StageHandler =
-    Box<dyn FnMut(&[StageSeq], (KvType, KvType), &mut [f32]) -> Result<(), ExchangeError> + Send>;
 
 /// A forward as its header words.
 pub(crate) fn header(groups: &[Vec<StageSeq>], types: (KvType, KvType)) -> Vec<u64> {
@@ -173,7 +170,7 @@ pub(crate) fn serve(world: &SimpleCommunicator, hidden: usize, mut handler: Stag
             Ok(p) if h.first() == Some(&OP_FORWARD) => p,
             _ => {
                 let error = format!("malformed pipeline header {h:?}");
-                crate::comm::report_before_abort(rank, &error);
+                report_before_abort(rank, &error);
                 world.abort(1)
             }
         };

@@ -12,8 +12,6 @@ use crate::sandbox;
 use minijinja::value::{Kwargs, Value, ValueKind};
 use minijinja::{context, Environment, Error, ErrorKind};
 
-
-
 /// A compiled chat template plus the special-token strings it may reference.
 pub struct ChatTemplate {
     env: Environment<'static>,
