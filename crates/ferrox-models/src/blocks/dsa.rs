@@ -7,8 +7,7 @@
 //! see at most `index_topk`). The indexer keys `k_i` (LayerNorm + RoPE on the first dims) live
 //! in the layer's `KvCache` as its auxiliary row, so truncation keeps them aligned.
 
-use super::mla::dot;
-use super::{zeroed, PassState, Rope};
+use super::{dot, zeroed, PassState, Rope};
 use ferrox_core::matmul::WeightMatrix;
 
 /// Padding in `PassState::topk` rows that hold fewer than `topk` positions.

@@ -12,7 +12,7 @@
 use super::dsa::{Indexer, IndexerScratch};
 use super::norm::rms_norm_rows;
 use super::rope::yarn_mscale;
-use super::{add_bias, zeroed, AttentionBlock, PassState, Rope};
+use super::{add_bias, dot, zeroed, AttentionBlock, PassState, Rope};
 use crate::config::{ModelConfig, RopeConfig, RopeScaling};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
@@ -395,8 +395,4 @@ fn split_kv_b(
         w_uv.push(WeightMatrix::from_f32(dv, rkv, &uv));
     }
     (w_uk_t, w_uv)
-}
-
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }

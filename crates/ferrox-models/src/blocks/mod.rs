@@ -69,6 +69,12 @@ pub(crate) fn zeroed(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
 }
 
 /// Adds `bias` (when there is one) to each row of its width in `y`.
+/// A plain scalar dot product (latent attention's and the sparse-attention indexer's scores:
+/// their references sum in this order).
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
 pub(crate) fn add_bias(y: &mut [f32], bias: Option<&[f32]>) {
     if let Some(b) = bias {
         for row in y.chunks_exact_mut(b.len()) {
