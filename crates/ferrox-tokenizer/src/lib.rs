@@ -10,6 +10,7 @@
 //! `tokenizer.ggml.pre`). BOS/EOS are added per the GGUF flags.
 
 mod bpe;
+mod error;
 pub mod fim;
 mod from_gguf;
 mod from_spec;
@@ -32,42 +33,8 @@ use std::path::Path;
 use special::SpecialMatcher;
 use vocab::Vocab;
 
+pub use error::{TokenId, TokenizerError};
 pub use stream::StreamDecoder;
-
-/// A token id: an index into the vocabulary, and the row of the model's embedding table. The
-/// one type for token ids from the tokenizer through the decoder to the server.
-pub type TokenId = usize;
-
-/// Errors building or using a tokenizer.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenizerError {
-    #[error("unknown tokenizer model {0:?} (supported: llama, gpt2)")]
-    UnknownModel(String),
-    #[error("unknown pre-tokenizer type {0:?}")]
-    UnknownPre(String),
-    #[error("tokenizer metadata is missing {0}")]
-    Missing(String),
-    #[error("duplicate token {text:?} in vocabulary at ids {first} and {second}")]
-    DuplicateToken {
-        text: String,
-        first: TokenId,
-        second: TokenId,
-    },
-    #[error("invalid tokenizer metadata: {0}")]
-    Invalid(String),
-    #[error("{0}")]
-    Hf(String),
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("GGUF: {0}")]
-    Gguf(String),
-    /// The vocabulary lacks the fill-in-the-middle tokens named (prefix, suffix, middle).
-    #[error("fill-in-the-middle is not supported by this model: its vocabulary has no {0} token")]
-    NoFim(String),
-}
 
 /// Token attributes (llama.cpp `llama_token_attr`).
 pub mod attr {
@@ -443,13 +410,6 @@ impl Tokenizer {
             out.extend_from_slice(piece);
         }
         out
-    }
-
-    /// An incremental decoder for a sequence that starts here (the SentencePiece leading-space
-    /// rule applies to its first token). Use [`StreamDecoder::continuing`] for text that
-    /// continues a prompt.
-    pub fn stream_decoder(&self) -> StreamDecoder<'_> {
-        StreamDecoder::new(self, self.add_space_prefix)
     }
 }
 

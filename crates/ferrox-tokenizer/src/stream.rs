@@ -90,3 +90,12 @@ impl<'t> StreamDecoder<'t> {
         out
     }
 }
+
+impl Tokenizer {
+    /// An incremental decoder for a sequence that starts here (the SentencePiece leading-space
+    /// rule applies to its first token). Use [`StreamDecoder::continuing`] for text that
+    /// continues a prompt.
+    pub fn stream_decoder(&self) -> StreamDecoder<'_> {
+        StreamDecoder::new(self, self.add_space_prefix)
+    }
+}
