@@ -26,10 +26,6 @@ mod avx512_k;
 #[cfg(target_arch = "x86_64")]
 mod avx512_q8k;
 #[cfg(target_arch = "x86_64")]
-mod flash;
-#[cfg(target_arch = "x86_64")]
-mod flash_bf;
-#[cfg(target_arch = "x86_64")]
 pub(crate) mod x16;
 #[cfg(target_arch = "x86_64")]
 mod x16_avx2;

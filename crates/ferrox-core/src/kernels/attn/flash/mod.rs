@@ -8,10 +8,11 @@
 //! every output element one chain over the keys: the arithmetic never depends on which other
 //! queries share the call — the batch invariance the decoder's callers rely on.
 
-use super::attn::{FlashScratch, RowBlock, TypedKv, TILE};
-use super::flash_bf;
-use super::Scoring;
+mod bf16;
+
+use super::{FlashScratch, RowBlock, TypedKv, TILE};
 use crate::cache::{KvSlice, RowLayout};
+use crate::kernels::Scoring;
 use crate::quant::blocks::f16_to_f32;
 use std::arch::x86_64::*;
 
@@ -30,13 +31,13 @@ pub(super) unsafe fn attend_rows(
 ) {
     let (d, g) = (kv.dim, blk.g);
     let nq = blk.rows * g;
-    let bf = how.bf16 && super::bf16_attention();
+    let bf = how.bf16 && crate::kernels::bf16_attention();
     if bf {
         sc.kp.resize(d / 2 * TILE, 0);
         sc.vp.resize(TILE / 2 * d, 0);
         sc.pb.resize(nq * TILE / 2, 0);
         // SAFETY: AVX-512 BF16 present (`bf16_attention`); the block's rows (caller).
-        unsafe { flash_bf::queries(blk, d, sc) };
+        unsafe { bf16::queries(blk, d, sc) };
     }
     sc.kt.resize(d * TILE, 0.0);
     sc.s.resize(nq * TILE, 0.0);
@@ -224,21 +225,21 @@ unsafe fn bf_scores_of_tile(kv: TypedKv<'_>, scale: f32, at: &TileAt<'_>, sc: &m
         // A bf16 tile is stored paired: multiplied in place.
         (RowLayout::Tiles, KvSlice::Bf16(k)) => k[tiled].as_ptr().cast(),
         (RowLayout::Tiles, KvSlice::F32(k)) => unsafe {
-            flash_bf::key_pairs(d, F32Cols(k[tiled].as_ptr()), &mut sc.kp);
+            bf16::key_pairs(d, F32Cols(k[tiled].as_ptr()), &mut sc.kp);
             sc.kp.as_ptr()
         },
         (RowLayout::Tiles, KvSlice::F16(k)) => unsafe {
-            flash_bf::key_pairs(d, F16Cols(k[tiled].as_ptr().cast()), &mut sc.kp);
+            bf16::key_pairs(d, F16Cols(k[tiled].as_ptr().cast()), &mut sc.kp);
             sc.kp.as_ptr()
         },
         _ => unsafe {
             transpose_keys(kv, at.rows, &mut sc.kt);
-            flash_bf::key_pairs(d, F32Cols(sc.kt.as_ptr()), &mut sc.kp);
+            bf16::key_pairs(d, F32Cols(sc.kt.as_ptr()), &mut sc.kp);
             sc.kp.as_ptr()
         },
     };
     // SAFETY: as above; `kp` holds the head's `d / 2 * TILE` pairs.
-    unsafe { flash_bf::scores(kp, sc, d, at.live.clone(), scale) }
+    unsafe { bf16::scores(kp, sc, d, at.live.clone(), scale) }
 }
 
 /// [`values_of_tile`] with bf16 products: a bf16 cache's rows paired as they are read, other
@@ -255,29 +256,29 @@ unsafe fn bf_values_of_tile(kv: TypedKv<'_>, at: &TileAt<'_>, sc: &mut FlashScra
     match kv.values {
         // One group of queries (decoding): paired as read. More would each pair it again.
         KvSlice::Bf16(v) if live.len() <= 8 => unsafe {
-            let rows = flash_bf::Bf16Rows(v.as_ptr().cast(), at.rows);
-            return flash_bf::accumulate(rows, sc, d, live);
+            let rows = bf16::Bf16Rows(v.as_ptr().cast(), at.rows);
+            return bf16::accumulate(rows, sc, d, live);
         },
         KvSlice::Bf16(v) => unsafe {
-            let rows = flash_bf::Bf16Rows(v.as_ptr().cast(), at.rows);
-            flash_bf::store_pairs(d, rows, &mut sc.vp)
+            let rows = bf16::Bf16Rows(v.as_ptr().cast(), at.rows);
+            bf16::store_pairs(d, rows, &mut sc.vp)
         },
         KvSlice::F32(v) => unsafe {
-            let rows = flash_bf::Widened(F32Vals(v.as_ptr(), at.rows));
-            flash_bf::store_pairs(d, rows, &mut sc.vp)
+            let rows = bf16::Widened(F32Vals(v.as_ptr(), at.rows));
+            bf16::store_pairs(d, rows, &mut sc.vp)
         },
         KvSlice::F16(v) => unsafe {
-            let rows = flash_bf::Widened(F16Vals(v.as_ptr().cast(), at.rows));
-            flash_bf::store_pairs(d, rows, &mut sc.vp)
+            let rows = bf16::Widened(F16Vals(v.as_ptr().cast(), at.rows));
+            bf16::store_pairs(d, rows, &mut sc.vp)
         },
         any => unsafe {
-            let rows = flash_bf::Widened(AnyVals(any, at.rows));
-            flash_bf::store_pairs(d, rows, &mut sc.vp)
+            let rows = bf16::Widened(AnyVals(any, at.rows));
+            bf16::store_pairs(d, rows, &mut sc.vp)
         },
     }
-    let vp = flash_bf::Paired(sc.vp.as_ptr(), d);
+    let vp = bf16::Paired(sc.vp.as_ptr(), d);
     // SAFETY: as above; `vp` holds the paired tile.
-    unsafe { flash_bf::accumulate(vp, sc, d, live) }
+    unsafe { bf16::accumulate(vp, sc, d, live) }
 }
 
 /// How many tiles ahead of the one being computed the rows are prefetched.

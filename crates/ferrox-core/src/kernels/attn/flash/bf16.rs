@@ -1,4 +1,4 @@
-//! The bf16 products of the tiled attention kernel (`flash.rs`), for [`Scoring::bf16`]:
+//! The bf16 products of the tiled attention kernel (`flash/mod.rs`), for [`Scoring::bf16`]:
 //! queries, keys, softmax weights and values rounded to bf16 (round to nearest even, as
 //! `vcvtneps2bf16`), pairs of products summed into f32 by `vdpbf16ps` (AVX-512 BF16) — twice
 //! the multiply-adds of an f32 FMA per instruction. ggml's CPU attention rounds the same four
@@ -11,10 +11,10 @@
 //! rows are paired as they are loaded (one `vpermt2w` per 16 columns of two keys). Other caches
 //! are widened and paired into scratch tiles first.
 //!
-//! [`Scoring::bf16`]: super::Scoring::bf16
+//! [`Scoring::bf16`]: crate::kernels::Scoring::bf16
 
-use super::attn::{FlashScratch, TILE};
-use super::flash::{
+use super::super::{FlashScratch, RowBlock, TILE};
+use super::{
     group_sizes, load_acc, pv_blocks, pv_shapes, query_groups, store_acc, store_scores, KeyCols,
     ValRows,
 };
@@ -94,7 +94,7 @@ pub(super) unsafe fn round_pairs(src: &[f32], dst: &mut [u32]) {
 /// # Safety
 /// As [`round_pairs`]; the block's rows hold `g * d` floats at their stride.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16,avx2,fma")]
-pub(super) unsafe fn queries(blk: &super::RowBlock<'_>, d: usize, sc: &mut FlashScratch) {
+pub(super) unsafe fn queries(blk: &RowBlock<'_>, d: usize, sc: &mut FlashScratch) {
     let nq = blk.rows * blk.g;
     sc.qb.resize(nq * d / 2, 0);
     for r in 0..blk.rows {

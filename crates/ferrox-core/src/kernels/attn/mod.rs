@@ -1,10 +1,13 @@
 //! Attention over one KV head's cached rows for a block of query rows: the tiled online-softmax
-//! kernel (`flash.rs`) where AVX-512 applies, the two-pass per-row path (`attend_group`)
+//! kernel (`flash/`) where AVX-512 applies, the two-pass per-row path (`attend_group`)
 //! elsewhere. Either way a query's result depends only on its own position and the cache, so
 //! a block of rows equals the same rows one at a time bit for bit.
 
 use super::{attend_group, isa, HeadKv, Isa, Scoring};
 use crate::cache::{KvSlice, RowLayout, TILE_ROWS};
+
+#[cfg(target_arch = "x86_64")]
+mod flash;
 
 /// One KV head's view of a cache whose rows may be stored as f16 or q8_0: rows of `stride`
 /// values, this head's `dim` columns from `col` (as [`HeadKv`], whose f32 form it generalises).
@@ -151,7 +154,7 @@ pub fn attend_rows(
     #[cfg(target_arch = "x86_64")]
     if isa() == Isa::Avx512 && d.is_multiple_of(16) {
         // SAFETY: AVX-512 F/DQ present (`Isa::Avx512`); shapes checked above.
-        unsafe { super::flash::attend_rows(blk, kv, how, sc, out, blk.q_stride) };
+        unsafe { flash::attend_rows(blk, kv, how, sc, out, blk.q_stride) };
         return;
     }
     match kv.f32() {
