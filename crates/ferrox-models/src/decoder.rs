@@ -11,11 +11,9 @@ use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
 use crate::state::LayerState;
-use crate::weights::LoadError;
 use ferrox_core::cache::{check_types, CacheTypeError, KvCache, KvType};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_tokenizer::TokenId;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 pub struct Layer {
@@ -164,25 +162,6 @@ impl Decoder {
             stages: None,
             scratch: Mutex::new(Scratch::default()),
         }
-    }
-
-    /// Loads a GGUF file or a Hugging Face directory (`config.json` + safetensors).
-    pub fn load(path: impl AsRef<Path>) -> Result<Decoder, LoadError> {
-        crate::arch::load(path.as_ref())
-    }
-
-    /// [`load`](Self::load) keeping only `share` resident (one place of a model spread over
-    /// processes, issue 22).
-    pub fn load_share(
-        path: impl AsRef<Path>,
-        share: &crate::distributed::Share,
-    ) -> Result<Decoder, LoadError> {
-        crate::arch::load_share(path.as_ref(), share)
-    }
-
-    /// A GGUF model with all weights dequantized to F32: the exact-arithmetic reference.
-    pub fn load_dequantized(path: impl AsRef<Path>) -> Result<Decoder, LoadError> {
-        crate::arch::load_dequantized(path.as_ref())
     }
 
     pub fn vocab_size(&self) -> usize {

@@ -12,6 +12,7 @@ pub mod embedding;
 pub mod encoder;
 pub mod engine;
 pub mod generate;
+pub mod load;
 pub mod params;
 pub mod perplexity;
 pub mod sampling;

@@ -98,8 +98,8 @@ pub fn param_counts(c: &ModelConfig) -> ParamCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::load_hf_config;
     use crate::config::glm_5_2;
+    use crate::load::load_hf_config;
     use std::path::Path;
 
     #[test]

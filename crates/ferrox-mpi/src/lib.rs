@@ -118,7 +118,7 @@ pub fn drive_experts(
 }
 
 /// Ranks 1..: the handler that serves rank 0's work on `blocks` (per layer, the MoE block
-/// holding this rank's experts, from `ferrox_models::arch::load_experts` with the same
+/// holding this rank's experts, from `ferrox_models::load::load_experts` with the same
 /// `split`), for [`Cluster::serve`].
 pub fn expert_handler(
     cluster: &Cluster,

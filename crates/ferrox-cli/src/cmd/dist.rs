@@ -135,7 +135,7 @@ pub fn load(
     };
     let split = ferrox_mpi::split(&c, load);
     if c.rank() != 0 {
-        let blocks = ferrox_models::arch::load_experts(path, &split).with_context(loading);
+        let blocks = ferrox_models::load::load_experts(path, &split).with_context(loading);
         let handler = blocks.and_then(|(cfg, blocks)| {
             let h = ferrox_mpi::expert_handler(&c, blocks, &split)?;
             Ok((cfg.hidden_dim, h))
@@ -179,7 +179,7 @@ pub fn load(
 #[cfg(feature = "mpi")]
 fn load_stages(c: Cluster, path: &Path) -> anyhow::Result<(Decoder, Cluster)> {
     let loading = || format!("loading {}", path.display());
-    let decoder = ferrox_models::arch::load_config(path).and_then(|cfg| {
+    let decoder = ferrox_models::load::load_config(path).and_then(|cfg| {
         let share = Share {
             experts: None,
             layers: Some(ferrox_mpi::stage_layers(&c, &cfg)),

@@ -2,7 +2,8 @@
 //! it answers to (Hugging Face `model_type`s, GGUF `general.architecture` strings), how its
 //! `ModelConfig` is read from `config.json` and from GGUF metadata (through the shared typed
 //! readers in [`hf`] and [`gguf`]), and its tensor table. [`ARCHITECTURES`] lists them all;
-//! one builder (`crate::build`) turns any of them into a decoder. An unlisted name is refused
+//! one builder (`crate::build`) turns any of them into a decoder, and `crate::load`
+//! opens a file or directory through them. An unlisted name is refused
 //! by name, never guessed (compare mistral.rs's one-row architecture registry).
 
 pub mod bert;
@@ -35,17 +36,9 @@ pub mod tables;
 pub use gguf::GgufMeta;
 pub use hf::HfConfig;
 
-use crate::blocks::moe::MoeBlock;
 use crate::config::ModelConfig;
-use crate::decoder::{Decoder, ModelSource};
-use crate::distributed::{ExpertSplit, Share};
 use crate::validate::{validate, Keys};
-use crate::weights::{
-    read_to_string, GgufSource, LoadError, SafetensorsDir, TensorSpec, WeightSource,
-};
-use ferrox_format::gguf::GgufFile;
-use std::path::Path;
-use std::sync::Arc;
+use crate::weights::{LoadError, TensorSpec};
 use tables::ExpertNames;
 
 /// One architecture family.
@@ -174,102 +167,6 @@ fn unsupported(name: &str) -> LoadError {
     }
 }
 
-/// Loads a Hugging Face directory or a GGUF file.
-pub fn load(path: &Path) -> Result<Decoder, LoadError> {
-    load_share(path, &Share::whole())
-}
-
-/// [`load`] keeping only `share` resident (one place of a model spread over processes).
-pub fn load_share(path: &Path, share: &Share) -> Result<Decoder, LoadError> {
-    let opened = open(path, false)?;
-    let mut dec = crate::build::build_share(opened.arch, opened.cfg.clone(), &*opened.src, share)?;
-    opened.finish(&mut dec);
-    Ok(dec)
-}
-
-/// A GGUF model with every weight dequantized to F32 at load: the exact-arithmetic reference
-/// (as transformers runs the GGUF) for judging near-ties; several times the memory.
-pub fn load_dequantized(path: &Path) -> Result<Decoder, LoadError> {
-    let opened = open(path, true)?;
-    let mut dec = crate::build::build(opened.arch, opened.cfg.clone(), &*opened.src)?;
-    opened.finish(&mut dec);
-    Ok(dec)
-}
-
-/// The config of a Hugging Face directory or a GGUF file, no weights bound.
-pub fn load_config(path: &Path) -> Result<ModelConfig, LoadError> {
-    Ok(open(path, false)?.cfg)
-}
-
-/// Only this place's routed experts of every MoE layer (`build::build_experts`), with the
-/// model's config.
-pub fn load_experts(
-    path: &Path,
-    split: &ExpertSplit,
-) -> Result<(ModelConfig, Vec<Option<MoeBlock>>), LoadError> {
-    let opened = open(path, false)?;
-    let blocks = crate::build::build_experts(opened.arch, &opened.cfg, &*opened.src, split)?;
-    if let Some(g) = &opened.gguf {
-        g.release_pages();
-    }
-    Ok((opened.cfg, blocks))
-}
-
-/// A model's weights, bound to nothing yet.
-struct Opened {
-    arch: &'static Architecture,
-    cfg: ModelConfig,
-    src: Box<dyn WeightSource>,
-    gguf: Option<Arc<GgufFile>>,
-    path: std::path::PathBuf,
-}
-
-impl Opened {
-    /// Records where `dec` came from and drops the file's pages that loading read.
-    fn finish(self, dec: &mut Decoder) {
-        dec.source = ModelSource {
-            path: self.path,
-            is_gguf: self.gguf.is_some(),
-        };
-        if let Some(g) = &self.gguf {
-            g.release_pages();
-        }
-        dec.gguf = self.gguf;
-    }
-}
-
-/// Opens a Hugging Face directory or a GGUF file (`dequantize`: every GGUF weight as F32).
-fn open(path: &Path, dequantize: bool) -> Result<Opened, LoadError> {
-    if path.is_dir() {
-        let (arch, cfg) = parse_hf_config(&read_to_string(&path.join("config.json"))?)?;
-        return Ok(Opened {
-            arch,
-            cfg,
-            src: Box::new(SafetensorsDir::open(path)?),
-            gguf: None,
-            path: path.to_path_buf(),
-        });
-    }
-    let file = GgufFile::open(path).map_err(|e| LoadError::Format {
-        path: path.to_path_buf(),
-        msg: e.to_string(),
-    })?;
-    let g = GgufMeta {
-        file: Arc::new(file),
-    };
-    let (arch, cfg) = gguf_config(&g)?;
-    Ok(Opened {
-        arch,
-        cfg,
-        src: Box::new(GgufSource {
-            file: g.file.clone(),
-            dequantize,
-        }),
-        gguf: Some(g.file),
-        path: path.to_path_buf(),
-    })
-}
-
 /// A GGUF file's architecture and config, read from its metadata alone (no weights bound):
 /// what `ferrox show` prints.
 pub fn gguf_config(g: &GgufMeta) -> Result<(&'static Architecture, ModelConfig), LoadError> {
@@ -302,11 +199,6 @@ pub fn parse_hf_config(text: &str) -> Result<(&'static Architecture, ModelConfig
     let cfg = (arch.config_from_hf)(&c)?;
     validate(&cfg, &Keys::Hf(&c))?;
     Ok((arch, cfg))
-}
-
-/// Reads `dir/config.json`.
-pub fn load_hf_config(dir: &Path) -> Result<ModelConfig, LoadError> {
-    Ok(parse_hf_config(&read_to_string(&dir.join("config.json"))?)?.1)
 }
 
 #[cfg(test)]

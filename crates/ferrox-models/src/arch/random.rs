@@ -148,7 +148,7 @@ mod tests {
     fn a_place_repacks_only_its_experts() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/hf-tiny/glm4_moe");
-        let cfg = crate::arch::load_hf_config(&dir).unwrap();
+        let cfg = crate::load::load_hf_config(&dir).unwrap();
         let (arch, cfg, mut src) = random_source(cfg, 3, 64);
         // Experts in Q8_0 (zero blocks), a type with an interleaved layout.
         for t in src.0.values_mut().filter(|t| t.name.contains(".experts.")) {
@@ -264,7 +264,7 @@ mod pipeline_tests {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/hf-tiny")
             .join(family);
-        let cfg = crate::arch::load_hf_config(&dir).unwrap();
+        let cfg = crate::load::load_hf_config(&dir).unwrap();
         let (arch, cfg, src) = random_source(cfg, 5, 96);
         let whole = build(arch, cfg.clone(), &src).unwrap();
         let ranges = layer_ranges(&cfg, places);
