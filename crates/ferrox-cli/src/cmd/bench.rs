@@ -10,7 +10,7 @@
 use super::engine;
 use anyhow::Context;
 use ferrox_core::cache::KvCache;
-use ferrox_models::blocks::moe_bench;
+use ferrox_models::blocks::moe::bench as moe_bench;
 use ferrox_models::decoder::Decoder;
 use ferrox_tokenizer::TokenId;
 use serde_json::json;

@@ -2,9 +2,9 @@
 
 use super::hf::indexer_types_from_freq;
 use super::*;
+use crate::config::{Activation, AttnKind, IndexerKind, NormKind, RopeScaling, RouterScoring};
 use crate::load::load_hf_config;
 use std::path::Path;
-use crate::config::{Activation, AttnKind, IndexerKind, NormKind, RopeScaling, RouterScoring};
 
 fn fixture(name: &str) -> ModelConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

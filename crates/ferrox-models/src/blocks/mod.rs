@@ -8,9 +8,6 @@ pub mod dsa;
 pub mod mla;
 pub mod mlp;
 pub mod moe;
-pub mod moe_bench;
-pub mod moe_grouped;
-mod moe_remote;
 pub mod norm;
 pub mod rope;
 

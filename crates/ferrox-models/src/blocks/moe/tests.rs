@@ -1,4 +1,4 @@
-//! Tests of `moe.rs`: routing, the grouped and per-expert paths, mixed experts.
+//! Tests of the MoE block: routing, the grouped and per-expert paths, mixed experts.
 
 use super::*;
 use crate::config::Activation;
@@ -135,7 +135,7 @@ fn grouped_and_each(b: &MoeBlock, x: &[f32], n: usize) -> (Vec<f32>, Vec<f32>) {
 /// layer (Q4_K gate/up, Q5_0 down, interleaved where the CPU has the kernels).
 #[test]
 fn grouped_path_equals_per_expert_path() {
-    use crate::blocks::moe_bench::{random_layer, MoeShape};
+    use crate::blocks::moe::bench::{random_layer, MoeShape};
     let quantized = random_layer(
         MoeShape {
             hidden: 256,
@@ -148,7 +148,7 @@ fn grouped_path_equals_per_expert_path() {
     );
     let f32_block = block(RouterScoring::Sigmoid, 4, true);
     for b in [&f32_block, &quantized] {
-        assert!(super::moe_grouped::uniform(&b.experts));
+        assert!(super::grouped::uniform(&b.experts));
         let (d, n) = (b.hidden_dim(), 11);
         let x: Vec<f32> = (0..n * d)
             .map(|i| ((i * 37 % 101) as f32 - 50.0) / 60.0)
@@ -164,7 +164,7 @@ fn grouped_path_equals_per_expert_path() {
 fn mixed_experts_run_one_by_one() {
     let mut b = block(RouterScoring::Softmax, 1, false);
     b.experts[5] = expert(12, 16, 555);
-    assert!(!super::moe_grouped::uniform(&b.experts));
+    assert!(!super::grouped::uniform(&b.experts));
     let n = 7;
     let x: Vec<f32> = (0..n * 12)
         .map(|i| ((i * 5 % 11) as f32 - 5.0) / 4.0)

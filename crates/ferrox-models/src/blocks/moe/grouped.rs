@@ -6,8 +6,8 @@
 //! go through the same kernels and the same sum whatever else is routed beside it. A decoded
 //! token reads only its `n_active` experts' weights.
 
-use super::moe::MoeBlock;
-use super::{add_bias, GatedMlp};
+use super::MoeBlock;
+use crate::blocks::{add_bias, GatedMlp};
 use ferrox_core::kernels::glu::glu;
 use ferrox_core::matmul::{gemm_batch, Gemm};
 use ferrox_core::quant::ActBuf;

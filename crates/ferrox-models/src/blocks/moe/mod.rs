@@ -6,15 +6,19 @@
 //! transformers' `*TopkRouter` / `*SparseMoeBlock` (see fixtures/hf-tiny/FORWARD.md, "MoE"). A
 //! dense FFN is the one-expert case.
 //!
-//! Batches are grouped by expert (`moe_grouped`): every active expert runs once over all its
+//! Batches are grouped by expert (`grouped.rs`): every active expert runs once over all its
 //! tokens, and each token sums its experts in ascending expert order, so a token's output does
 //! not depend on what else is in the batch.
 
-use super::moe_grouped::{self, GroupedScratch};
+pub mod bench;
+pub mod grouped;
+mod remote;
+
 use super::{zeroed, FfnBlock, GatedMlp};
 use crate::config::{MoeConfig, RouterScoring};
 use crate::distributed::RemoteExperts;
 use ferrox_core::matmul::WeightMatrix;
+use grouped::GroupedScratch;
 use std::sync::Mutex;
 
 /// One routed or shared expert: a gated FFN.
@@ -74,7 +78,7 @@ pub struct MoeScratch {
     chosen: Vec<(usize, f32)>,
     route: RouteScratch,
     grouped: GroupedScratch,
-    remote: super::moe_remote::RemoteScratch,
+    remote: remote::RemoteScratch,
     /// Per routed expert: tokens routed to it so far (what `--save-expert-load` writes).
     counts: Vec<u64>,
 }
@@ -198,7 +202,7 @@ impl MoeBlock {
         }
 
         if let Some(remote) = &self.remote {
-            let bufs = super::moe_remote::Buffers {
+            let bufs = remote::Buffers {
                 xs,
                 ys,
                 gate,
@@ -212,10 +216,10 @@ impl MoeBlock {
         } else {
             1
         };
-        let uniform = moe_grouped::uniform(&self.experts);
-        let folded = uniform && moe_grouped::folds_shared(self);
+        let uniform = grouped::uniform(&self.experts);
+        let folded = uniform && grouped::folds_shared(self);
         if uniform {
-            moe_grouped::forward(self, x, n, k, per_expert, folded, grouped, out);
+            grouped::forward(self, x, n, k, per_expert, folded, grouped, out);
         } else {
             self.forward_each(x, per_expert, xs, ys, out);
         }
@@ -393,5 +397,4 @@ pub fn route_into(
 }
 
 #[cfg(test)]
-#[path = "moe_tests.rs"]
 mod tests;

@@ -5,8 +5,8 @@
 //! return each pair's output unsummed for that reason (partial sums per place would reorder
 //! the additions).
 
-use super::moe::{add_weighted, MoeBlock};
-use super::{zeroed, FfnBlock};
+use super::{add_weighted, MoeBlock};
+use crate::blocks::{zeroed, FfnBlock};
 use crate::distributed::{ExchangeError, ExpertWork, RemoteExperts};
 
 /// Buffers of the remote path, kept in the block's scratch.
@@ -163,7 +163,7 @@ impl MoeBlock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::blocks::moe_bench::{random_layer, MoeShape};
+    use crate::blocks::moe::bench::{random_layer, MoeShape};
     use crate::distributed::{ExpertExchange, ExpertPlacement};
     use std::sync::{Arc, Mutex};
 

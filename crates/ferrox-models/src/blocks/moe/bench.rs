@@ -4,8 +4,8 @@
 //! tokens/s and the weight bandwidth it implies (bytes of every expert the batch touched, read
 //! once per forward). `ferrox bench` prints these rows.
 
-use super::moe::{MoeBlock, Routing};
-use super::GatedMlp;
+use super::{MoeBlock, Routing};
+use crate::blocks::GatedMlp;
 use crate::config::{Activation, RouterScoring};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::quant::blocks::f32_to_f16;
