@@ -2,7 +2,16 @@
 //! hold them and the size and sha256 of the joined file (`shared/models.toml`), or of each file
 //! of a directory model.
 
-use crate::DirFile;
+/// One file of a directory model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirFile {
+    /// Path inside the model directory (`1_Pooling/config.json`).
+    pub name: &'static str,
+    /// Path inside the wheels.
+    pub part: &'static str,
+    pub bytes: u64,
+    pub sha256: &'static str,
+}
 
 /// One model of the built-in catalog.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

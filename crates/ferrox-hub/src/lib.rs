@@ -13,8 +13,7 @@ mod files;
 mod hf;
 mod pip;
 
-pub use catalog::{lookup, CatalogEntry, CATALOG, DEFAULT_MODEL};
-pub use dir::DirFile;
+pub use catalog::{lookup, CatalogEntry, DirFile, CATALOG, DEFAULT_MODEL};
 pub use files::sha256_file;
 
 use std::fs::{self, File};
