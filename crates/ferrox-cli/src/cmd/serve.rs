@@ -207,9 +207,10 @@ fn cache_disk(
     let Some(dir) = &args.cache_dir else {
         return Ok(None);
     };
-    // The engine's version too: another build may compute other keys and values.
-    let version = concat!("ferrox ", env!("CARGO_PKG_VERSION"));
-    let model = ferrox_models::engine::prefix_disk::model_identity(path, version.as_bytes())
+    // The engine's version and the cache flags too (bf16 attention products change every
+    // later layer's keys and values): another build or setting computes other numbers.
+    let variant = format!("ferrox {} {:?}", env!("CARGO_PKG_VERSION"), args.cache);
+    let model = ferrox_models::engine::prefix_disk::model_identity(path, variant.as_bytes())
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(Some(ferrox_backend::CacheDiskConfig {
         dir: dir.clone(),

@@ -192,7 +192,7 @@ pub fn model_identity(path: &Path, extra: &[u8]) -> std::io::Result<[u8; 32]> {
     ] {
         f.seek(SeekFrom::Start(at))?;
         buf.clear();
-        (&mut f).take(PART).read_to_end(&mut buf)?;
+        f.by_ref().take(PART).read_to_end(&mut buf)?;
         h.update(&buf);
     }
     Ok(h.finalize().into())
