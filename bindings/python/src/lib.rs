@@ -83,6 +83,7 @@ impl Model {
                 pooling: None,
                 cache_bytes: 0,
                 recall_tokens: ferrox_models::engine::DEFAULT_RECALL_TOKENS,
+                cache_disk: None,
             },
         ));
         let rt = tokio::runtime::Builder::new_multi_thread()

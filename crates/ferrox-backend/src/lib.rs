@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use ferrox_models::decoder::Decoder;
 use ferrox_models::embedding::{self, Pooling};
+use ferrox_models::engine::prefix_disk::{CacheKey, PrefixDisk};
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
@@ -39,6 +40,55 @@ pub struct BackendConfig {
     pub cache_bytes: usize,
     /// Tokens of finished generations the drafters recall (0: off).
     pub recall_tokens: usize,
+    /// The prefix cache's blocks on disk (`--cache-dir`), if any.
+    pub cache_disk: Option<CacheDiskConfig>,
+}
+
+/// Where the prefix cache persists (`--cache-dir`, `--cache-disk-mb`).
+#[derive(Debug, Clone)]
+pub struct CacheDiskConfig {
+    pub dir: std::path::PathBuf,
+    /// Bytes the model's directory may take.
+    pub budget: u64,
+    /// The model file's identity (`prefix_disk::model_identity`).
+    pub model: [u8; 32],
+}
+
+/// Opens the disk side of the prefix cache, or says (in the log) why it stays off.
+fn open_cache_disk(
+    decoder: &Decoder,
+    cache_bytes: usize,
+    cfg: Option<CacheDiskConfig>,
+) -> Option<Arc<PrefixDisk>> {
+    let cfg = cfg?;
+    if cache_bytes == 0 {
+        tracing::warn!("--cache-dir ignored: the prefix cache is off (--cache-ram 0)");
+        return None;
+    }
+    if decoder.has_recurrent_layers() {
+        tracing::warn!(
+            "--cache-dir ignored: this model has recurrent layers, whose state no prefix \
+             cache can keep"
+        );
+        return None;
+    }
+    let (k, v) = decoder.cache_types();
+    let key = CacheKey {
+        model: cfg.model,
+        k,
+        v,
+    };
+    let warn: ferrox_models::engine::prefix_disk::Warn = Arc::new(|m| tracing::warn!("{m}"));
+    match PrefixDisk::open(&cfg.dir, key, cfg.budget, warn) {
+        Ok(d) => Some(Arc::new(d)),
+        Err(e) => {
+            tracing::warn!(
+                "--cache-dir {}: {e}; prompts are not persisted",
+                cfg.dir.display()
+            );
+            None
+        }
+    }
 }
 
 impl ModelBackend {
@@ -52,6 +102,7 @@ impl ModelBackend {
             .pooling
             .or_else(|| decoder.gguf.as_deref().and_then(Pooling::from_gguf))
             .unwrap_or(Pooling::Last);
+        let cache_disk = open_cache_disk(decoder, config.cache_bytes, config.cache_disk);
         ModelBackend {
             id: config.id,
             aliases: config.aliases,
@@ -65,7 +116,14 @@ impl ModelBackend {
             pooling,
             cache_bytes: config.cache_bytes,
             recall_tokens: config.recall_tokens,
+            cache_disk,
         }
+    }
+
+    /// Waits (up to `timeout`) until the prefix cache's pending blocks are on disk (at
+    /// shutdown); true when there was nothing to wait for.
+    pub fn flush_cache_disk(&self, timeout: std::time::Duration) -> bool {
+        self.cache_disk.as_ref().is_none_or(|d| d.flush(timeout))
     }
 
     pub fn decoder(&self) -> &'static Decoder {
@@ -119,6 +177,7 @@ pub struct ModelBackend {
     /// Prefix-cache budget in bytes.
     cache_bytes: usize,
     recall_tokens: usize,
+    cache_disk: Option<Arc<PrefixDisk>>,
 }
 
 struct ModelEngine {
@@ -224,6 +283,13 @@ impl Backend for ModelBackend {
             engine.max_draft = 0;
         }
         engine.set_prefix_cache(self.cache_bytes);
+        if let Some(disk) = &self.cache_disk {
+            let n = engine.set_prefix_disk(disk);
+            tracing::info!(
+                "prompt cache: {n} blocks restored from {}",
+                disk.dir().display()
+            );
+        }
         engine.set_recall(self.recall_tokens);
         Box::new(ModelEngine {
             engine,

@@ -168,6 +168,14 @@ impl Decoder {
         self.lm_head.rows()
     }
 
+    /// Whether some layer keeps a recurrent state (its cache is not a function of single
+    /// positions, so no prefix of it can be stored).
+    pub fn has_recurrent_layers(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| matches!(l.attn.state(), LayerState::Recurrent { .. }))
+    }
+
     /// One empty cache per layer, shaped as each layer stores positions.
     pub fn new_caches(&self) -> Vec<KvCache> {
         self.layers

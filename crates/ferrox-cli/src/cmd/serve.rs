@@ -74,6 +74,13 @@ pub struct Args {
     /// (llama-server's `--cache-ram`; 0 turns the cache off).
     #[arg(long = "cache-ram", default_value_t = 1024)]
     pub cache_ram: usize,
+    /// Keep the prefix cache's blocks in DIR too (per model and cache type): written as
+    /// requests finish, read back at start within --cache-ram, so a restart keeps them.
+    #[arg(long = "cache-dir", value_name = "DIR")]
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// MiB the model's files under --cache-dir may take (least recently used go first).
+    #[arg(long = "cache-disk-mb", default_value_t = 8192)]
+    pub cache_disk_mb: u64,
     /// Tokens of finished generations (each output with its prompt's last 64 tokens) kept for
     /// drafting: an agent repeating earlier work has its old answer proposed and verified at
     /// batch cost (0 turns it off; the oldest go first).
@@ -170,21 +177,46 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             pooling: args.pooling,
             cache_bytes: args.cache_ram.saturating_mul(1 << 20),
             recall_tokens: args.recall_tokens,
+            cache_disk: cache_disk(&args, &eng.path)?,
         },
     );
     let ctx = backend.ctx_size();
     let backend = Arc::new(backend);
+    let flush = backend.clone();
     // Ready means warmed up: one forward pages the weights in and starts the thread pool
     // before the first request (or health check) arrives.
     decoder.forward_token(0, 0, &mut decoder.new_caches());
     let dist = args.dist.clone();
     serve_backend(args, backend, &id, ctx)?;
+    if !flush.flush_cache_disk(std::time::Duration::from_secs(60)) {
+        eprintln!("prompt cache: some blocks were not written before exit");
+    }
     super::dist::save_load(&dist, decoder)?;
     // With the `mpi` feature the cluster's drop stops the expert ranks; without it there is
     // nothing to drop.
     #[allow(clippy::drop_non_drop)]
     drop(cluster);
     Ok(())
+}
+
+/// `--cache-dir`'s settings, with the identity of the model file at `path`.
+fn cache_disk(
+    args: &Args,
+    path: &std::path::Path,
+) -> anyhow::Result<Option<ferrox_backend::CacheDiskConfig>> {
+    let Some(dir) = &args.cache_dir else {
+        return Ok(None);
+    };
+    // The engine's version and the cache flags too (bf16 attention products change every
+    // later layer's keys and values): another build or setting computes other numbers.
+    let variant = format!("ferrox {} {:?}", env!("CARGO_PKG_VERSION"), args.cache);
+    let model = ferrox_models::engine::prefix_disk::model_identity(path, variant.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(Some(ferrox_backend::CacheDiskConfig {
+        dir: dir.clone(),
+        budget: args.cache_disk_mb.saturating_mul(1 << 20),
+        model,
+    }))
 }
 
 /// The server's settings from the flags (and `FERROX_API_KEY`).

@@ -84,6 +84,11 @@ pub fn children_max_rss() -> u64 {
 pub struct Server(Child);
 
 impl Server {
+    /// Owns a spawned server process (killed when dropped).
+    pub fn from_child(child: Child) -> Server {
+        Server(child)
+    }
+
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.0.id()

@@ -19,8 +19,10 @@
 //! only restorable as a cut to 0 (`restorable`), and the rows stay a window instead of growing
 //! with the context. Unbounded caches (the default) keep every row: any cut stays exact.
 
+mod rows_io;
 mod store;
 
+pub use rows_io::RowsDecodeError;
 use store::RowStore;
 pub use store::{KvSlice, KvType, RowLayout, TILE_ROWS};
 

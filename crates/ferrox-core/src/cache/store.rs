@@ -87,14 +87,14 @@ pub enum RowLayout {
 /// Rows of one width in one element type and layout.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RowStore {
-    data: Data,
-    tiled: bool,
+    pub(super) data: Data,
+    pub(super) tiled: bool,
     /// Rows stored (the data of a tiled store is whole blocks, so it cannot tell).
-    rows: usize,
+    pub(super) rows: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-enum Data {
+pub(super) enum Data {
     F32(Vec<f32>),
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
@@ -259,7 +259,7 @@ impl RowStore {
     }
 
     /// Storage units `rows` rows take (whole blocks when tiled).
-    fn units_for(&self, rows: usize, width: usize) -> usize {
+    pub(super) fn units_for(&self, rows: usize, width: usize) -> usize {
         let rows = if self.tiled {
             rows.div_ceil(TILE_ROWS) * TILE_ROWS
         } else {
@@ -327,7 +327,7 @@ impl RowStore {
         }
     }
 
-    fn stored_units(&self) -> usize {
+    pub(super) fn stored_units(&self) -> usize {
         match &self.data {
             Data::F32(v) => v.len(),
             Data::F16(v) => v.len(),

@@ -17,6 +17,7 @@
 
 mod guard;
 mod prefix;
+pub mod prefix_disk;
 mod slot;
 mod stop;
 
@@ -251,6 +252,21 @@ impl<'m> BatchEngine<'m> {
         self.prefix = PrefixCache::new(bytes);
     }
 
+    /// Fills the prefix cache from `disk` (within its budget) and writes every prefix it takes
+    /// from now on there too; the blocks loaded. Nothing when the cache is off.
+    pub fn set_prefix_disk(&mut self, disk: &prefix_disk::PrefixDisk) -> usize {
+        if !self.prefix.enabled() {
+            return 0;
+        }
+        let loaded = disk
+            .load(self.prefix.budget())
+            .into_iter()
+            .filter(|b| self.prefix.insert_block(&b.tokens, b.rows.clone()))
+            .count();
+        self.prefix.set_disk(disk.sink());
+        loaded
+    }
+
     /// Bytes the prefix cache holds.
     pub fn prefix_cache_bytes(&self) -> usize {
         self.prefix.bytes()
@@ -476,6 +492,23 @@ impl<'m> BatchEngine<'m> {
             self.stats.accepted += c.accepted as u64;
             self.stats.masks += c.masks;
             self.stats.mask_nanos += c.mask_time.as_nanos() as u64;
+        }
+        self.stash_finished();
+    }
+
+    /// With the prefix cache on disk, a finished request's positions go to the tree (and so
+    /// to disk) now rather than when its slot is next used: a restart then finds them.
+    fn stash_finished(&mut self) {
+        if !self.prefix.persisting() {
+            return;
+        }
+        for s in self
+            .slots
+            .iter_mut()
+            .filter(|s| s.job.is_none() && !s.stashed)
+        {
+            self.prefix.insert(&s.history, &s.caches);
+            s.stashed = true;
         }
     }
 

@@ -9,7 +9,9 @@
 //! function of single rows) never enter it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use super::prefix_disk::DiskSink;
 use crate::TokenId;
 use ferrox_core::cache::{CacheRows, KvCache};
 
@@ -21,8 +23,8 @@ struct Node {
     parent: Option<usize>,
     /// This block's tokens (the edge from the parent).
     tokens: Vec<TokenId>,
-    /// Per layer, this block's positions.
-    rows: Vec<CacheRows>,
+    /// Per layer, this block's positions (shared with the disk writer while it writes them).
+    rows: Arc<[CacheRows]>,
     children: HashMap<Vec<TokenId>, usize>,
     last_used: u64,
     bytes: usize,
@@ -36,6 +38,8 @@ pub struct PrefixCache {
     nodes: Vec<Option<Node>>,
     free: Vec<usize>,
     roots: HashMap<Vec<TokenId>, usize>,
+    /// Where inserted prefixes also go (`--cache-dir`).
+    disk: Option<DiskSink>,
 }
 
 impl PrefixCache {
@@ -47,11 +51,53 @@ impl PrefixCache {
             nodes: Vec::new(),
             free: Vec::new(),
             roots: HashMap::new(),
+            disk: None,
         }
+    }
+
+    /// Hands every prefix inserted from now on to `sink` too.
+    pub fn set_disk(&mut self, sink: DiskSink) {
+        self.disk = Some(sink);
+    }
+
+    /// Whether inserted prefixes also go to disk.
+    pub fn persisting(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    /// Adds one block read from disk: `tokens` is its whole prefix, whose earlier blocks must
+    /// be in the tree already (callers go shortest prefix first). False when it is not added:
+    /// parent missing, already present, wrong shape or over the budget.
+    pub fn insert_block(&mut self, tokens: &[TokenId], rows: Vec<CacheRows>) -> bool {
+        let Some(start) = tokens.len().checked_sub(BLOCK) else {
+            return false;
+        };
+        if !start.is_multiple_of(BLOCK) || rows.iter().any(|r| r.len() != BLOCK) {
+            return false;
+        }
+        let mut at = None;
+        for block in tokens[..start].chunks_exact(BLOCK) {
+            match self.child(at, block) {
+                Some(i) => at = Some(i),
+                None => return false,
+            }
+        }
+        let block = &tokens[start..];
+        let bytes: usize = rows.iter().map(CacheRows::bytes).sum();
+        if self.child(at, block).is_some() || self.bytes + bytes > self.budget {
+            return false;
+        }
+        self.add(at, block.to_vec(), rows.into());
+        true
     }
 
     pub fn enabled(&self) -> bool {
         self.budget > 0
+    }
+
+    /// The byte budget.
+    pub fn budget(&self) -> usize {
+        self.budget
     }
 
     /// Bytes of keys and values held.
@@ -98,7 +144,7 @@ impl PrefixCache {
             n.rows.len() == caches.len()
                 && caches
                     .iter_mut()
-                    .zip(&n.rows)
+                    .zip(n.rows.iter())
                     .all(|(c, r)| c.append_rows(r))
         })
     }
@@ -119,6 +165,7 @@ impl PrefixCache {
         let n_blocks = history.len().min(held) / BLOCK;
         self.tick += 1;
         let mut at = None;
+        let mut sent = Vec::new();
         for b in 0..n_blocks {
             let block = &history[b * BLOCK..(b + 1) * BLOCK];
             let i = match self.child(at, block) {
@@ -128,19 +175,32 @@ impl PrefixCache {
                         .iter()
                         .map(|c| c.copy_rows(b * BLOCK, (b + 1) * BLOCK))
                         .collect();
-                    let Some(rows) = rows else { return };
-                    self.add(at, block.to_vec(), rows)
+                    let Some(rows) = rows else { break };
+                    self.add(at, block.to_vec(), rows.into())
                 }
             };
             if let Some(n) = self.nodes[i].as_mut() {
                 n.last_used = self.tick;
+                if self.disk.is_some() {
+                    sent.push(n.rows.clone());
+                }
             }
             at = Some(i);
+        }
+        if let Some(disk) = &self.disk {
+            if !sent.is_empty() {
+                disk.put(history[..sent.len() * BLOCK].to_vec(), sent);
+            }
         }
         self.evict();
     }
 
-    fn add(&mut self, parent: Option<usize>, tokens: Vec<TokenId>, rows: Vec<CacheRows>) -> usize {
+    fn add(
+        &mut self,
+        parent: Option<usize>,
+        tokens: Vec<TokenId>,
+        rows: Arc<[CacheRows]>,
+    ) -> usize {
         let bytes = rows.iter().map(CacheRows::bytes).sum::<usize>()
             + tokens.len() * std::mem::size_of::<TokenId>();
         let node = Node {
