@@ -4,12 +4,14 @@ pub mod api;
 pub mod backend;
 pub mod http;
 pub mod library;
+pub mod models;
 
 use std::sync::Arc;
 
 pub use backend::{Backend, Engine, GenParams, Scheduler};
-pub use http::{router, AppState, LibraryHandle, Limits, Options};
+pub use http::{router, AppState, Front, LibraryHandle, Limits, Options};
 pub use library::{Library, ModelCard, ModelEntry, PullStatus};
+pub use models::{KeepAlive, Loader, ModelSpec, ModelsConfig, Registry};
 
 /// Serves `backend` on `listener` until the process ends.
 pub async fn serve(

@@ -15,4 +15,5 @@ pub mod pull;
 pub mod run;
 pub mod serve;
 pub mod serve_encoder;
+pub mod serve_multi;
 pub mod tokenize;

@@ -15,8 +15,9 @@ use super::engine;
 #[derive(clap::Args)]
 pub struct Args {
     /// Model: a catalog name, a path or hf:OWNER/REPO/FILE.gguf (default: the catalog default).
+    /// Repeat to serve several: each loads on first use and the request's `model` picks.
     #[arg(short = 'm', long = "model")]
-    pub model: Option<String>,
+    pub model: Vec<String>,
     #[command(flatten)]
     pub cache: super::engine::CacheArgs,
     /// Address to bind (loopback by default; use 0.0.0.0 to expose the server).
@@ -104,6 +105,26 @@ pub struct Args {
     /// time to first token, total time.
     #[arg(long = "log-requests")]
     pub log_requests: bool,
+    /// With several -m: models loaded at once; the least recently used idle one unloads to
+    /// make room (0: no limit).
+    #[arg(long = "max-loaded", default_value_t = 0)]
+    pub max_loaded: usize,
+    /// With several -m: how long a model stays loaded after its last request, unless the
+    /// request's `keep_alive` says otherwise (seconds or e.g. 10m; negative: forever).
+    #[arg(long = "keep-alive", allow_hyphen_values = true)]
+    pub keep_alive: Option<String>,
+    /// With several -m: seconds a request waits for its model to load before a 503.
+    #[arg(long = "load-timeout", default_value_t = 300)]
+    pub load_timeout: u64,
+}
+
+/// The id a model is served under: catalog models by their catalog name however -m named
+/// them, others by the -m text.
+pub(super) fn served_id(name: &str, file: &str) -> String {
+    ferrox_hub::CATALOG
+        .iter()
+        .find(|e| e.file == file || e.name == name)
+        .map_or_else(|| name.to_string(), |e| e.name.to_string())
 }
 
 /// The names `--alias NAME=MODEL` adds; MODEL must be one the server answers to.
@@ -135,20 +156,21 @@ fn webui_enabled(webui: bool, no_webui: bool, bound: std::net::IpAddr) -> bool {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.model.len() > 1 {
+        return super::serve_multi::run(args);
+    }
     engine::set_threads(args.threads);
-    let path = super::model::resolve(args.model.as_deref())?;
+    let model = args.model.first().cloned();
+    let path = super::model::resolve(model.as_deref())?;
     if ferrox_models::encoder::is_encoder(&path) {
         return super::serve_encoder::run(args, &path);
     }
-    let mut eng = engine::load_with(args.model.as_deref(), true, &args.dist)?;
+    let mut eng = engine::load_with(model.as_deref(), true, &args.dist)?;
     args.cache.apply(&mut eng)?;
     let tokenizer = eng
         .tokenizer
         .ok_or_else(|| anyhow::anyhow!("{}: no tokenizer found", eng.path.display()))?;
-    let name = args
-        .model
-        .clone()
-        .unwrap_or_else(|| ferrox_hub::DEFAULT_MODEL.to_string());
+    let name = model.unwrap_or_else(|| ferrox_hub::DEFAULT_MODEL.to_string());
     let file = eng
         .path
         .file_name()
@@ -160,10 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let cluster = eng.cluster;
     let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
     // Catalog models are served under their catalog name however -m named them.
-    let id = ferrox_hub::CATALOG
-        .iter()
-        .find(|e| e.file == file)
-        .map_or_else(|| name.clone(), |e| e.name.to_string());
+    let id = served_id(&name, &file);
     let mut aliases = vec![name, file, eng.path.display().to_string()];
     aliases.extend(extra_aliases(&args.aliases, &id, &aliases)?);
     let backend = ModelBackend::new(
@@ -258,7 +277,7 @@ pub(super) fn serve_backend(
     })
 }
 
-fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Options {
+pub(super) fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Options {
     ferrox_server::Options {
         api_key: args.api_key.clone().or_else(|| {
             std::env::var("FERROX_API_KEY")
@@ -288,7 +307,7 @@ fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Op
 }
 
 /// Resolves on SIGTERM (an orchestrator stopping the replica) or SIGINT: the server drains.
-async fn stop_signal() {
+pub(super) async fn stop_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

@@ -100,21 +100,24 @@ impl Backend for EncoderBackend {
 
 /// Loads the encoder at `path` and serves it.
 pub fn run(args: Args, path: &Path) -> anyhow::Result<()> {
+    let name = args.model.first().cloned().unwrap_or_default();
+    let backend = backend(&name, path)?;
+    let (id, ctx) = (backend.model_id().to_string(), backend.ctx_size());
+    serve_backend(args, backend, &id, ctx)
+}
+
+/// The encoder at `path` (named `name` on the command line) as a server backend.
+pub(super) fn backend(name: &str, path: &Path) -> anyhow::Result<Arc<dyn Backend>> {
     let encoder = Encoder::load(path)?;
-    let name = args.model.clone().unwrap_or_default();
+    let name = name.to_string();
     let file = path
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let id = ferrox_hub::CATALOG
-        .iter()
-        .find(|e| e.file == file)
-        .map_or_else(|| name.clone(), |e| e.name.to_string());
-    let ctx = encoder.tokenizer.max_len();
-    let backend = Arc::new(EncoderBackend {
-        id: id.clone(),
+    let id = super::serve::served_id(&name, &file);
+    Ok(Arc::new(EncoderBackend {
+        id,
         aliases: vec![name, file, path.display().to_string()],
         encoder,
-    });
-    serve_backend(args, backend, &id, ctx)
+    }))
 }

@@ -106,7 +106,12 @@ impl IntoResponse for ApiError {
 }
 
 pub(super) fn check_auth(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = &state.options.api_key else {
+    auth(&state.options, headers)
+}
+
+/// [`check_auth`] against the server's options.
+pub(super) fn auth(options: &super::Options, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(key) = &options.api_key else {
         return Ok(());
     };
     // Bearer (OpenAI, Ollama) or `x-api-key` (Anthropic's clients).
@@ -145,7 +150,12 @@ fn same_secret(given: &str, key: &str) -> bool {
 /// allowed name: a hostile web page can point its own domain at 127.0.0.1 (DNS rebinding),
 /// but its requests then carry that domain as Host.
 pub(super) fn check_host(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    if state.options.api_key.is_some() {
+    host_ok(&state.options, headers)
+}
+
+/// [`check_host`] against the server's options.
+pub(super) fn host_ok(options: &super::Options, headers: &HeaderMap) -> Result<(), ApiError> {
+    if options.api_key.is_some() {
         return Ok(());
     }
     let Some(host) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
@@ -158,8 +168,7 @@ pub(super) fn check_host(state: &AppState, headers: &HeaderMap) -> Result<(), Ap
     };
     let ok = name.parse::<std::net::IpAddr>().is_ok()
         || name.eq_ignore_ascii_case("localhost")
-        || state
-            .options
+        || options
             .allowed_hosts
             .iter()
             .any(|h| h.eq_ignore_ascii_case(name));

@@ -131,6 +131,12 @@ pub(super) async fn metrics(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     check_auth(&s, &headers)?;
+    let out = render(&s);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+/// The Prometheus text of one model's counters.
+pub(super) fn render(s: &Shared) -> String {
     let m = &s.scheduler.metrics;
     let tokens = m.decode_tokens.load(Ordering::Relaxed);
     let nanos = m.decode_nanos.load(Ordering::Relaxed);
@@ -166,7 +172,7 @@ pub(super) async fn metrics(
             "{:.6}",
             m.grammar_mask_nanos.load(Ordering::Relaxed) as f64 / 1e9
         ),
-        format!("{:.4}", kv_usage(&s)),
+        format!("{:.4}", kv_usage(s)),
         ld(&m.prefix_queries),
         ld(&m.prefix_hits),
         m.prefix_bytes.load(Ordering::Relaxed).to_string(),
@@ -177,6 +183,6 @@ pub(super) async fn metrics(
             "# HELP ferrox_{name} {help}\n# TYPE ferrox_{name} {kind}\nferrox_{name} {v}\n"
         ));
     }
-    gateway_metrics(&s, &mut out);
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+    gateway_metrics(s, &mut out);
+    out
 }

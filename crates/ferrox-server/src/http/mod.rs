@@ -10,6 +10,7 @@ mod infill;
 mod lifecycle;
 mod listen;
 mod metrics;
+mod multi;
 mod ollama;
 mod ollama_models;
 mod page;
@@ -38,6 +39,7 @@ use crate::backend::{Backend, Scheduler};
 use crate::library::Library;
 pub use error::ApiError;
 pub use listen::Limits;
+pub use multi::{serve_until as serve_models_until, Front};
 pub use responses::StoreLimits;
 
 use error::{authed_body, check_auth};

@@ -12,7 +12,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{authed_body, check_auth};
+use super::error::check_auth;
 use super::ollama::{rfc3339, rfc3339_now};
 use super::{ApiError, Shared};
 use crate::library::{parameter_size, Library, ModelCard, PullStatus};
@@ -29,7 +29,7 @@ fn library(s: &Shared) -> Option<Arc<dyn Library>> {
 }
 
 /// Runs a library call on a blocking thread (file reads, hashing, downloads).
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
@@ -39,7 +39,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Ollama's `details` object of a card.
-fn details(c: &ModelCard) -> Value {
+pub(super) fn details(c: &ModelCard) -> Value {
     json!({
         "parent_model": "",
         "format": "gguf",
@@ -93,9 +93,15 @@ struct ShowBody {
 }
 
 pub(super) async fn show(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    show_with(&s.options, headers, body).await
+}
+
+/// `/api/show` for a server with these options.
+pub(super) async fn show_with(o: &super::Options, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        let b: ShowBody = authed_body(&s, &headers, &body)?;
-        let Some(lib) = library(&s) else {
+        super::error::auth(o, &headers)?;
+        let b: ShowBody = super::error::parse_body(&headers, &body)?;
+        let Some(lib) = o.library.as_ref().map(|l| l.0.clone()) else {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "this server has no model store",
@@ -194,9 +200,15 @@ fn pull_line(p: &PullStatus) -> Value {
 }
 
 pub(super) async fn pull(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    pull_with(&s.options, headers, body).await
+}
+
+/// `/api/pull` for a server with these options.
+pub(super) async fn pull_with(o: &super::Options, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
-        let b: PullBody = authed_body(&s, &headers, &body)?;
-        let Some(lib) = library(&s) else {
+        super::error::auth(o, &headers)?;
+        let b: PullBody = super::error::parse_body(&headers, &body)?;
+        let Some(lib) = o.library.as_ref().map(|l| l.0.clone()) else {
             return Err(ApiError::new(
                 StatusCode::NOT_FOUND,
                 "this server has no model store",

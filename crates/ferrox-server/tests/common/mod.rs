@@ -30,7 +30,11 @@ use tokio::net::TcpStream;
 /// instead of words. Chat: a message `template: SRC` is rendered through the real (sandboxed)
 /// chat template `SRC` (its errors are template errors); one containing `stuck-template`
 /// takes 3 s to render (a template the sandbox cannot stop).
-pub struct Fake;
+pub struct FakeAs(pub &'static str);
+
+/// The fake backend as `fake-model` (alias `fake:alias`).
+#[allow(non_upper_case_globals)]
+pub const Fake: FakeAs = FakeAs("fake-model");
 
 /// One running fake generation: emits `w0 `, `w1 `, ... one word per step.
 struct FakeGen {
@@ -184,12 +188,16 @@ impl Engine for FakeEngine {
     }
 }
 
-impl Backend for Fake {
+impl Backend for FakeAs {
     fn model_id(&self) -> &str {
-        "fake-model"
+        self.0
     }
     fn aliases(&self) -> Vec<String> {
-        vec!["fake:alias".into()]
+        if self.0 == "fake-model" {
+            vec!["fake:alias".into()]
+        } else {
+            vec![format!("{}.gguf", self.0)]
+        }
     }
     fn ctx_size(&self) -> usize {
         64

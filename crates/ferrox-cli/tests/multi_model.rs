@@ -1,0 +1,79 @@
+//! Several models in one `ferrox serve` (`-m` repeated), driven by the official `ollama`
+//! Python client: each model's greedy answer equals its `ferrox run --temp 0` text, `ps` lists
+//! both, `keep_alive: 0` drops one, bad names and values are refused.
+
+mod common;
+use common::server::python_json;
+use serde_json::json;
+
+const MODELS: [&str; 2] = ["qwen2.5-coder:0.5b-instruct", "gemma3:270m"];
+const PROMPT: &str = "Write a haiku about the sea.";
+
+fn greedy_run(model: &str, n: usize) -> String {
+    let text = common::ferrox_ok([
+        "run",
+        "-m",
+        model,
+        "--temp",
+        "0",
+        "-n",
+        &n.to_string(),
+        PROMPT,
+    ]);
+    text.strip_suffix('\n').unwrap_or(&text).to_string()
+}
+
+#[test]
+fn ollama_client_alternates_two_models_in_one_server() {
+    for m in MODELS {
+        common::model(m);
+    }
+    let expected: Vec<String> = MODELS.iter().map(|m| greedy_run(m, 12)).collect();
+    let mut cmd = common::command();
+    cmd.args(["serve", "--port", "0", "--parallel", "2"]);
+    for m in MODELS {
+        cmd.args(["-m", m]);
+    }
+    let (_server, addr) = common::serve_with(cmd);
+    let mut args = vec![format!("http://{addr}"), PROMPT.into(), "12".into()];
+    args.extend(MODELS.iter().map(|m| m.to_string()));
+    let v = python_json("multi_client.py", &args);
+    for (m, want) in MODELS.iter().zip(&expected) {
+        assert_eq!(v["answers"][m], json!([want, want]), "{m}: {v}");
+    }
+    assert_ne!(expected[0], expected[1], "two different models");
+    let mut both: Vec<&str> = MODELS.to_vec();
+    both.sort();
+    assert_eq!(v["list"], json!(both), "{v}");
+    assert_eq!(v["ps"], json!(both), "{v}");
+    assert!(
+        v["ps_sizes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s.as_u64() > Some(100 << 20)),
+        "{v}"
+    );
+    assert_eq!(v["ps_after_unload"], json!([MODELS[1]]), "{v}");
+    assert_eq!(v["bad_keep_alive"], 400, "{v}");
+    assert_eq!(v["unknown"][0], 404, "{v}");
+    let msg = v["unknown"][1].as_str().unwrap();
+    assert!(MODELS.iter().all(|m| msg.contains(m)), "{msg}");
+}
+
+#[test]
+fn duplicate_models_are_a_startup_error() {
+    let path = common::model(MODELS[1]);
+    let out = common::ferrox([
+        "serve",
+        "--port",
+        "0",
+        "-m",
+        MODELS[1],
+        "-m",
+        path.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("two models are named `gemma3:270m`"), "{err}");
+}
