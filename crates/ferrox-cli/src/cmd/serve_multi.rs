@@ -118,6 +118,11 @@ pub(super) fn keep_alive(flag: Option<&str>) -> anyhow::Result<KeepAlive> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // Each model's blocks would need their own flush on unload and at exit: not wired yet.
+    anyhow::ensure!(
+        args.cache_dir.is_none(),
+        "--cache-dir keeps one model's prompt cache: give a single -m with it"
+    );
     engine::set_threads(args.threads);
     let settings = LoadSettings {
         cache: args.cache.clone(),
@@ -130,6 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             pooling: args.pooling,
             cache_bytes: args.cache_ram.saturating_mul(1 << 20),
             recall_tokens: args.recall_tokens,
+            cache_disk: None,
         },
     };
     let extra = aliases_for(&args.aliases, &args.model)?;
