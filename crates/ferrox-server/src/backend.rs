@@ -390,6 +390,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
             continue;
         }
         let t = Instant::now();
+        let mut done = Vec::new();
         // The engine fails a request it cannot run, or whose step panics, on its own (as
         // `Event::Failed`; the others go on). A panic that still escapes `step` means the
         // engine itself is broken: its requests end, a new engine takes over, the server
@@ -427,13 +428,19 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
                             .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
                         m.decode_tokens
                             .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
-                        let _ = tx.send(Event::Done(summary));
+                        // Sent once the step has returned: the engine files a finished
+                        // request's positions (in the prefix cache, and so on disk) at the end
+                        // of its step, and a client that has its answer may stop the server.
+                        done.push((tx.clone(), summary));
                         running.remove(&id);
                         m.busy_slots.fetch_sub(1, Ordering::SeqCst);
                     }
                 }
             })
         }));
+        for (tx, summary) in done {
+            let _ = tx.send(Event::Done(summary));
+        }
         m.decode_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let (drafted, accepted) = engine.spec_counts();
