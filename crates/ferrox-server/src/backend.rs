@@ -416,18 +416,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
                         m.busy_slots.fetch_sub(1, Ordering::SeqCst);
                     }
                     Event::Done(summary) => {
-                        if let Some(st) = stats {
-                            st.cached_tokens
-                                .fetch_add(summary.cached_tokens, Ordering::Relaxed);
-                            st.generated_tokens
-                                .fetch_add(summary.completion_tokens, Ordering::Relaxed);
-                        }
-                        m.prefix_hits
-                            .fetch_add(summary.cached_tokens as u64, Ordering::Relaxed);
-                        m.completion_tokens
-                            .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
-                        m.decode_tokens
-                            .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
+                        count_done(&m, stats.as_deref(), &summary);
                         // Sent once the step has returned: the engine files a finished
                         // request's positions (in the prefix cache, and so on disk) at the end
                         // of its step, and a client that has its answer may stop the server.
@@ -469,6 +458,22 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m:
             engine = backend.new_engine(parallel);
         }
     }
+}
+
+/// A finished request's counters: its stats and the server's metrics.
+fn count_done(m: &Metrics, stats: Option<&RequestStats>, summary: &GenSummary) {
+    if let Some(st) = stats {
+        st.cached_tokens
+            .fetch_add(summary.cached_tokens, Ordering::Relaxed);
+        st.generated_tokens
+            .fetch_add(summary.completion_tokens, Ordering::Relaxed);
+    }
+    m.prefix_hits
+        .fetch_add(summary.cached_tokens as u64, Ordering::Relaxed);
+    m.completion_tokens
+        .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
+    m.decode_tokens
+        .fetch_add(summary.completion_tokens as u64, Ordering::Relaxed);
 }
 
 /// Joins waiting requests between steps (blocks only when nothing is running). False when the
