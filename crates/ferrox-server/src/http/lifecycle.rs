@@ -44,9 +44,20 @@ pub(super) async fn middleware(State(s): State<Shared>, req: Request, next: Next
     if let Err(e) = super::error::check_host(&s, req.headers()) {
         return e.into_response();
     }
-    let refuse = s.draining.load(Ordering::SeqCst)
-        && req.method() == Method::POST
-        && req.uri().path() != "/admin/drain";
+    let draining = s.draining.load(Ordering::SeqCst);
+    drain_guard(draining, &s.options.instance_id, req, next).await
+}
+
+/// The rest of the lifecycle middleware, shared with the multi-model front: while draining, a
+/// new `POST` (other than the drain itself) is a 503 with `Retry-After`; every response names
+/// the replica.
+pub(super) async fn drain_guard(
+    draining: bool,
+    instance_id: &str,
+    req: Request,
+    next: Next,
+) -> Response {
+    let refuse = draining && req.method() == Method::POST && req.uri().path() != "/admin/drain";
     let mut r = if refuse {
         let mut e = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -57,7 +68,7 @@ pub(super) async fn middleware(State(s): State<Shared>, req: Request, next: Next
     } else {
         next.run(req).await
     };
-    if let Ok(v) = HeaderValue::from_str(&s.options.instance_id) {
+    if let Ok(v) = HeaderValue::from_str(instance_id) {
         r.headers_mut().insert("x-ferrox-instance", v);
     }
     r

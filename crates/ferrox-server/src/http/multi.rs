@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -183,23 +183,8 @@ async fn lifecycle(State(f): State<F>, req: Request, next: Next) -> Response {
     if let Err(e) = host_ok(o, req.headers()) {
         return e.into_response();
     }
-    let refuse = f.draining.load(Ordering::SeqCst)
-        && req.method() == Method::POST
-        && req.uri().path() != "/admin/drain";
-    let mut r = if refuse {
-        let mut e = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "this replica is draining; retry on another",
-        );
-        e.retry_after = Some(1);
-        e.into_response()
-    } else {
-        next.run(req).await
-    };
-    if let Ok(v) = HeaderValue::from_str(&o.instance_id) {
-        r.headers_mut().insert("x-ferrox-instance", v);
-    }
-    r
+    let draining = f.draining.load(Ordering::SeqCst);
+    super::lifecycle::drain_guard(draining, &o.instance_id, req, next).await
 }
 
 async fn ready(State(f): State<F>) -> Response {
