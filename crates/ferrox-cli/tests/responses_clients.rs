@@ -71,8 +71,9 @@ fn codex() -> std::path::PathBuf {
     p
 }
 
+/// Codex's first prompt is its instructions and tools, ~8.6k tokens: 1.5-4 minutes of prefill on
+/// 2 cores (AVX-512 to AVX2-only hosts).
 #[test]
-#[ignore = "agent e2e: on an AVX2-only host the 1.5B prefills its 9-12k-token prompt at ~12 t/s (>10 min); run by hand: cargo test --release -p ferrox-cli --test responses_clients -- --ignored"]
 fn codex_exec_answers_through_responses() {
     let model = "qwen2.5-coder:1.5b-instruct";
     let path = common::model(model);

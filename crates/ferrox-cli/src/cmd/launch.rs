@@ -71,8 +71,11 @@ fn missing_message(agent: Agent) -> String {
 }
 
 /// Claude Code's environment: the server as its API, the served model for every model role
-/// (its background requests name the small model), no traffic to Anthropic's other services.
-fn claude_env(base: &str, model: &str, key: &str) -> Vec<(String, String)> {
+/// (its background requests name the small model), the server's context window (an unknown
+/// model id is otherwise taken for a 1M-token one, and compaction never starts in time), no
+/// traffic to Anthropic's other services.
+fn claude_env(base: &str, model: &str, key: &str, ctx: usize) -> Vec<(String, String)> {
+    let ctx = ctx.to_string();
     let mut env = vec![
         ("ANTHROPIC_BASE_URL", base),
         ("ANTHROPIC_AUTH_TOKEN", key),
@@ -82,6 +85,7 @@ fn claude_env(base: &str, model: &str, key: &str) -> Vec<(String, String)> {
         ("ANTHROPIC_DEFAULT_SONNET_MODEL", model),
         ("ANTHROPIC_DEFAULT_OPUS_MODEL", model),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+        ("CLAUDE_CODE_MAX_CONTEXT_TOKENS", &ctx),
         // Its default 10-minute request timeout is shorter than a first prefill of its
         // ~12k-token instructions on a small CPU.
         ("API_TIMEOUT_MS", "3600000"),
@@ -128,6 +132,14 @@ fn served_model(port: u16) -> Option<String> {
     let (status, body) = http_get(port, "/v1/models")?;
     let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
     v.pointer("/data/0/id")?.as_str().map(String::from)
+}
+
+/// The context window of the model a server on `port` has loaded (Ollama's `/api/ps`).
+fn served_ctx(port: u16) -> Option<usize> {
+    let (status, body) = http_get(port, "/api/ps")?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| status == 200)?;
+    let n = v.pointer("/models/0/context_length")?.as_u64()?;
+    usize::try_from(n).ok()
 }
 
 /// Starts `ferrox serve` (its output in `log`) and waits until it is ready.
@@ -192,7 +204,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     match a.agent {
         Agent::Claude => {
             let k = key.as_deref().unwrap_or("ferrox");
-            cmd.envs(claude_env(&base, &model, k))
+            let ctx = served_ctx(a.port).unwrap_or(a.ctx);
+            cmd.envs(claude_env(&base, &model, k, ctx))
                 .args(["--model", &model]);
         }
         Agent::Codex => {
@@ -237,13 +250,14 @@ mod tests {
 
     #[test]
     fn claude_gets_every_model_role() {
-        let env = claude_env("http://127.0.0.1:9", "m", "k");
+        let env = claude_env("http://127.0.0.1:9", "m", "k", 32768);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("ANTHROPIC_BASE_URL"), Some("http://127.0.0.1:9"));
         for role in ["MODEL", "SMALL_FAST_MODEL", "DEFAULT_HAIKU_MODEL"] {
             assert_eq!(get(&format!("ANTHROPIC_{role}")), Some("m"), "{role}");
         }
         assert_eq!(get("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), Some("1"));
+        assert_eq!(get("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), Some("32768"));
     }
 
     #[test]
