@@ -4,6 +4,7 @@ pub mod chat;
 pub mod dist;
 pub mod embed;
 pub mod engine;
+pub mod heap;
 pub mod inspect;
 pub mod launch;
 pub mod library;
