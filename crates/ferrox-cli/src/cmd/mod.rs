@@ -15,6 +15,8 @@ pub mod perplexity;
 pub mod pull;
 pub mod run;
 pub mod serve;
+pub mod serve_args;
 pub mod serve_encoder;
+pub mod serve_listen;
 pub mod serve_multi;
 pub mod tokenize;
