@@ -40,7 +40,7 @@ enum Command {
     /// Sentence embeddings (or rerank scores) of texts with an encoder model, as JSON lines.
     Embed(cmd::embed::Args),
     /// Serve the model over an OpenAI-compatible HTTP API.
-    Serve(cmd::serve::Args),
+    Serve(cmd::serve_args::Args),
     /// Measure prompt and generation speed (llama-bench's table and JSON).
     Bench(cmd::bench::Args),
     /// Start a coding agent (claude or codex) on a ferrox server, reusing or starting one.

@@ -8,8 +8,8 @@
 //! Batch invariance: every output element is produced by the same per-row reduction whatever
 //! the batch size or thread split, so `gemm` rows are bit-identical to `gemv`.
 
-use crate::kernels;
-use crate::quant::{self, convert, repack, ActBuf, ActType, GgmlType, QuantError};
+use crate::kernels::{self, ActBuf};
+use crate::quant::{self, convert, repack, ActType, GgmlType, QuantError};
 use crate::storage::Bytes;
 use rayon::prelude::*;
 

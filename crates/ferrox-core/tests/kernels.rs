@@ -2,8 +2,8 @@
 //! and batch invariance of `dot_rows`: any token grouping gives bit-identical outputs.
 #![allow(clippy::needless_range_loop)]
 
-use ferrox_core::kernels::{dot_rows, Isa};
-use ferrox_core::quant::{dequantize_row, ActBuf, GgmlType};
+use ferrox_core::kernels::{dot_rows, ActBuf, Isa};
+use ferrox_core::quant::{dequantize_row, GgmlType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

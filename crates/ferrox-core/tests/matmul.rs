@@ -234,7 +234,8 @@ fn interleaved_matrices_match_the_ggml_layout() {
 /// bit, at every batch size; odd widths keep the row layout and f32 activations.
 #[test]
 fn bf16_dot_products_equal_the_scalar_reference() {
-    use ferrox_core::quant::{dot_row_ref, ActBuf};
+    use ferrox_core::kernels::ActBuf;
+    use ferrox_core::quant::dot_row_ref;
     let mut rng = StdRng::seed_from_u64(26);
     for (rows, cols) in [(16, 2), (32, 10), (48, 896), (16, 7)] {
         let plain = random_matrix(&mut rng, GgmlType::BF16, rows, cols);
@@ -309,8 +310,8 @@ fn converted_matrices_equal_the_file_layout_bit_for_bit() {
 /// output row has `gemv`'s bits on the gathered input row.
 #[test]
 fn gemm_batch_over_gathered_rows_equals_gemv() {
+    use ferrox_core::kernels::ActBuf;
     use ferrox_core::matmul::{gemm_batch, Gemm};
-    use ferrox_core::quant::ActBuf;
     use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(25);
     for ty in [Q4K, Q6K, Q5_0, Q8_0, IQ4NL, Q4_1, IQ4XS, F32] {
@@ -365,8 +366,8 @@ fn gemm_batch_over_gathered_rows_equals_gemv() {
 #[test]
 #[should_panic(expected = "outputs overlap")]
 fn gemm_batch_refuses_overlapping_outputs() {
+    use ferrox_core::kernels::ActBuf;
     use ferrox_core::matmul::{gemm_batch, Gemm};
-    use ferrox_core::quant::ActBuf;
     let m = WeightMatrix::from_f32(4, 32, &[0.5; 128]);
     let mut acts = ActBuf::default();
     acts.quantize(m.act_type(), &[1.0; 64], 32);

@@ -2,9 +2,10 @@
 //! scripts/quant_block_vectors.py from random and real llama-quantize blocks), activation quantizers, and integer dot products against
 //! dequantize-then-f32-dot on random blocks including extreme scales.
 
+use ferrox_core::kernels::ActBuf;
 use ferrox_core::quant::act::{quantize_row_q8_0, quantize_row_q8_1, quantize_row_q8_k};
 use ferrox_core::quant::blocks::*;
-use ferrox_core::quant::{dequantize_row, dot_row_ref, ActBuf, GgmlType};
+use ferrox_core::quant::{dequantize_row, dot_row_ref, GgmlType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sha2::{Digest, Sha256};

@@ -144,7 +144,7 @@ pub fn load(
             Ok(h) => h,
             Err(e) => c.abort(&format!("{e:#}")),
         };
-        super::engine::trim_heap();
+        super::heap::trim_heap();
         c.ready()?;
         c.serve(hidden, handler)?;
         std::process::exit(0);
@@ -193,7 +193,7 @@ fn load_stages(c: Cluster, path: &Path) -> anyhow::Result<(Decoder, Cluster)> {
     };
     if c.rank() != 0 {
         let hidden = decoder.config.hidden_dim;
-        super::engine::trim_heap();
+        super::heap::trim_heap();
         c.ready()?;
         c.serve_stages(hidden, ferrox_mpi::stage_handler(decoder))?;
         std::process::exit(0);

@@ -1,6 +1,7 @@
 //! Loading a model for the inference subcommands: resolve `-m`, load the decoder and its
 //! tokenizer, set the thread count.
 
+use super::heap::trim_heap;
 use anyhow::Context;
 use ferrox_core::cache::KvType;
 use ferrox_models::decoder::Decoder;
@@ -88,16 +89,6 @@ pub fn set_threads(threads: usize) {
         let _ = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build_global();
-    }
-}
-
-/// Returns the heap that loading freed (tokenizer construction, repack temporaries) to the
-/// system: glibc keeps freed memory in its arenas otherwise, and peak RSS would carry it.
-pub fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only walks glibc's own arenas; it has no preconditions.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }
 

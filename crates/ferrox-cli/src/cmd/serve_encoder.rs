@@ -11,7 +11,8 @@ use ferrox_server::backend::{Backend, BackendError, Engine, Event, GenParams, Re
 use ferrox_tokenizer::wordpiece::Encoded;
 use ferrox_tokenizer::TokenId;
 
-use super::serve::{serve_backend, Args};
+use super::serve_args::{served_id, Args};
+use super::serve_listen::serve_backend;
 
 struct EncoderBackend {
     id: String,
@@ -114,7 +115,7 @@ pub(super) fn backend(name: &str, path: &Path) -> anyhow::Result<Arc<dyn Backend
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let id = super::serve::served_id(&name, &file);
+    let id = served_id(&name, &file);
     Ok(Arc::new(EncoderBackend {
         id,
         aliases: vec![name, file, path.display().to_string()],

@@ -15,7 +15,8 @@ use ferrox_server::{Backend, ModelSpec, ModelsConfig, Registry};
 use ferrox_tokenizer::Tokenizer;
 
 use super::engine;
-use super::serve::{served_id, server_options, stop_signal, Args};
+use super::serve_args::{served_id, Args};
+use super::serve_listen::{listen, stop_signal};
 
 /// What a loader needs of the flags.
 #[derive(Clone)]
@@ -152,26 +153,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         keep_alive: keep_alive(args.keep_alive.as_deref())?,
         load_timeout: Duration::from_secs(args.load_timeout),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await?;
-        let bound = listener.local_addr()?;
-        let options = server_options(&args, bound);
+    let (parallel, ctx) = (args.parallel, args.ctx);
+    listen(&args, |listener, bound, options| async move {
         let registry = Arc::new(Registry::new(specs, config, options)?);
         let names: Vec<String> = registry.names().into_iter().map(|(n, _)| n).collect();
         eprintln!(
-            "serving {} on http://{bound} ({} slots each, ctx {}; loaded on first use)",
+            "serving {} on http://{bound} ({parallel} slots each, ctx {ctx}; loaded on first use)",
             names.join(", "),
-            args.parallel,
-            args.ctx
         );
         let front = Arc::new(ferrox_server::Front::new(registry));
         ferrox_server::http::serve_models_until(listener, front, stop_signal()).await?;
-        eprintln!("drained; exiting");
         anyhow::Ok(())
     })
 }

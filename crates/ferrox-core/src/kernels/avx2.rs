@@ -7,9 +7,10 @@
 // purpose (they inline into one loop nest).
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
+use super::ActBuf;
 use super::BlockArgs;
 use crate::quant::blocks::*;
-use crate::quant::{ActBuf, GgmlType};
+use crate::quant::GgmlType;
 use std::arch::x86_64::*;
 
 /// [`BlockArgs`] with AVX2, tokens in groups of at most 4.

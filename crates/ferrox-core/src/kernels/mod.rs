@@ -10,10 +10,11 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::quant::blocks::{BlockQ8K, BlockQ8_0};
-use crate::quant::{act, dot_row_ref, ActBuf, GgmlType};
+use crate::quant::{act, dot_row_ref, GgmlType};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+mod acts;
 mod attn;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -36,6 +37,7 @@ pub(crate) mod x16_k;
 
 pub mod glu;
 
+pub use acts::ActBuf;
 pub use attn::{attend_rows, FlashScratch, RowBlock, TypedKv};
 
 /// The key layout [`attend_rows`] reads fastest for heads `head_dim` wide: tiles of 16

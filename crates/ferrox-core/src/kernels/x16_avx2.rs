@@ -529,8 +529,9 @@ unsafe fn q4_0_tile<const T: usize, const Q5: bool>(
 mod tests {
     use super::super::x16_k::tests_support::{check, check_extremes};
     use super::*;
+    use crate::kernels::ActBuf;
     use crate::quant::blocks::f32_to_f16;
-    use crate::quant::{dot_row_ref, ActBuf, ActType};
+    use crate::quant::{dot_row_ref, ActType};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 

@@ -999,13 +999,14 @@ unsafe fn q2k_tile<const T: usize>(
 #[cfg(test)]
 pub(super) mod tests_support {
     use super::*;
+    use crate::kernels::ActBuf;
     use crate::quant::blocks::{
         f16_to_f32, f32_to_f16, iq4xs_scales, q3k_scales, scale_min_k4, BlockIQ4XS,
     };
     use crate::quant::repack_k::{
         repack_iq4xs, repack_q2k, repack_q3k, repack_q4k, repack_q5k, repack_q6k,
     };
-    use crate::quant::{dot_row_ref, ActBuf, ActType, GgmlType};
+    use crate::quant::{dot_row_ref, ActType, GgmlType};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
 

@@ -17,6 +17,7 @@
 
 mod guard;
 mod prefix;
+mod prefix_block;
 pub mod prefix_disk;
 mod slot;
 mod stop;
@@ -351,11 +352,11 @@ impl<'m> BatchEngine<'m> {
         let mut fed = s.common_prefix(prompt).min(prompt.len() - 1);
         if self.prefix.enabled() {
             let path = self.prefix.lookup(&prompt[..prompt.len() - 1]);
-            let len = path.len() * prefix::BLOCK;
+            let len = path.len() * prefix_block::BLOCK;
             if len > fed {
                 // Keep the slot's own whole blocks, append the rest from the tree.
-                let keep = fed / prefix::BLOCK;
-                s.truncate(keep * prefix::BLOCK);
+                let keep = fed / prefix_block::BLOCK;
+                s.truncate(keep * prefix_block::BLOCK);
                 if self.prefix.restore(&path, keep, &mut s.caches) {
                     s.history = self.prefix.tokens(&path).collect();
                     fed = len;

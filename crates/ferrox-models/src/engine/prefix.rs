@@ -11,13 +11,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::prefix_block::BLOCK;
 use super::prefix_disk::DiskSink;
 use crate::TokenId;
 use ferrox_core::cache::{CacheRows, KvCache};
-
-/// Tokens per tree node: small enough that a conversation's next turn loses little to the
-/// last partial block, large enough that a node's per-layer copies are not tiny.
-pub const BLOCK: usize = 16;
 
 struct Node {
     parent: Option<usize>,

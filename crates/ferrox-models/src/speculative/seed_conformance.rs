@@ -3,7 +3,9 @@
 
 use super::*;
 use crate::config::glm_5_2;
+use crate::decoder::Decoder;
 use crate::ModelConfig;
+use ferrox_core::cache::KvCache;
 
 fn tiny_test_config() -> ModelConfig {
     let mut cfg = glm_5_2();

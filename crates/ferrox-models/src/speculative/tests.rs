@@ -1,8 +1,10 @@
 //! The module's own tests of the seed API: lookup, equality with plain greedy, call counts.
 
 use super::*;
+use crate::decoder::Decoder;
 use crate::ModelConfig;
 use crate::TokenId;
+use ferrox_core::cache::KvCache;
 
 /// glm_5_2() shrunk the way the seed's tests shrink it: tiny width and MoE, GLM-5 MLA/DSA.
 fn shrunk() -> ModelConfig {

@@ -1,33 +1,26 @@
 //! `/v1/chat/completions` and `/v1/completions`: the request checks, submission to the
-//! scheduler, and the whole-response form (the streamed form is in `stream`).
-
-use std::sync::atomic::Ordering;
+//! scheduler (`submit`), and the whole-response form (the streamed form is in `stream`).
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use ferrox_tokenizer::TokenId;
 use serde_json::Value;
 
+use super::endpoint::Kind;
 use super::error::authed_body;
 use super::infill::{fim_prompt, Fim};
-use super::params::{grammar, validate};
+use super::params::validate;
 use super::render::OwnedChat;
 use super::response::{collect_response, Meta};
 use super::stream::stream_response;
+use super::submit::{compile_grammar, finish, submit};
 use super::tools::{tool_names, OutputSetup, ToolPlan};
-use super::{new_id, unix_now, ApiError, AppState, Shared};
+use super::{new_id, unix_now, ApiError, Shared};
 use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField};
-use crate::backend::{Event, GenParams, Job, RenderedChat, SubmitError};
+use crate::backend::{GenParams, RenderedChat};
 use ferrox_tokenizer::chat_output::ToolFormat;
-use tokio::sync::mpsc::UnboundedReceiver;
-
-#[derive(Clone, Copy)]
-pub(super) enum Kind {
-    Chat,
-    Completion,
-}
 
 pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let r = async {
@@ -135,42 +128,6 @@ pub(super) async fn completions(
     finish(&s, r)
 }
 
-/// Compiles the request's grammar on a blocking thread (a large schema takes a while and must
-/// not hold up an async worker); a grammar the backend refuses is a 400 naming the parameter
-/// it came from, with the compiler's message.
-pub(super) async fn compile_grammar(
-    s: &Shared,
-    c: &CommonParams,
-    params: &mut GenParams,
-) -> Result<(), ApiError> {
-    let Some(spec) = params.grammar.clone() else {
-        return Ok(());
-    };
-    let param = grammar(c)?.map_or("tool_choice", |(_, p)| p);
-    let backend = s.backend.clone();
-    let compiled = tokio::task::spawn_blocking(move || backend.compile_grammar(&spec))
-        .await
-        .map_err(|_| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "the grammar compiler failed",
-            )
-        })?
-        .map_err(|e| ApiError::bad(e).param(param))?;
-    params.compiled = Some(compiled);
-    Ok(())
-}
-
-pub(super) fn finish(s: &AppState, r: Result<Response, ApiError>) -> Response {
-    match r {
-        Ok(r) => r,
-        Err(e) => {
-            s.scheduler.metrics.errors.fetch_add(1, Ordering::Relaxed);
-            e.into_response()
-        }
-    }
-}
-
 async fn start(
     s: &Shared,
     kind: Kind,
@@ -217,50 +174,6 @@ pub(super) async fn render(
     };
     let rendered = super::render::chat_prompt(s, chat).await?;
     Ok((rendered, plan))
-}
-
-/// Queues `n` generations of `prompt` (the request's choices) and counts the request.
-/// `n` choices are `n` generations of the same prompt; the engine shares the prompt's keys
-/// and values between them. Seeds differ per choice (a given seed still reproduces).
-pub(super) fn submit(
-    s: &AppState,
-    prompt: Vec<TokenId>,
-    params: &GenParams,
-    n: usize,
-) -> Result<Vec<UnboundedReceiver<Event>>, ApiError> {
-    let prompt_tokens = prompt.len();
-    let stats = super::reqlog::current();
-    if let Some(st) = &stats {
-        st.prompt_tokens.fetch_add(prompt_tokens, Ordering::Relaxed);
-    }
-    let mut rxs = Vec::with_capacity(n);
-    for i in 0..n {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut params = params.clone();
-        params.seed = params.seed.wrapping_add(i as u64);
-        // A refusal drops the receivers already made: their jobs are cancelled unrun.
-        s.scheduler
-            .submit(Job {
-                prompt: prompt.clone(),
-                params,
-                events: tx,
-                stats: stats.clone(),
-            })
-            .map_err(|SubmitError::QueueFull| {
-                let mut e = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the server is busy; retry shortly",
-                );
-                e.retry_after = Some(1);
-                e
-            })?;
-        rxs.push(rx);
-    }
-    let m = &s.scheduler.metrics;
-    m.requests.fetch_add(1, Ordering::Relaxed);
-    m.prompt_tokens
-        .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
-    Ok(rxs)
 }
 
 /// `chat_template_kwargs`, with `reasoning_effort` (OpenAI's field, gpt-oss's template

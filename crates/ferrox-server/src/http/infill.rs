@@ -19,9 +19,10 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::answer::{collect, Piece, Pieces};
+use super::endpoint::Kind;
 use super::error::authed_body;
-use super::generate::{compile_grammar, finish, submit, Kind};
 use super::params::validate;
+use super::submit::{compile_grammar, finish, submit};
 use super::{ApiError, Shared};
 use crate::api::CommonParams;
 use crate::backend::{BackendError, FinishReason, GenSummary, TokenLogprob};

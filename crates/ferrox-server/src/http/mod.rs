@@ -4,6 +4,7 @@
 mod answer;
 mod anthropic;
 mod embeddings;
+mod endpoint;
 mod error;
 mod generate;
 mod infill;
@@ -21,6 +22,7 @@ mod rerank;
 mod response;
 mod responses;
 mod stream;
+mod submit;
 mod tools;
 
 use std::sync::atomic::{AtomicU64, Ordering};

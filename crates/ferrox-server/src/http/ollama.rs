@@ -17,10 +17,12 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::answer::{Piece, Pieces};
+use super::endpoint::Kind;
 use super::error::authed_body;
-use super::generate::{prepare_chat, submit, Kind, Prepared};
+use super::generate::{prepare_chat, Prepared};
 use super::infill::{fim_prompt, Fim};
 use super::params::validate;
+use super::submit::{compile_grammar, submit};
 use super::tools::OutputSetup;
 use super::{ApiError, Shared};
 use crate::api::{ChatRequest, CommonParams};
@@ -300,7 +302,7 @@ pub(super) async fn generate(State(s): State<Shared>, headers: HeaderMap, body: 
                 None => super::off_workers(&s, move |be| be.text_prompt(&text)).await?,
             };
             let mut params = validate(&s, Kind::Completion, &c, prompt.len())?;
-            super::generate::compile_grammar(&s, &c, &mut params).await?;
+            compile_grammar(&s, &c, &mut params).await?;
             let p = Prepared {
                 prompt,
                 params,

@@ -4,7 +4,7 @@ use axum::http::StatusCode;
 
 use serde_json::Value;
 
-use super::generate::Kind;
+use super::endpoint::Kind;
 use super::{ApiError, AppState};
 use crate::api::CommonParams;
 use crate::backend::{GenParams, GrammarSpec, DEFAULT_SAMPLING};

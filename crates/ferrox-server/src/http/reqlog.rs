@@ -1,7 +1,7 @@
 //! The request log (`ferrox serve --log-requests`): one line per request on stderr once its
 //! response has been sent — method, route, status, prompt / cached / generated tokens, time to
 //! the first token and in all. The chat path's counters reach it through a task-local that
-//! `generate::submit` hands to the engine with each job, so every route that generates is
+//! `submit::submit` hands to the engine with each job, so every route that generates is
 //! logged alike.
 
 use std::pin::Pin;

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::generate::Kind;
+use super::endpoint::Kind;
 use super::tools::{call_json, split_answer, OutputSetup};
 use super::ApiError;
 use crate::api::Usage;

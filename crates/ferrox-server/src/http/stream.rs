@@ -11,7 +11,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::generate::Kind;
+use super::endpoint::Kind;
 use super::response::Meta;
 use super::tools::{call_json, OutputSetup};
 use crate::backend::{Event, FinishReason, TokenLogprob};

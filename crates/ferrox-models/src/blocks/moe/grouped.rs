@@ -9,8 +9,8 @@
 use super::MoeBlock;
 use crate::blocks::{add_bias, GatedMlp};
 use ferrox_core::kernels::glu::glu;
+use ferrox_core::kernels::ActBuf;
 use ferrox_core::matmul::{gemm_batch, Gemm};
-use ferrox_core::quant::ActBuf;
 
 /// Buffers of [`forward`], reused across calls.
 #[derive(Default)]

@@ -14,7 +14,7 @@
 use ferrox_core::cache::{CacheRows, KvType, RowsDecodeError};
 use sha2::{Digest, Sha256};
 
-use super::super::prefix::BLOCK;
+use super::super::prefix_block::BLOCK;
 use crate::TokenId;
 
 pub const MAGIC: [u8; 8] = *b"FXPKV\0\0\x01";

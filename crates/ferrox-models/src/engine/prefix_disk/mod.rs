@@ -26,7 +26,7 @@ use ferrox_core::cache::CacheRows;
 use format::PrefixHasher;
 pub use format::{BlockFile, CacheKey, DiskError};
 
-use super::prefix::BLOCK;
+use super::prefix_block::BLOCK;
 use crate::TokenId;
 
 /// Where warnings go (the server's log); the library itself does not log.

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 
 use super::answer::{collect, Piece, Pieces};
 use super::error::authed_body;
-use super::generate::{prepare_chat, render, submit, Prepared};
+use super::generate::{prepare_chat, render, Prepared};
+use super::submit::submit;
 use super::{new_id, ApiError, Shared};
 use crate::backend::{FinishReason, GenSummary};
 use ferrox_tokenizer::chat_output::ToolCall;

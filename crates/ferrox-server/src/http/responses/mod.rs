@@ -21,7 +21,8 @@ use serde_json::{json, Value};
 
 use super::answer::Pieces;
 use super::error::{authed_body, check_auth};
-use super::generate::{finish, prepare_chat, submit};
+use super::generate::prepare_chat;
+use super::submit::{finish, submit};
 use super::{new_id, unix_now, ApiError, Shared};
 use crate::api::ChatRequest;
 use output::{Ended, Head, Turn};
