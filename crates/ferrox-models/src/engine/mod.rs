@@ -19,6 +19,7 @@ mod guard;
 mod prefix;
 pub mod prefix_disk;
 mod slot;
+pub mod slot_file;
 mod stop;
 
 pub use guard::Fault;
