@@ -16,4 +16,5 @@ pub mod run;
 pub mod serve;
 pub mod serve_encoder;
 pub mod serve_multi;
+pub mod serve_set;
 pub mod tokenize;

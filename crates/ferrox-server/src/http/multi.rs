@@ -33,6 +33,19 @@ pub struct Front {
 type F = Arc<Front>;
 
 impl Front {
+    /// HAProxy's agent check for the whole replica: `drain` while draining, else the weight
+    /// of its most loaded model.
+    pub fn agent_reply(&self) -> String {
+        if self.draining.load(Ordering::SeqCst) {
+            return "drain\n".into();
+        }
+        let states = self.registry.loaded_states();
+        let weight = states.iter().map(|(_, a)| a.agent_weight()).min();
+        format!("ready up {}%\n", weight.unwrap_or(100))
+    }
+}
+
+impl Front {
     pub fn new(registry: Arc<Registry>) -> Front {
         Front {
             registry,
@@ -67,6 +80,11 @@ pub async fn serve_until(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let options = front.registry.options().clone();
+    if let Some(addr) = &options.agent_addr {
+        let agent = tokio::net::TcpListener::bind(addr).await?;
+        let f = front.clone();
+        tokio::spawn(super::lifecycle::agent(agent, move || f.agent_reply()));
+    }
     // Keep-alives expire even when no request comes to notice.
     let sweeper = {
         let registry = front.registry.clone();
@@ -318,6 +336,10 @@ async fn show(State(f): State<F>, headers: HeaderMap, body: Bytes) -> Response {
     super::ollama_models::show_with(f.registry.options(), headers, body).await
 }
 
+/// Ollama's `/api/pull`; the pulled model is then served (and listed) without a restart.
 async fn pull(State(f): State<F>, headers: HeaderMap, body: Bytes) -> Response {
-    super::ollama_models::pull_with(f.registry.options(), headers, body).await
+    let registry = f.registry.clone();
+    let serve: super::ollama_models::Pulled =
+        Box::new(move |name: &str| registry.find_or_discover(name).map_err(|e| e.to_string()));
+    super::ollama_models::pull_with(f.registry.options(), headers, body, Some(serve)).await
 }
