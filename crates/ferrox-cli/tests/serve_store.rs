@@ -26,6 +26,13 @@ fn complete(addr: &str, model: &str) -> (u16, Value) {
     post_json(addr, "/v1/completions", &body)
 }
 
+/// `ferrox serve` on a free port, one small slot per model.
+fn serve_cmd() -> std::process::Command {
+    let mut cmd = common::command();
+    cmd.args(["serve", "--port", "0", "--parallel", "1", "-c", "512"]);
+    cmd
+}
+
 fn link(from: &Path, to: &Path) {
     std::os::unix::fs::symlink(from, to).unwrap();
 }
@@ -36,18 +43,8 @@ fn a_models_dir_serves_files_by_stem_and_names_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();
     link(&gemma, &dir.path().join("tiny.gguf"));
     std::fs::write(dir.path().join("junk.gguf"), "not a model").unwrap();
-    let mut cmd = common::command();
-    cmd.args([
-        "serve",
-        "--port",
-        "0",
-        "--parallel",
-        "1",
-        "-c",
-        "512",
-        "--models-dir",
-    ])
-    .arg(dir.path());
+    let mut cmd = serve_cmd();
+    cmd.arg("--models-dir").arg(dir.path());
     let (_server, addr, log) = common::serve_logged(cmd);
     let log = log.join("\n");
     assert!(
@@ -82,16 +79,8 @@ fn without_m_the_pulled_catalog_is_served_and_a_pull_adds_a_model() {
     let models = home.path().join("models");
     std::fs::create_dir(&models).unwrap();
     link(&qwen, &models.join(qwen.file_name().unwrap()));
-    let mut cmd = common::command();
-    cmd.env("FERROX_HOME", home.path()).args([
-        "serve",
-        "--port",
-        "0",
-        "--parallel",
-        "1",
-        "-c",
-        "512",
-    ]);
+    let mut cmd = serve_cmd();
+    cmd.env("FERROX_HOME", home.path());
     let (_server, addr, _) = common::serve_logged(cmd);
     assert_eq!(
         ids(&addr, "/v1/models", "data", "id"),

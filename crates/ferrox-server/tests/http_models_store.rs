@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use common::{get, post, FakeAs};
 use ferrox_server::models::{Discover, DEFAULT_KEEP_ALIVE};
 use ferrox_server::{
-    Backend, Front, Library, LibraryHandle, ModelCard, ModelEntry, ModelSpec, ModelsConfig,
-    Options, PullStatus, Registry,
+    Backend, Library, LibraryHandle, ModelCard, ModelEntry, ModelSpec, ModelsConfig, Options,
+    PullStatus, Registry,
 };
 use serde_json::{json, Value};
 
@@ -88,15 +88,7 @@ async fn serve(alive: Alive, pulled: Arc<AtomicBool>, options: Options) -> Strin
         .unwrap()
         .with_discovery(discover)
         .with_release(released);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let front = Arc::new(Front::new(Arc::new(registry)));
-    tokio::spawn(ferrox_server::http::serve_models_until(
-        listener,
-        front,
-        std::future::pending(),
-    ));
-    addr
+    common::serve_registry(registry).await
 }
 
 async fn generate(addr: &str, model: &str, keep_alive: Value) -> common::Resp {
@@ -197,32 +189,13 @@ async fn a_model_that_cannot_be_read_fails_by_name_and_the_rest_serve() {
 
 #[tokio::test]
 async fn the_agent_check_answers_for_the_replica() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let options = Options {
         agent_addr: Some(format!("127.0.0.1:{port}")),
         ..Options::default()
     };
     let addr = serve(Alive::default(), Arc::default(), options).await;
-    let check = || async {
-        use tokio::io::AsyncReadExt;
-        // The agent's listener is bound as the server task starts.
-        let mut tries = 0;
-        let mut c = loop {
-            match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-                Ok(c) => break c,
-                Err(e) if tries > 100 => panic!("agent port: {e}"),
-                Err(_) => tries += 1,
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let mut s = String::new();
-        c.read_to_string(&mut s).await.unwrap();
-        s
-    };
+    let check = || common::agent_line(port);
     assert_eq!(check().await, "ready up 100%\n");
     assert_eq!(generate(&addr, "alpha", Value::Null).await.status, 200);
     assert_eq!(check().await, "ready up 100%\n");
