@@ -2,7 +2,10 @@
 //! "List Running Models"): names map to models that load on first use (each with its own
 //! engine thread and slots), stay loaded for their keep-alive after the last request (default
 //! 5 minutes; 0 unloads as soon as the request ends; negative keeps the model), and give way,
-//! least recently used and idle first, when more than `max_loaded` are loaded.
+//! least recently used and idle first, when more than `max_loaded` are loaded. A name not
+//! listed is looked up by the binary's discovery hook (a model pulled or put in the models
+//! folder after the start) and added. An unloaded model's engine thread is joined and its
+//! backend dropped off the request path, then the release hook gives the heap back.
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
@@ -295,14 +298,15 @@ impl Registry {
         name: Option<&str>,
         keep: Option<KeepAlive>,
     ) -> Result<Lease, ModelError> {
-        let entry = match (name, &self.discover) {
-            (Some(n), Some(_)) if self.find(name).is_err() => {
-                let (r, n) = (self.clone(), n.to_string());
-                tokio::task::spawn_blocking(move || r.lookup(&n))
+        let entry = match (self.find(name), name) {
+            // Discovery may read files: off the async workers.
+            (Err(_), Some(n)) if self.discover.is_some() => {
+                let (r, owned) = (self.clone(), n.to_string());
+                tokio::task::spawn_blocking(move || r.lookup(&owned))
                     .await
-                    .map_err(|_| ModelError::Load(name.unwrap_or("").into(), "panicked".into()))??
+                    .map_err(|_| ModelError::Load(n.into(), "its lookup panicked".into()))??
             }
-            _ => self.find(name)?,
+            (found, _) => found?,
         };
         if let Some(l) = self.take(&entry, keep) {
             return Ok(l);

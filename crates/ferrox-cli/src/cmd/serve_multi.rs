@@ -211,7 +211,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Without -m the server is what `ferrox serve` always was, the default model ready at
     // start and kept, plus the other pulled models on demand.
     let catalog = args.model.is_empty() && args.models_dir.is_none();
-    let discover = discovery(settings, args.models_dir.clone());
+    // Names asked for later are looked up in the models dir, else in the models folder.
+    let folder = match &args.models_dir {
+        Some(dir) => Some(dir.clone()),
+        None => super::model::hub()
+            .ok()
+            .map(|h| h.models_dir().to_path_buf()),
+    };
+    let discover = discovery(settings, folder);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,7 +1,8 @@
 //! The front of a several-model server: each request goes to the model its body's `model`
 //! names (through that model's own router, so every route behaves as with one model), while
 //! the lists (`/v1/models`, `/api/tags`, `/api/ps` per Ollama's docs/api.md, `/metrics` with a
-//! `model` label), health, drain and the model store's routes answer for all models.
+//! `model` label), health, drain, HAProxy's agent check and the model store's routes answer
+//! for all models; a model `/api/pull` fetches is served at once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -339,7 +340,13 @@ async fn show(State(f): State<F>, headers: HeaderMap, body: Bytes) -> Response {
 /// Ollama's `/api/pull`; the pulled model is then served (and listed) without a restart.
 async fn pull(State(f): State<F>, headers: HeaderMap, body: Bytes) -> Response {
     let registry = f.registry.clone();
-    let serve: super::ollama_models::Pulled =
-        Box::new(move |name: &str| registry.find_or_discover(name).map_err(|e| e.to_string()));
+    let serve: super::ollama_models::Pulled = Box::new(move |name: &str| {
+        match registry.find_or_discover(name) {
+            // Downloaded, but not servable under that name (an `hf:` reference: its file
+            // is, by its own name).
+            Ok(()) | Err(ModelError::Unknown { .. }) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
     super::ollama_models::pull_with(f.registry.options(), headers, body, Some(serve)).await
 }
