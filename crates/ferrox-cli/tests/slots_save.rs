@@ -83,6 +83,10 @@ fn a_saved_slot_restores_its_prompt_and_bad_files_are_refused() {
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(msg.contains(why), "{file}: {msg}");
     }
+    let (status, v) = post_json(&addr, "/slots/7?action=save", &json!({"filename": "x.bin"}));
+    assert_eq!(status, 400, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("no slot 7"), "{msg}");
     let (after, kept) = complete(&addr);
     assert_eq!(after, text, "serving goes on");
     assert_eq!(kept, cached, "a refused file leaves the slot as it was");
