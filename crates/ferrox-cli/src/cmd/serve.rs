@@ -261,7 +261,6 @@ pub(super) fn cache_disk(
     })
 }
 
-/// The server's settings from the flags (and `FERROX_API_KEY`).
 /// Serves `backend` on the address of `args` until a stop signal or a drain.
 pub(super) fn serve_backend(
     args: Args,
@@ -269,15 +268,8 @@ pub(super) fn serve_backend(
     id: &str,
     ctx: usize,
 ) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await?;
-        let bound = listener.local_addr()?;
-        let options = server_options(&args, bound);
+    runtime()?.block_on(async move {
+        let (listener, bound, options) = bind(&args).await?;
         eprintln!(
             "serving {id} on http://{bound} ({} slots, ctx {ctx}{}{})",
             args.parallel,
@@ -300,6 +292,29 @@ pub(super) fn serve_backend(
     })
 }
 
+/// The server's runtime: two workers (the engine threads do the heavy work).
+pub(super) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+/// The listener on the address of `args`, the address it got and the server's options.
+pub(super) async fn bind(
+    args: &Args,
+) -> std::io::Result<(
+    tokio::net::TcpListener,
+    std::net::SocketAddr,
+    ferrox_server::Options,
+)> {
+    let listener = tokio::net::TcpListener::bind(format!("{}:{}", args.host, args.port)).await?;
+    let bound = listener.local_addr()?;
+    let options = server_options(args, bound);
+    Ok((listener, bound, options))
+}
+
+/// The server's settings from the flags (and `FERROX_API_KEY`).
 pub(super) fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox_server::Options {
     ferrox_server::Options {
         api_key: args.api_key.clone().or_else(|| {

@@ -15,7 +15,7 @@ use ferrox_server::models::{parse_keep_alive, Discover, KeepAlive, DEFAULT_KEEP_
 use ferrox_server::{Backend, ModelSpec, ModelsConfig, Registry};
 
 use super::engine;
-use super::serve::{cache_disk, identity, served_id, server_options, stop_signal, Args};
+use super::serve::{bind, cache_disk, identity, runtime, served_id, stop_signal, Args};
 use super::serve_set::{self, Found};
 
 /// What a loader needs of the flags.
@@ -219,15 +219,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .map(|h| h.models_dir().to_path_buf()),
     };
     let discover = discovery(settings, folder);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let addr = format!("{}:{}", args.host, args.port);
-        let listener = tokio::net::TcpListener::bind(&addr).await?;
-        let bound = listener.local_addr()?;
-        let options = server_options(&args, bound);
+    runtime()?.block_on(async move {
+        let (listener, bound, options) = bind(&args).await?;
         let registry = Registry::new(specs, config, options)?
             .with_discovery(discover)
             .with_release(engine::trim_heap);
