@@ -1,6 +1,7 @@
-//! Fuzzes the reader of the prompt cache's block files (`ferrox serve --cache-dir`): any
-//! bytes are either refused with a typed error or give a block that a prefix cache accepts or
-//! declines without a panic; a panic, an abort or an allocation past `-malloc_limit_mb` is a
+//! Fuzzes the reader of the prompt cache's block files (`ferrox serve --cache-dir`) and of
+//! saved slot files (llama-server's `/slots/{id}?action=restore`, the same format under its
+//! own magic): any bytes are either refused with a typed error or give a block that a prefix
+//! cache accepts or declines (a slot's rows that caches take or refuse) without a panic; a panic, an abort or an allocation past `-malloc_limit_mb` is a
 //! finding.
 //!
 //! Random bytes never pass the checksum, so an input is mostly edits to a valid file (bytes
@@ -10,7 +11,9 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use ferrox_core::cache::{KvCache, KvType};
-use ferrox_models::engine::prefix_disk::format::{decode, encode, CacheKey, MAGIC};
+use ferrox_models::engine::prefix_disk::format::{
+    decode, decode_as, encode_as, CacheKey, Kind, MAGIC, SLOT_MAGIC,
+};
 use ferrox_models::engine::PrefixCache;
 use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha256};
@@ -21,7 +24,8 @@ const KEY: CacheKey = CacheKey {
     v: KvType::F16,
 };
 
-fn base(layers: usize, blocks: usize) -> Vec<u8> {
+/// A valid file: one block's rows per layer, or (a slot) the whole history's.
+fn base(layers: usize, blocks: usize, kind: Kind) -> Vec<u8> {
     let len = 16 * blocks;
     let rows: Vec<_> = (0..layers)
         .map(|l| {
@@ -31,11 +35,12 @@ fn base(layers: usize, blocks: usize) -> Vec<u8> {
                 let row: Vec<f32> = (0..32).map(|i| (p + i + l) as f32 * 0.1).collect();
                 c.append(&row, &row);
             }
-            c.copy_rows(len - 16, len).expect("rows")
+            let from = if kind == Kind::Slot { 0 } else { len - 16 };
+            c.copy_rows(from, len).expect("rows")
         })
         .collect();
     let tokens: Vec<usize> = (0..len).collect();
-    encode(&KEY, &tokens, &rows)
+    encode_as(kind, &KEY, &tokens, &rows)
 }
 
 #[derive(Debug, Arbitrary)]
@@ -45,6 +50,7 @@ struct Input {
     /// (offset, byte) writes.
     sets: Vec<(u16, u8)>,
     cut: Option<u16>,
+    slot: bool,
 }
 
 fn run(bytes: &[u8]) {
@@ -56,14 +62,30 @@ fn run(bytes: &[u8]) {
     t.restore(&path, 0, &mut caches);
 }
 
+/// What restoring a slot does with a file's rows: appends them to empty caches.
+fn run_slot(bytes: &[u8]) {
+    let Ok(f) = decode_as(Kind::Slot, bytes, &KEY) else {
+        return;
+    };
+    let mut caches: Vec<KvCache> = (0..4).map(|_| KvCache::new(1, 32)).collect();
+    for (c, r) in caches.iter_mut().zip(&f.rows) {
+        c.append_rows(r);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     if data.starts_with(&MAGIC) {
         return run(data);
     }
+    if data.starts_with(&SLOT_MAGIC) {
+        return run_slot(data);
+    }
     let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
-    let mut bytes = base(usize::from(input.layers % 3) + 1, usize::from(input.blocks % 3) + 1);
+    let kind = if input.slot { Kind::Slot } else { Kind::Block };
+    let (layers, blocks) = (input.layers % 3, input.blocks % 3);
+    let mut bytes = base(usize::from(layers) + 1, usize::from(blocks) + 1, kind);
     bytes.truncate(bytes.len() - 32);
     for (at, x) in input.sets.into_iter().take(16) {
         let n = bytes.len();
@@ -74,5 +96,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let sum = Sha256::digest(&bytes);
     bytes.extend_from_slice(&sum);
-    run(&bytes);
+    match kind {
+        Kind::Block => run(&bytes),
+        Kind::Slot => run_slot(&bytes),
+    }
 });

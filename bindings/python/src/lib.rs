@@ -64,16 +64,12 @@ impl Model {
             Ok(r) => r.map_err(PyValueError::new_err)?,
             Err(_) => return Err(PyRuntimeError::new_err(format!("loading {model} failed"))),
         };
-        // Slots borrow the model for as long as they run: it stays mapped until the process
-        // ends (the server does the same).
-        let decoder = Box::leak(Box::new(decoder));
-        let tokenizer = Box::leak(Box::new(tokenizer));
         let id = path
             .file_name()
             .map_or_else(|| model.clone(), |f| f.to_string_lossy().into_owned());
         let backend = Arc::new(ModelBackend::new(
-            decoder,
-            tokenizer,
+            Arc::new(decoder),
+            Arc::new(tokenizer),
             BackendConfig {
                 id,
                 aliases: vec![model],
@@ -84,6 +80,7 @@ impl Model {
                 cache_bytes: 0,
                 recall_tokens: ferrox_models::engine::DEFAULT_RECALL_TOKENS,
                 cache_disk: None,
+                identity: None,
             },
         ));
         let rt = tokio::runtime::Builder::new_multi_thread()

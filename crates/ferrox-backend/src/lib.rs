@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use ferrox_models::decoder::Decoder;
 use ferrox_models::embedding::{self, Pooling};
 use ferrox_models::engine::prefix_disk::{CacheKey, PrefixDisk};
+use ferrox_models::engine::slot_file::SlotFileError;
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::sampling::SamplerConfig;
@@ -16,7 +17,7 @@ use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
     Backend, BackendError, CacheUsage, CompiledGrammar, Engine, Event, FinishReason, GenParams,
-    GenSummary, GrammarSpec, RenderedChat, TokenLogprob,
+    GenSummary, GrammarSpec, RenderedChat, SlotAction, SlotDone, SlotError, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
 use ferrox_tokenizer::fim::FimInput;
@@ -42,6 +43,10 @@ pub struct BackendConfig {
     pub recall_tokens: usize,
     /// The prefix cache's blocks on disk (`--cache-dir`), if any.
     pub cache_disk: Option<CacheDiskConfig>,
+    /// The model file's identity (`prefix_disk::model_identity`): saved slot files carry it,
+    /// and only files with the same one are restored (None: zeros, any file of the same
+    /// shapes is taken).
+    pub identity: Option<[u8; 32]>,
 }
 
 /// Where the prefix cache persists (`--cache-dir`, `--cache-disk-mb`).
@@ -92,31 +97,33 @@ fn open_cache_disk(
 }
 
 impl ModelBackend {
-    /// A backend over a model that lives as long as the process (slots borrow it).
+    /// A backend owning its model: the weights are freed (their file unmapped) once the
+    /// backend and the engines borrowing it are gone, so a server can unload a model.
     pub fn new(
-        decoder: &'static Decoder,
-        tokenizer: &'static Tokenizer,
+        decoder: Arc<Decoder>,
+        tokenizer: Arc<Tokenizer>,
         config: BackendConfig,
     ) -> ModelBackend {
         let pooling = config
             .pooling
             .or_else(|| decoder.gguf.as_deref().and_then(Pooling::from_gguf))
             .unwrap_or(Pooling::Last);
-        let cache_disk = open_cache_disk(decoder, config.cache_bytes, config.cache_disk);
+        let cache_disk = open_cache_disk(&decoder, config.cache_bytes, config.cache_disk);
         ModelBackend {
             id: config.id,
             aliases: config.aliases,
-            decoder,
-            tokenizer,
             ctx: config.ctx.min(decoder.config.max_seq_len.max(1)),
             no_spec: config.no_spec,
-            template: ChatTemplate::for_tokenizer(tokenizer).map_err(|e| e.to_string()),
+            template: ChatTemplate::for_tokenizer(&tokenizer).map_err(|e| e.to_string()),
             tool_format: ToolFormat::detect(tokenizer.chat_template().unwrap_or("")),
+            decoder,
+            tokenizer,
             grammars: OnceLock::new(),
             pooling,
             cache_bytes: config.cache_bytes,
             recall_tokens: config.recall_tokens,
             cache_disk,
+            identity: config.identity.unwrap_or_default(),
         }
     }
 
@@ -126,12 +133,12 @@ impl ModelBackend {
         self.cache_disk.as_ref().is_none_or(|d| d.flush(timeout))
     }
 
-    pub fn decoder(&self) -> &'static Decoder {
-        self.decoder
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
     }
 
-    pub fn tokenizer(&self) -> &'static Tokenizer {
-        self.tokenizer
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
     }
 }
 
@@ -162,8 +169,8 @@ fn template_message(m: &ChatMessage) -> Message {
 pub struct ModelBackend {
     id: String,
     aliases: Vec<String>,
-    decoder: &'static Decoder,
-    tokenizer: &'static Tokenizer,
+    decoder: Arc<Decoder>,
+    tokenizer: Arc<Tokenizer>,
     ctx: usize,
     no_spec: bool,
     /// The model's chat template, compiled once (none: plain prompts); one that does not
@@ -178,11 +185,14 @@ pub struct ModelBackend {
     cache_bytes: usize,
     recall_tokens: usize,
     cache_disk: Option<Arc<PrefixDisk>>,
+    identity: [u8; 32],
 }
 
-struct ModelEngine {
-    engine: BatchEngine<'static>,
-    tokenizer: &'static Tokenizer,
+struct ModelEngine<'m> {
+    engine: BatchEngine<'m>,
+    tokenizer: &'m Tokenizer,
+    /// What saved slot files are written for and must match.
+    slot_key: CacheKey,
     /// Generations whose log-probability tokens are named by id.
     tokens_as_ids: std::collections::HashSet<u64>,
 }
@@ -209,7 +219,7 @@ impl Backend for ModelBackend {
             .as_ref()
             .map_err(|e| BackendError::Template(e.clone()))?;
         // Message text is tokenized as text: only the template's markers are control tokens.
-        let tok = self.tokenizer;
+        let tok = &*self.tokenizer;
         let chat = render_chat_text(tok, template.as_ref(), &msgs, tools.as_ref(), chat.kwargs)
             .map_err(|e| BackendError::Template(e.to_string()))?;
         Ok(RenderedChat {
@@ -248,7 +258,7 @@ impl Backend for ModelBackend {
             .grammars
             .get_or_init(|| {
                 let t = std::time::Instant::now();
-                let c = GrammarCompiler::new(self.tokenizer, self.decoder.vocab_size())
+                let c = GrammarCompiler::new(&self.tokenizer, self.decoder.vocab_size())
                     .map_err(|e| e.to_string());
                 tracing::info!(
                     "grammar compiler built in {:.0} ms",
@@ -274,11 +284,14 @@ impl Backend for ModelBackend {
         // thread, so embeddings and generation steps take turns.
         Ok(inputs
             .iter()
-            .map(|ids| embedding::embed(self.decoder, ids, self.pooling))
+            .map(|ids| embedding::embed(&self.decoder, ids, self.pooling))
             .collect())
     }
-    fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
-        let mut engine = BatchEngine::new(self.decoder, self.tokenizer, slots, self.ctx);
+    fn flush(&self, timeout: std::time::Duration) -> bool {
+        self.flush_cache_disk(timeout)
+    }
+    fn new_engine(&self, slots: usize) -> Box<dyn Engine + '_> {
+        let mut engine = BatchEngine::new(&self.decoder, &self.tokenizer, slots, self.ctx);
         if self.no_spec {
             engine.max_draft = 0;
         }
@@ -293,13 +306,18 @@ impl Backend for ModelBackend {
         engine.set_recall(self.recall_tokens);
         Box::new(ModelEngine {
             engine,
-            tokenizer: self.tokenizer,
+            tokenizer: &self.tokenizer,
+            slot_key: CacheKey {
+                model: self.identity,
+                k: self.decoder.cache_types().0,
+                v: self.decoder.cache_types().1,
+            },
             tokens_as_ids: Default::default(),
         })
     }
 }
 
-impl Engine for ModelEngine {
+impl Engine for ModelEngine<'_> {
     fn capacity(&self) -> usize {
         self.engine.capacity()
     }
@@ -413,6 +431,30 @@ impl Engine for ModelEngine {
     }
     fn grammar_counts(&self) -> (u64, u64) {
         (self.engine.stats.masks, self.engine.stats.mask_nanos)
+    }
+    fn slot_action(&mut self, slot: usize, action: SlotAction) -> Result<SlotDone, SlotError> {
+        let e = &mut self.engine;
+        let key = &self.slot_key;
+        let r = match action {
+            SlotAction::Save => e
+                .save_slot(slot, key)
+                .map(|(bytes, tokens)| SlotDone { tokens, bytes }),
+            SlotAction::Restore(bytes) => {
+                e.restore_slot(slot, key, &bytes).map(|tokens| SlotDone {
+                    tokens,
+                    bytes: Vec::new(),
+                })
+            }
+            SlotAction::Erase => e.erase_slot(slot).map(|tokens| SlotDone {
+                tokens,
+                bytes: Vec::new(),
+            }),
+        };
+        r.map_err(|e| match e {
+            SlotFileError::Busy(_) => SlotError::Busy(e.to_string()),
+            SlotFileError::NotPortable => SlotError::Unsupported(e.to_string()),
+            _ => SlotError::Invalid(e.to_string()),
+        })
     }
     fn cache_usage(&self) -> CacheUsage {
         CacheUsage {

@@ -1,6 +1,8 @@
 //! `ferrox serve --cache-dir` on the real 0.5B coder: a prompt's blocks survive a restart (the
 //! first request after it is ≥ 90% cached and answers exactly as the cold run), and a
-//! corrupted file is reported on stderr, never loaded, and the answer stays the same.
+//! corrupted file is reported on stderr, never loaded, and the answer stays the same. With
+//! several -m, each model keeps its own directory (keyed by the model's identity), written
+//! at unload and at exit.
 
 mod common;
 
@@ -22,9 +24,17 @@ struct Run {
 }
 
 fn start(dir: &Path) -> Run {
+    start_models(dir, &[MODEL])
+}
+
+/// A server of `models` (each `-m`) keeping its prompt cache in `dir`.
+fn start_models(dir: &Path, models: &[&str]) -> Run {
     let mut cmd = common::command();
-    cmd.args(["serve", "-m", MODEL, "--port", "0", "--parallel", "1"])
-        .arg("--cache-dir")
+    cmd.args(["serve", "--port", "0", "--parallel", "1"]);
+    for m in models {
+        cmd.args(["-m", m]);
+    }
+    cmd.arg("--cache-dir")
         .arg(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -82,10 +92,14 @@ fn prompt() -> String {
 
 /// The completion's text, prompt tokens and cached prompt tokens.
 fn complete(addr: &str) -> (String, u64, u64) {
+    complete_with(addr, MODEL)
+}
+
+fn complete_with(addr: &str, model: &str) -> (String, u64, u64) {
     let (status, v) = post_json(
         addr,
         "/v1/completions",
-        &json!({"model": MODEL, "prompt": prompt(), "max_tokens": 24, "temperature": 0}),
+        &json!({"model": model, "prompt": prompt(), "max_tokens": 24, "temperature": 0}),
     );
     assert_eq!(status, 200, "{v}");
     let usage = &v["usage"];
@@ -151,4 +165,31 @@ fn prompt_cache_survives_a_restart_and_refuses_a_corrupted_file() {
         text3, text,
         "a cold prefill after a bad file answers the same"
     );
+}
+
+#[test]
+fn several_models_keep_their_own_prompt_caches() {
+    const GEMMA: &str = "gemma3:270m";
+    common::model(MODEL);
+    common::model(GEMMA);
+    let dir = tempfile::tempdir().unwrap();
+    let cold = start_models(dir.path(), &[MODEL, GEMMA]);
+    let texts: Vec<String> = [MODEL, GEMMA]
+        .iter()
+        .map(|m| complete_with(&cold.addr, m).0)
+        .collect();
+    stop(cold);
+    let dirs = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(dirs, 2, "one directory per model");
+
+    let warm = start_models(dir.path(), &[MODEL, GEMMA]);
+    for (m, text) in [MODEL, GEMMA].iter().zip(&texts) {
+        let (again, prompt_tokens, cached) = complete_with(&warm.addr, m);
+        assert!(
+            cached * 10 >= prompt_tokens * 9,
+            "{m}: {cached} of {prompt_tokens} cached after the restart"
+        );
+        assert_eq!(&again, text, "{m}");
+    }
+    stop(warm);
 }

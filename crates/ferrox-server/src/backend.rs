@@ -25,6 +25,8 @@ use ferrox_tokenizer::fim::FimInput;
 use ferrox_tokenizer::TokenId;
 use serde_json::Value;
 
+pub use crate::slots::{SlotAction, SlotDone, SlotError, SlotTask};
+
 /// The sampler a request gets for the fields it leaves out: llama.cpp's defaults (as
 /// llama-server applies them to OpenAI requests), the same as `ferrox run`'s flags (a test in
 /// ferrox-cli keeps them equal to `SamplerConfig::default()`). `logit_bias`, penalties off.
@@ -168,6 +170,13 @@ pub trait Engine: Send {
     fn cache_usage(&self) -> CacheUsage {
         CacheUsage::default()
     }
+    /// llama-server's slot save / restore / erase on idle slot `slot`.
+    fn slot_action(&mut self, slot: usize, action: SlotAction) -> Result<SlotDone, SlotError> {
+        let _ = (slot, action);
+        Err(SlotError::Unsupported(
+            "this backend cannot save or restore slots".into(),
+        ))
+    }
 }
 
 /// KV-cache occupancy, for the load signals.
@@ -221,8 +230,16 @@ pub trait Backend: Send + Sync + 'static {
     }
     fn tokenize(&self, text: &str, add_special: bool) -> Vec<TokenId>;
     fn detokenize(&self, ids: &[TokenId]) -> Result<String, BackendError>;
-    /// A fresh engine with `slots` slots.
-    fn new_engine(&self, slots: usize) -> Box<dyn Engine>;
+    /// Waits (up to `timeout`) until what the backend keeps on disk (a prompt cache) is
+    /// written, at unload and at exit; false when the time ran out.
+    fn flush(&self, timeout: std::time::Duration) -> bool {
+        let _ = timeout;
+        true
+    }
+    /// A fresh engine with `slots` slots. It may borrow the backend (its weights): the
+    /// engine thread holds the backend for as long as the engine runs, and an unloaded model's
+    /// memory goes back when both are gone.
+    fn new_engine(&self, slots: usize) -> Box<dyn Engine + '_>;
     /// Compiles `grammar` for this model (may take a while: called on a blocking thread). The
     /// error is the message a 400 answer carries.
     fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
@@ -316,21 +333,24 @@ pub enum SubmitError {
 
 /// The slots and their queue.
 pub struct Scheduler {
-    tx: SyncSender<Job>,
+    tx: SyncSender<Work>,
     pub metrics: Arc<Metrics>,
     pub parallel: usize,
     /// Requests that may wait for a slot.
     pub queue: usize,
+    /// The engine thread: it ends (dropping the engine and its hold on the backend) once
+    /// the scheduler is gone.
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Scheduler {
     /// Starts the engine thread with `parallel` slots and room for `queue` waiting requests.
     pub fn start(backend: Arc<dyn Backend>, parallel: usize, queue: usize) -> Scheduler {
         let parallel = parallel.max(1);
-        let (tx, rx) = sync_channel::<Job>(queue);
+        let (tx, rx) = sync_channel::<Work>(queue);
         let metrics = Arc::new(Metrics::default());
         let m = metrics.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("ferrox-engine".into())
             .spawn(move || engine_loop(backend, parallel, rx, m))
             .expect("spawn engine thread");
@@ -339,12 +359,26 @@ impl Scheduler {
             metrics,
             parallel,
             queue,
+            thread: std::sync::Mutex::new(Some(thread)),
         }
+    }
+
+    /// The engine thread's handle (once): joining it, after the scheduler is dropped, waits
+    /// until the engine and its backend are gone.
+    pub fn take_thread(&self) -> Option<std::thread::JoinHandle<()>> {
+        self.thread.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Queues a slot action (run between steps, once a slot is free to take work).
+    pub fn slot_action(&self, task: SlotTask) -> Result<(), SubmitError> {
+        self.tx
+            .try_send(Work::Slot(task))
+            .map_err(|_| SubmitError::QueueFull)
     }
 
     pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
         self.metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
-        match self.tx.try_send(job) {
+        match self.tx.try_send(Work::Gen(job)) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
@@ -355,6 +389,14 @@ impl Scheduler {
     }
 }
 
+/// What the engine thread is sent: a generation, or a slot action. Generations are nearly
+/// all of it, so they go unboxed (the queue holds at most `queue` of them).
+#[allow(clippy::large_enum_variant)]
+enum Work {
+    Gen(Job),
+    Slot(SlotTask),
+}
+
 type Running = HashMap<
     u64,
     (
@@ -363,7 +405,7 @@ type Running = HashMap<
     ),
 >;
 
-fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Job>, m: Arc<Metrics>) {
+fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Work>, m: Arc<Metrics>) {
     let mut engine = backend.new_engine(parallel);
     let mut running: Running = HashMap::new();
     let mut next_id = 0u64;
@@ -482,11 +524,11 @@ fn admit_waiting(
     engine: &mut dyn Engine,
     running: &mut Running,
     next_id: &mut u64,
-    rx: &Receiver<Job>,
+    rx: &Receiver<Work>,
     m: &Metrics,
 ) -> bool {
     while running.len() < engine.capacity() {
-        let job = if running.is_empty() {
+        let work = if running.is_empty() {
             match rx.recv() {
                 Ok(j) => j,
                 Err(_) => return false,
@@ -495,6 +537,13 @@ fn admit_waiting(
             match rx.try_recv() {
                 Ok(j) => j,
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        };
+        let job = match work {
+            Work::Gen(job) => job,
+            Work::Slot(t) => {
+                let _ = t.reply.send(engine.slot_action(t.slot, t.action));
+                continue;
             }
         };
         m.queue_depth.fetch_sub(1, Ordering::SeqCst);

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod http;
 pub mod library;
 pub mod models;
+pub mod slots;
 
 use std::sync::Arc;
 

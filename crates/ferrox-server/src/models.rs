@@ -2,9 +2,12 @@
 //! "List Running Models"): names map to models that load on first use (each with its own
 //! engine thread and slots), stay loaded for their keep-alive after the last request (default
 //! 5 minutes; 0 unloads as soon as the request ends; negative keeps the model), and give way,
-//! least recently used and idle first, when more than `max_loaded` are loaded.
+//! least recently used and idle first, when more than `max_loaded` are loaded. A name not
+//! listed is looked up by the binary's discovery hook (a model pulled or put in the models
+//! folder after the start) and added. An unloaded model's engine thread is joined and its
+//! backend dropped off the request path, then the release hook gives the heap back.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
@@ -127,6 +130,9 @@ pub struct ModelsConfig {
     pub load_timeout: Duration,
 }
 
+/// How long an unload waits for the model's prompt cache to reach the disk.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A loaded model.
 struct Loaded {
     app: Arc<AppState>,
@@ -144,6 +150,12 @@ struct Entry {
     state: Mutex<Option<Loaded>>,
 }
 
+impl Entry {
+    fn answers_to(&self, name: &str) -> bool {
+        self.spec.name == name || self.spec.aliases.iter().any(|a| a == name)
+    }
+}
+
 /// What `/api/ps` shows of a loaded model.
 pub struct Running {
     pub name: String,
@@ -153,16 +165,29 @@ pub struct Running {
     pub ctx: usize,
 }
 
+/// Finds a model the registry does not list yet by the name a request (or a pull) gives:
+/// None when there is none, an error naming what is wrong with the one there is.
+pub type Discover = Arc<dyn Fn(&str) -> Option<Result<ModelSpec, String>> + Send + Sync>;
+
 /// The models of a server.
 pub struct Registry {
-    entries: Vec<Entry>,
+    /// In the order given, then as discovered; never shrinks.
+    entries: RwLock<Vec<Arc<Entry>>>,
     config: ModelsConfig,
     options: Options,
+    discover: Option<Discover>,
+    /// Called once an unloaded model's engine and weights are gone (the binary gives freed
+    /// heap back to the system there).
+    release: Option<fn()>,
 }
 
 fn lock(m: &Mutex<Option<Loaded>>) -> MutexGuard<'_, Option<Loaded>> {
     // A panic while holding the lock leaves plain data behind: still usable.
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn clash(a: &ModelSpec, b: &ModelSpec) -> bool {
+    a.name == b.name || b.aliases.contains(&a.name) || a.aliases.contains(&b.name)
 }
 
 impl Registry {
@@ -173,51 +198,97 @@ impl Registry {
         options: Options,
     ) -> Result<Registry, ModelError> {
         for (i, a) in specs.iter().enumerate() {
-            for b in &specs[..i] {
-                if a.name == b.name || b.aliases.contains(&a.name) || a.aliases.contains(&b.name) {
-                    return Err(ModelError::Duplicate(a.name.clone()));
-                }
+            if specs[..i].iter().any(|b| clash(a, b)) {
+                return Err(ModelError::Duplicate(a.name.clone()));
             }
         }
-        let entries = specs
-            .into_iter()
-            .map(|spec| Entry {
-                spec,
-                load: tokio::sync::Mutex::new(()),
-                state: Mutex::new(None),
-            })
-            .collect();
+        let entries = specs.into_iter().map(|s| Arc::new(Entry::new(s))).collect();
         Ok(Registry {
-            entries,
+            entries: RwLock::new(entries),
             config,
             options,
+            discover: None,
+            release: None,
         })
+    }
+
+    /// Models asked for by a name not listed are looked up with `discover` (e.g. the model
+    /// store, after `/api/pull`) and added.
+    pub fn with_discovery(mut self, discover: Discover) -> Registry {
+        self.discover = Some(discover);
+        self
+    }
+
+    /// `release` runs after each unload, once the model's memory has been dropped.
+    pub fn with_release(mut self, release: fn()) -> Registry {
+        self.release = Some(release);
+        self
     }
 
     pub fn options(&self) -> &Options {
         &self.options
     }
 
+    fn entries(&self) -> Vec<Arc<Entry>> {
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Every model's name and size, in `-m` order.
     pub fn names(&self) -> Vec<(String, u64)> {
-        self.entries
+        self.entries()
             .iter()
             .map(|e| (e.spec.name.clone(), e.spec.size))
             .collect()
     }
 
-    fn find(&self, name: Option<&str>) -> Result<usize, ModelError> {
+    fn find(&self, name: Option<&str>) -> Result<Arc<Entry>, ModelError> {
+        let entries = self.entries();
+        let unknown = |name: &str| ModelError::Unknown {
+            name: name.to_string(),
+            served: entries.iter().map(|e| e.spec.name.clone()).collect(),
+        };
         let Some(name) = name else {
             // Requests that name no model go to the first.
-            return Ok(0);
+            return entries.first().cloned().ok_or_else(|| unknown(""));
         };
-        self.entries
+        entries
             .iter()
-            .position(|e| e.spec.name == name || e.spec.aliases.iter().any(|a| a == name))
-            .ok_or_else(|| ModelError::Unknown {
-                name: name.to_string(),
-                served: self.entries.iter().map(|e| e.spec.name.clone()).collect(),
-            })
+            .find(|e| e.answers_to(name))
+            .cloned()
+            .ok_or_else(|| unknown(name))
+    }
+
+    /// The model `name`, listed or found by discovery (which may read files: call it on a
+    /// blocking thread).
+    pub fn find_or_discover(&self, name: &str) -> Result<(), ModelError> {
+        self.lookup(name).map(|_| ())
+    }
+
+    fn lookup(&self, name: &str) -> Result<Arc<Entry>, ModelError> {
+        let missing = match self.find(Some(name)) {
+            Ok(e) => return Ok(e),
+            Err(e) => e,
+        };
+        let Some(discover) = &self.discover else {
+            return Err(missing);
+        };
+        let spec = match discover(name) {
+            None => return Err(missing),
+            Some(Err(e)) => return Err(ModelError::Load(name.to_string(), e)),
+            Some(Ok(spec)) => spec,
+        };
+        let mut entries = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        // Found under another of its names, or added meanwhile by another request.
+        if let Some(e) = entries.iter().find(|e| clash(&e.spec, &spec)) {
+            return Ok(e.clone());
+        }
+        tracing::info!("serving {} (found as `{name}`)", spec.name);
+        let entry = Arc::new(Entry::new(spec));
+        entries.push(entry.clone());
+        Ok(entry)
     }
 
     /// The model `name` (the first when None), loaded if need be, held until the lease drops.
@@ -227,16 +298,24 @@ impl Registry {
         name: Option<&str>,
         keep: Option<KeepAlive>,
     ) -> Result<Lease, ModelError> {
-        let i = self.find(name)?;
-        if let Some(l) = self.take(i, keep) {
+        let entry = match (self.find(name), name) {
+            // Discovery may read files: off the async workers.
+            (Err(_), Some(n)) if self.discover.is_some() => {
+                let (r, owned) = (self.clone(), n.to_string());
+                tokio::task::spawn_blocking(move || r.lookup(&owned))
+                    .await
+                    .map_err(|_| ModelError::Load(n.into(), "its lookup panicked".into()))??
+            }
+            (found, _) => found?,
+        };
+        if let Some(l) = self.take(&entry, keep) {
             return Ok(l);
         }
-        let entry = &self.entries[i];
         let name = entry.spec.name.clone();
         let _loading = tokio::time::timeout(self.config.load_timeout, entry.load.lock())
             .await
             .map_err(|_| ModelError::Busy(name.clone()))?;
-        if let Some(l) = self.take(i, keep) {
+        if let Some(l) = self.take(&entry, keep) {
             return Ok(l);
         }
         tracing::info!("loading {name}");
@@ -256,13 +335,13 @@ impl Registry {
             last_used: Instant::now(),
             keep: self.config.keep_alive,
         });
-        let lease = self.take(i, keep).ok_or(ModelError::Busy(name))?;
-        self.evict_over_limit(i);
+        let lease = self.take(&entry, keep).ok_or(ModelError::Busy(name))?;
+        self.evict_over_limit(Some(&entry));
         Ok(lease)
     }
 
-    fn take(self: &Arc<Self>, i: usize, keep: Option<KeepAlive>) -> Option<Lease> {
-        let mut st = lock(&self.entries[i].state);
+    fn take(self: &Arc<Self>, entry: &Arc<Entry>, keep: Option<KeepAlive>) -> Option<Lease> {
+        let mut st = lock(&entry.state);
         let l = st.as_mut()?;
         l.active += 1;
         l.last_used = Instant::now();
@@ -273,64 +352,102 @@ impl Registry {
             router: l.router.clone(),
             app: l.app.clone(),
             registry: self.clone(),
-            index: i,
+            entry: entry.clone(),
         })
     }
 
     /// Unloads the least recently used idle models while more than `max_loaded` are loaded.
-    fn evict_over_limit(&self, keep_index: usize) {
+    fn evict_over_limit(&self, keep: Option<&Arc<Entry>>) {
         let max = self.config.max_loaded;
         if max == 0 {
             return;
         }
+        let entries = self.entries();
         loop {
-            let loaded: Vec<(usize, usize, Instant)> = (0..self.entries.len())
-                .filter_map(|j| {
-                    lock(&self.entries[j].state)
-                        .as_ref()
-                        .map(|l| (j, l.active, l.last_used))
-                })
+            let loaded: Vec<(&Arc<Entry>, usize, Instant)> = entries
+                .iter()
+                .filter_map(|e| lock(&e.state).as_ref().map(|l| (e, l.active, l.last_used)))
                 .collect();
             if loaded.len() <= max {
                 return;
             }
             let victim = loaded
                 .iter()
-                .filter(|(j, active, _)| *j != keep_index && *active == 0)
+                .filter(|(e, active, _)| keep.is_none_or(|k| !Arc::ptr_eq(e, k)) && *active == 0)
                 .min_by_key(|(_, _, t)| *t);
-            let Some(&(j, _, _)) = victim else {
+            let Some(&(e, _, _)) = victim else {
                 // Every other model is busy: it goes when idle (the sweep).
                 return;
             };
-            self.unload_if_idle(j, |_| true);
+            self.unload_if_idle(e, |_| true);
         }
     }
 
-    fn unload_if_idle(&self, i: usize, when: impl Fn(&Loaded) -> bool) {
-        let mut st = lock(&self.entries[i].state);
+    fn unload_if_idle(&self, entry: &Entry, when: impl Fn(&Loaded) -> bool) {
+        let mut st = lock(&entry.state);
         if st.as_ref().is_some_and(|l| l.active == 0 && when(l)) {
-            tracing::info!("unloading {}", self.entries[i].spec.name);
-            // The engine thread ends when the last sender (in the state) drops.
-            *st = None;
+            tracing::info!("unloading {}", entry.spec.name);
+            self.unload(&mut st);
         }
+    }
+
+    /// Drops a loaded model: the engine thread ends when the last sender (in its state) is
+    /// gone, and with it the last hold on the weights. A thread of its own waits for that,
+    /// then runs the release hook, so no request waits.
+    fn unload(&self, st: &mut Option<Loaded>) {
+        let Some(loaded) = st.take() else {
+            return;
+        };
+        let release = self.release;
+        let unloader = move || {
+            let engine = loaded.app.scheduler.take_thread();
+            let backend = loaded.app.backend.clone();
+            drop(loaded);
+            if let Some(t) = engine {
+                let _ = t.join();
+            }
+            if !backend.flush(FLUSH_TIMEOUT) {
+                tracing::warn!(
+                    "{}: some prompt-cache blocks were not written",
+                    backend.model_id()
+                );
+            }
+            drop(backend);
+            if let Some(f) = release {
+                f();
+            }
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("ferrox-unload".into())
+            .spawn(unloader)
+        {
+            tracing::warn!("unloading without waiting for the engine: {e}");
+        }
+    }
+
+    /// Writes every loaded model's pending disk state (at exit); false when some did not
+    /// finish within `timeout`.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let states = self.loaded_states();
+        states.iter().all(|(_, app)| app.backend.flush(timeout))
     }
 
     /// Unloads idle models whose keep-alive has passed, and idle ones over `max_loaded`.
     pub fn sweep(&self) {
         let now = Instant::now();
-        for i in 0..self.entries.len() {
-            self.unload_if_idle(i, |l| match l.keep {
+        for e in self.entries() {
+            self.unload_if_idle(&e, |l| match l.keep {
                 KeepAlive::Forever => false,
                 KeepAlive::For(d) => l.last_used + d <= now,
             });
         }
-        self.evict_over_limit(usize::MAX);
+        self.evict_over_limit(None);
     }
 
     /// The loaded models.
     pub fn running(&self) -> Vec<Running> {
         self.sweep();
-        self.entries
+        self.entries()
             .iter()
             .filter_map(|e| {
                 let st = lock(&e.state);
@@ -354,7 +471,7 @@ impl Registry {
 
     /// Each loaded model's name and counters (for `/metrics`) and its state.
     pub fn loaded_states(&self) -> Vec<(String, Arc<AppState>)> {
-        self.entries
+        self.entries()
             .iter()
             .filter_map(|e| {
                 let st = lock(&e.state);
@@ -370,9 +487,19 @@ impl Registry {
             m.busy_slots.load(std::sync::atomic::Ordering::SeqCst) > 0
                 || m.queue_depth.load(std::sync::atomic::Ordering::SeqCst) > 0
         }) || self
-            .entries
+            .entries()
             .iter()
             .any(|e| lock(&e.state).as_ref().is_some_and(|l| l.active > 0))
+    }
+}
+
+impl Entry {
+    fn new(spec: ModelSpec) -> Entry {
+        Entry {
+            spec,
+            load: tokio::sync::Mutex::new(()),
+            state: Mutex::new(None),
+        }
     }
 }
 
@@ -381,19 +508,18 @@ pub struct Lease {
     pub router: axum::Router,
     pub app: Arc<AppState>,
     registry: Arc<Registry>,
-    index: usize,
+    entry: Arc<Entry>,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let entry = &self.registry.entries[self.index];
-        let mut st = lock(&entry.state);
+        let mut st = lock(&self.entry.state);
         if let Some(l) = st.as_mut() {
             l.active -= 1;
             l.last_used = Instant::now();
             if l.active == 0 && l.keep == KeepAlive::For(Duration::ZERO) {
-                tracing::info!("unloading {} (keep_alive 0)", entry.spec.name);
-                *st = None;
+                tracing::info!("unloading {} (keep_alive 0)", self.entry.spec.name);
+                self.registry.unload(&mut st);
             }
         }
     }

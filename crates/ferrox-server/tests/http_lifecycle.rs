@@ -10,22 +10,9 @@ use serde_json::json;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn agent_line(port: u16) -> String {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    let mut line = String::new();
-    s.read_to_string(&mut line).await.unwrap();
-    line
-}
-
 #[tokio::test]
 async fn drain_refuses_new_work_and_lets_running_streams_finish() {
-    let agent_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let agent_port = free_port();
     let options = Options {
         instance_id: "replica-7".into(),
         drain_timeout: Duration::from_secs(20),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{get, post, FakeAs};
 use ferrox_server::models::{KeepAlive, ModelError, DEFAULT_KEEP_ALIVE};
-use ferrox_server::{Backend, Front, ModelSpec, ModelsConfig, Options, Registry};
+use ferrox_server::{Backend, ModelSpec, ModelsConfig, Options, Registry};
 use serde_json::{json, Value};
 
 /// A fake model named `name`, counting its loads; "broken" fails to load.
@@ -50,15 +50,7 @@ async fn serve(names: &[&'static str], max_loaded: usize) -> (String, Vec<Arc<At
         .map(|(n, l)| spec(n, l.clone()))
         .collect();
     let registry = Registry::new(specs, config(max_loaded), Options::default()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let front = Arc::new(Front::new(Arc::new(registry)));
-    tokio::spawn(ferrox_server::http::serve_models_until(
-        listener,
-        front,
-        std::future::pending(),
-    ));
-    (addr, loads)
+    (common::serve_registry(registry).await, loads)
 }
 
 async fn generate(addr: &str, model: &str, extra: Value) -> common::Resp {

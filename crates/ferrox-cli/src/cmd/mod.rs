@@ -19,4 +19,5 @@ pub mod serve_args;
 pub mod serve_encoder;
 pub mod serve_listen;
 pub mod serve_multi;
+pub mod serve_set;
 pub mod tokenize;

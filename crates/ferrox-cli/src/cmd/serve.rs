@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use ferrox_backend::{BackendConfig, ModelBackend};
-use ferrox_models::decoder::Decoder;
 use ferrox_server::Backend;
-use ferrox_tokenizer::Tokenizer;
 
 use super::engine;
 use super::serve_args::{served_id, Args};
@@ -30,8 +28,17 @@ fn extra_aliases(flags: &[String], id: &str, names: &[String]) -> anyhow::Result
         .collect()
 }
 
+/// Whether `ferrox serve` without -m serves the pulled catalog (the default model first,
+/// the others on demand). Spreading a model over MPI ranks stays a one-model feature: with
+/// it the default model alone is served, as before.
+fn catalog_serve(args: &Args) -> bool {
+    let d = &args.dist;
+    let dist = d.expert_parallel || d.pipeline_parallel || d.save_expert_load.is_some();
+    args.model.is_empty() && !dist
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.model.len() > 1 {
+    if args.model.len() > 1 || args.models_dir.is_some() || catalog_serve(&args) {
         return super::serve_multi::run(args);
     }
     engine::set_threads(args.threads);
@@ -51,18 +58,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // The model lives as long as the server process; leaking gives slots 'static sessions.
-    let decoder: &'static Decoder = Box::leak(Box::new(eng.decoder));
+    let keyed = args.cache_dir.is_some() || args.slot_save_path.is_some();
+    let identity = keyed
+        .then(|| identity(&args.cache, &eng.path))
+        .transpose()?;
+    let decoder = Arc::new(eng.decoder);
     // Dropped when serving ends: stops the other ranks.
     let cluster = eng.cluster;
-    let tokenizer: &'static Tokenizer = Box::leak(Box::new(tokenizer));
     // Catalog models are served under their catalog name however -m named them.
     let id = served_id(&name, &file);
     let mut aliases = vec![name, file, eng.path.display().to_string()];
     aliases.extend(extra_aliases(&args.aliases, &id, &aliases)?);
     let backend = ModelBackend::new(
-        decoder,
-        tokenizer,
+        decoder.clone(),
+        Arc::new(tokenizer),
         BackendConfig {
             id: id.clone(),
             aliases,
@@ -71,7 +80,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             pooling: args.pooling,
             cache_bytes: args.cache_ram.saturating_mul(1 << 20),
             recall_tokens: args.recall_tokens,
-            cache_disk: cache_disk(&args, &eng.path)?,
+            cache_disk: cache_disk(args.cache_dir.as_ref(), args.cache_disk_mb, identity),
+            identity,
         },
     );
     let ctx = backend.ctx_size();
@@ -85,7 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !flush.flush_cache_disk(std::time::Duration::from_secs(60)) {
         eprintln!("prompt cache: some blocks were not written before exit");
     }
-    super::dist::save_load(&dist, decoder)?;
+    super::dist::save_load(&dist, &decoder)?;
     // With the `mpi` feature the cluster's drop stops the expert ranks; without it there is
     // nothing to drop.
     #[allow(clippy::drop_non_drop)]
@@ -93,24 +103,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--cache-dir`'s settings, with the identity of the model file at `path`.
-fn cache_disk(
-    args: &Args,
+/// The identity of the model file at `path` as the disk caches and slot files key it.
+pub(super) fn identity(
+    cache: &engine::CacheArgs,
     path: &std::path::Path,
-) -> anyhow::Result<Option<ferrox_backend::CacheDiskConfig>> {
-    let Some(dir) = &args.cache_dir else {
-        return Ok(None);
-    };
+) -> anyhow::Result<[u8; 32]> {
     // The engine's version and the cache flags too (bf16 attention products change every
     // later layer's keys and values): another build or setting computes other numbers.
-    let variant = format!("ferrox {} {:?}", env!("CARGO_PKG_VERSION"), args.cache);
-    let model = ferrox_models::engine::prefix_disk::model_identity(path, variant.as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(Some(ferrox_backend::CacheDiskConfig {
-        dir: dir.clone(),
-        budget: args.cache_disk_mb.saturating_mul(1 << 20),
-        model,
-    }))
+    let variant = format!("ferrox {} {cache:?}", env!("CARGO_PKG_VERSION"));
+    ferrox_models::engine::prefix_disk::model_identity(path, variant.as_bytes())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// `--cache-dir`'s settings (`dir`, `--cache-disk-mb`), for the model of `identity`.
+pub(super) fn cache_disk(
+    dir: Option<&std::path::PathBuf>,
+    disk_mb: u64,
+    identity: Option<[u8; 32]>,
+) -> Option<ferrox_backend::CacheDiskConfig> {
+    Some(ferrox_backend::CacheDiskConfig {
+        dir: dir?.clone(),
+        budget: disk_mb.saturating_mul(1 << 20),
+        model: identity?,
+    })
 }
 
 #[cfg(test)]

@@ -73,6 +73,10 @@ pub struct Args {
     /// requests finish, read back at start within --cache-ram, so a restart keeps them.
     #[arg(long = "cache-dir", value_name = "DIR")]
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Where llama-server's `POST /slots/{id}?action=save|restore` keep their files (off:
+    /// those routes answer 501).
+    #[arg(long = "slot-save-path", value_name = "DIR")]
+    pub slot_save_path: Option<std::path::PathBuf>,
     /// MiB the model's files under --cache-dir may take (least recently used go first).
     #[arg(long = "cache-disk-mb", default_value_t = 8192)]
     pub cache_disk_mb: u64,
@@ -99,6 +103,10 @@ pub struct Args {
     /// time to first token, total time.
     #[arg(long = "log-requests")]
     pub log_requests: bool,
+    /// Serve every model in DIR (`.gguf` files and Hugging Face model directories) under its
+    /// file name without extension; each loads on first use.
+    #[arg(long = "models-dir", value_name = "DIR")]
+    pub models_dir: Option<std::path::PathBuf>,
     /// With several -m: models loaded at once; the least recently used idle one unloads to
     /// make room (0: no limit).
     #[arg(long = "max-loaded", default_value_t = 0)]
@@ -159,6 +167,7 @@ pub(super) fn server_options(args: &Args, bound: std::net::SocketAddr) -> ferrox
         allowed_hosts: args.allowed_hosts.clone(),
         response_store: Default::default(),
         log_requests: args.log_requests,
+        slot_save_path: args.slot_save_path.clone(),
     }
 }
 

@@ -1,22 +1,24 @@
-//! `ferrox serve -m A -m B`: several models in one server. Each loads on its first request
-//! (its own engine thread and slots) and unloads after Ollama's keep-alive or when
-//! `--max-loaded` needs room; the server crate's model registry decides when, this module
-//! provides the loaders.
+//! `ferrox serve -m A -m B` (or `--models-dir`, or no `-m`: the pulled catalog): several
+//! models in one server, scheduled as Ollama does (docs/api.md, `keep_alive`). Each loads on
+//! its first request (its own engine thread and slots) and unloads after its keep-alive or
+//! when `--max-loaded` needs room, its weights freed and the heap trimmed; the server crate's
+//! model registry decides when, this module provides the loaders ([`super::serve_set`] the
+//! set of models).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use ferrox_backend::{BackendConfig, ModelBackend};
-use ferrox_models::decoder::Decoder;
-use ferrox_server::models::{parse_keep_alive, KeepAlive, DEFAULT_KEEP_ALIVE};
+use ferrox_server::models::{parse_keep_alive, Discover, KeepAlive, DEFAULT_KEEP_ALIVE};
 use ferrox_server::{Backend, ModelSpec, ModelsConfig, Registry};
-use ferrox_tokenizer::Tokenizer;
 
 use super::engine;
+use super::serve::{cache_disk, identity};
 use super::serve_args::{served_id, Args};
 use super::serve_listen::{listen, stop_signal};
+use super::serve_set::{self, Found};
 
 /// What a loader needs of the flags.
 #[derive(Clone)]
@@ -24,50 +26,42 @@ struct LoadSettings {
     cache: engine::CacheArgs,
     dist: super::dist::DistArgs,
     config: BackendConfig,
+    /// `--cache-dir` (each model's blocks in a directory named by its identity) and
+    /// `--cache-disk-mb`.
+    cache_dir: Option<PathBuf>,
+    cache_disk_mb: u64,
+    /// `--slot-save-path` is set: slot files are keyed by the model's identity.
+    slots: bool,
 }
 
-/// A decoder's weights, kept after the first load: `ModelBackend` borrows them for the
-/// process's life, so a reload after an unload reuses them instead of leaking a second copy.
-type Weights = (&'static Decoder, &'static Tokenizer);
-
-/// Loads `name` (at `path`) into a backend serving it as `id`.
-fn load(
-    name: &str,
-    path: &std::path::Path,
-    s: &LoadSettings,
-    kept: &Mutex<Option<Weights>>,
-) -> anyhow::Result<Arc<dyn Backend>> {
+/// Loads `name` (at `path`) into a backend serving it as `id`. The backend owns the weights:
+/// unloading the model frees them.
+fn load(name: &str, path: &std::path::Path, s: &LoadSettings) -> anyhow::Result<Arc<dyn Backend>> {
     if ferrox_models::encoder::is_encoder(path) {
         return super::serve_encoder::backend(name, path);
     }
-    let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
-    let (decoder, tokenizer) = match *kept {
-        Some(w) => w,
-        None => {
-            let mut eng = engine::load_with(Some(name), true, &s.dist)?;
-            s.cache.apply(&mut eng)?;
-            let tokenizer = eng
-                .tokenizer
-                .with_context(|| format!("{}: no tokenizer found", eng.path.display()))?;
-            let w: Weights = (
-                Box::leak(Box::new(eng.decoder)),
-                Box::leak(Box::new(tokenizer)),
-            );
-            *kept = Some(w);
-            w
-        }
-    };
+    let mut eng = engine::load_with(Some(name), true, &s.dist)?;
+    s.cache.apply(&mut eng)?;
+    let tokenizer = eng
+        .tokenizer
+        .with_context(|| format!("{}: no tokenizer found", eng.path.display()))?;
+    let keyed = s.cache_dir.is_some() || s.slots;
+    let identity = keyed.then(|| identity(&s.cache, path)).transpose()?;
+    let mut config = s.config.clone();
+    config.identity = identity;
+    config.cache_disk = cache_disk(s.cache_dir.as_ref(), s.cache_disk_mb, identity);
+    let decoder = eng.decoder;
     // Pages the weights in and starts the thread pool before the request runs.
     decoder.forward_token(0, 0, &mut decoder.new_caches());
     Ok(Arc::new(ModelBackend::new(
-        decoder,
-        tokenizer,
-        s.config.clone(),
+        Arc::new(decoder),
+        Arc::new(tokenizer),
+        config,
     )))
 }
 
-/// One model's entry: its served id, the names it answers to, its loader.
-fn spec(name: &str, settings: &LoadSettings, extra: Vec<String>) -> anyhow::Result<ModelSpec> {
+/// A `-m` model, resolved (pulled when need be) to its file.
+fn named(name: &str) -> anyhow::Result<Found> {
     let path: PathBuf = super::model::resolve(Some(name))?;
     let file = path
         .file_name()
@@ -75,26 +69,45 @@ fn spec(name: &str, settings: &LoadSettings, extra: Vec<String>) -> anyhow::Resu
         .unwrap_or_default();
     let id = served_id(name, &file);
     let mut aliases = vec![name.to_string(), file, path.display().to_string()];
-    aliases.extend(extra);
     aliases.retain(|a| *a != id);
-    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
-    let mut settings = settings.clone();
-    settings.config.id = id.clone();
-    settings.config.aliases = aliases.clone();
-    let kept = Mutex::new(None);
-    let model = name.to_string();
-    Ok(ModelSpec {
+    Ok(Found {
         name: id,
         aliases,
-        size,
-        loader: Arc::new(move || {
-            load(&model, &path, &settings, &kept).map_err(|e| format!("{e:#}"))
-        }),
+        path,
+        problem: None,
     })
 }
 
-/// `--alias NAME=MODEL` flags by the `-m` they name.
-fn aliases_for(flags: &[String], models: &[String]) -> anyhow::Result<Vec<Vec<String>>> {
+/// One model's entry: its served id, the names it answers to, its loader.
+fn spec(found: Found, settings: &LoadSettings, extra: Vec<String>) -> ModelSpec {
+    let Found {
+        name,
+        mut aliases,
+        path,
+        problem,
+    } = found;
+    aliases.extend(extra);
+    aliases.retain(|a| *a != name);
+    let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+    let mut settings = settings.clone();
+    settings.config.id = name.clone();
+    settings.config.aliases = aliases.clone();
+    ModelSpec {
+        name,
+        aliases,
+        size,
+        loader: Arc::new(move || match &problem {
+            Some(p) => Err(p.clone()),
+            // By path: a catalog file is not verified again at each reload.
+            None => {
+                load(&path.display().to_string(), &path, &settings).map_err(|e| format!("{e:#}"))
+            }
+        }),
+    }
+}
+
+/// `--alias NAME=MODEL` flags by the model (of `models`: each one's names) they name.
+fn aliases_for(flags: &[String], models: &[Vec<&str>]) -> anyhow::Result<Vec<Vec<String>>> {
     let mut out = vec![Vec::new(); models.len()];
     for f in flags {
         let (alias, model) = f
@@ -103,11 +116,49 @@ fn aliases_for(flags: &[String], models: &[String]) -> anyhow::Result<Vec<Vec<St
             .ok_or_else(|| anyhow::anyhow!("--alias {f}: expected NAME=MODEL"))?;
         let i = models
             .iter()
-            .position(|m| m == model || served_id(m, "") == model)
-            .ok_or_else(|| anyhow::anyhow!("--alias {f}: `{model}` is not one of the -m models"))?;
+            .position(|names| names.contains(&model))
+            .ok_or_else(|| {
+                anyhow::anyhow!("--alias {f}: `{model}` is not one of the served models")
+            })?;
         out[i].push(alias.to_string());
     }
     Ok(out)
+}
+
+/// The models to serve: each -m, the models dir, or else the pulled catalog.
+fn model_set(args: &Args) -> anyhow::Result<Vec<Found>> {
+    let mut found = args
+        .model
+        .iter()
+        .map(|m| named(m))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if let Some(dir) = &args.models_dir {
+        found.extend(serve_set::models_dir(dir)?);
+    }
+    if args.model.is_empty() && args.models_dir.is_none() {
+        found = serve_set::catalog()?;
+    }
+    for f in &found {
+        if let Some(p) = &f.problem {
+            eprintln!("warning: {p}; requests for `{}` will fail", f.name);
+        }
+    }
+    anyhow::ensure!(
+        !found.is_empty(),
+        "no model to serve: the models dir is empty"
+    );
+    Ok(found)
+}
+
+/// The registry's lookup of models asked for by a name it does not list yet.
+fn discovery(settings: LoadSettings, models_dir: Option<PathBuf>) -> Discover {
+    Arc::new(move |name: &str| {
+        let found = serve_set::discover(name, models_dir.as_deref())?;
+        Some(match &found.problem {
+            Some(p) => Err(p.clone()),
+            None => Ok(spec(found, &settings, Vec::new())),
+        })
+    })
 }
 
 /// The server-wide keep-alive (`--keep-alive`, Ollama's `OLLAMA_KEEP_ALIVE`).
@@ -119,11 +170,6 @@ pub(super) fn keep_alive(flag: Option<&str>) -> anyhow::Result<KeepAlive> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    // Each model's blocks would need their own flush on unload and at exit: not wired yet.
-    anyhow::ensure!(
-        args.cache_dir.is_none(),
-        "--cache-dir keeps one model's prompt cache: give a single -m with it"
-    );
     engine::set_threads(args.threads);
     let settings = LoadSettings {
         cache: args.cache.clone(),
@@ -137,15 +183,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             cache_bytes: args.cache_ram.saturating_mul(1 << 20),
             recall_tokens: args.recall_tokens,
             cache_disk: None,
+            identity: None,
         },
+        cache_dir: args.cache_dir.clone(),
+        cache_disk_mb: args.cache_disk_mb,
+        slots: args.slot_save_path.is_some(),
     };
-    let extra = aliases_for(&args.aliases, &args.model)?;
-    let specs = args
-        .model
+    let found = model_set(&args)?;
+    let names: Vec<Vec<&str>> = found
         .iter()
+        .map(|f| {
+            let aliases = f.aliases.iter().map(String::as_str);
+            std::iter::once(f.name.as_str()).chain(aliases).collect()
+        })
+        .collect();
+    let extra = aliases_for(&args.aliases, &names)?;
+    let specs: Vec<ModelSpec> = found
+        .into_iter()
         .zip(extra)
-        .map(|(m, e)| spec(m, &settings, e))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .map(|(f, e)| spec(f, &settings, e))
+        .collect();
     let config = ModelsConfig {
         parallel: args.parallel,
         queue: args.queue,
@@ -153,16 +210,41 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         keep_alive: keep_alive(args.keep_alive.as_deref())?,
         load_timeout: Duration::from_secs(args.load_timeout),
     };
+    // Without -m the server is what `ferrox serve` always was, the default model ready at
+    // start and kept, plus the other pulled models on demand.
+    let catalog = args.model.is_empty() && args.models_dir.is_none();
+    // Names asked for later are looked up in the models dir, else in the models folder.
+    let folder = match &args.models_dir {
+        Some(dir) => Some(dir.clone()),
+        None => super::model::hub()
+            .ok()
+            .map(|h| h.models_dir().to_path_buf()),
+    };
+    let discover = discovery(settings, folder);
     let (parallel, ctx) = (args.parallel, args.ctx);
     listen(&args, |listener, bound, options| async move {
-        let registry = Arc::new(Registry::new(specs, config, options)?);
+        let registry = Registry::new(specs, config, options)?
+            .with_discovery(discover)
+            .with_release(super::heap::trim_heap);
+        let registry = Arc::new(registry);
+        if catalog {
+            drop(registry.acquire(None, Some(KeepAlive::Forever)).await?);
+        }
         let names: Vec<String> = registry.names().into_iter().map(|(n, _)| n).collect();
         eprintln!(
-            "serving {} on http://{bound} ({parallel} slots each, ctx {ctx}; loaded on first use)",
+            "serving {} on http://{bound} ({parallel} slots each, ctx {ctx}; {})",
             names.join(", "),
+            if catalog {
+                "the first is loaded, others on first use"
+            } else {
+                "loaded on first use"
+            }
         );
-        let front = Arc::new(ferrox_server::Front::new(registry));
+        let front = Arc::new(ferrox_server::Front::new(registry.clone()));
         ferrox_server::http::serve_models_until(listener, front, stop_signal()).await?;
+        if !registry.flush(Duration::from_secs(60)) {
+            eprintln!("prompt cache: some blocks were not written before exit");
+        }
         anyhow::Ok(())
     })
 }
@@ -183,8 +265,8 @@ mod tests {
 
     #[test]
     fn aliases_go_to_the_model_they_name() {
-        let models = ["a.gguf".to_string(), "b.gguf".to_string()];
-        let got = aliases_for(&["x=b.gguf".into(), "y=a.gguf".into()], &models).unwrap();
+        let models = [vec!["a", "a.gguf"], vec!["b", "b.gguf"]];
+        let got = aliases_for(&["x=b.gguf".into(), "y=a".into()], &models).unwrap();
         assert_eq!(got, [vec!["y".to_string()], vec!["x".to_string()]]);
         assert!(aliases_for(&["x=c.gguf".into()], &models).is_err());
         assert!(aliases_for(&["x".into()], &models).is_err());

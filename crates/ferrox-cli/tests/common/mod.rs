@@ -116,7 +116,13 @@ pub fn serve(model: &str, args: &[&str]) -> (Server, String) {
 }
 
 /// Spawns `cmd` (a `serve` on port 0, perhaps under a launcher) and waits until it listens.
-pub fn serve_with(mut cmd: Command) -> (Server, String) {
+pub fn serve_with(cmd: Command) -> (Server, String) {
+    let (server, addr, _) = serve_logged(cmd);
+    (server, addr)
+}
+
+/// [`serve_with`], and the stderr lines printed before the server listened.
+pub fn serve_logged(mut cmd: Command) -> (Server, String, Vec<String>) {
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -125,18 +131,20 @@ pub fn serve_with(mut cmd: Command) -> (Server, String) {
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let server = Server(child);
+    let mut before = Vec::new();
     let addr = loop {
         let line = lines
             .next()
-            .expect("server exited before listening")
+            .unwrap_or_else(|| panic!("server exited before listening: {before:#?}"))
             .unwrap();
         if let Some(rest) = line.split("http://").nth(1) {
             break rest.split_whitespace().next().unwrap().to_string();
         }
+        before.push(line);
     };
     // Keep draining stderr so the server never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (server, addr)
+    (server, addr, before)
 }
 
 /// A float32 `.npy` file as written by `ferrox logits`: its header and data.

@@ -20,6 +20,7 @@ mod prefix;
 mod prefix_block;
 pub mod prefix_disk;
 mod slot;
+pub mod slot_file;
 mod stop;
 
 pub use guard::Fault;

@@ -43,6 +43,11 @@ impl ApiError {
     pub(super) fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
+    /// The same error, its message led by `p` (what it was about).
+    pub(super) fn prefix(mut self, p: &str) -> ApiError {
+        self.body.error.message = format!("{p}{}", self.body.error.message);
+        self
+    }
     pub(super) fn param(mut self, p: impl Into<String>) -> ApiError {
         self.body.error.param = Some(p.into());
         self

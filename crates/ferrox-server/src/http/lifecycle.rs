@@ -100,21 +100,28 @@ impl AppState {
         if self.draining.load(Ordering::SeqCst) {
             return "drain\n".into();
         }
+        format!("ready up {}%\n", self.agent_weight())
+    }
+
+    /// The agent-check weight by this model's queue.
+    pub(super) fn agent_weight(&self) -> usize {
         let queued = self.scheduler.metrics.queue_depth.load(Ordering::SeqCst);
         let room = self.scheduler.queue.max(1);
         let over = queued.saturating_sub(room / 4).min(room);
-        let weight = 100 - 50 * over / (room - room / 4).max(1);
-        format!("ready up {weight}%\n")
+        100 - 50 * over / (room - room / 4).max(1)
     }
 }
 
 /// Answers HAProxy's agent checks on `listener`: each connection gets one status line.
-pub(super) async fn agent(listener: tokio::net::TcpListener, s: Shared) {
+pub(super) async fn agent(
+    listener: tokio::net::TcpListener,
+    reply: impl Fn() -> String + Send + 'static,
+) {
     loop {
         let Ok((mut conn, _)) = listener.accept().await else {
             continue;
         };
-        let line = s.agent_reply();
+        let line = reply();
         tokio::spawn(async move {
             let _ = conn.write_all(line.as_bytes()).await;
             let _ = conn.shutdown().await;

@@ -21,6 +21,7 @@ mod reqlog;
 mod rerank;
 mod response;
 mod responses;
+mod slots;
 mod stream;
 mod submit;
 mod tools;
@@ -70,6 +71,8 @@ pub struct Options {
     pub response_store: StoreLimits,
     /// Log one line per request on stderr (route, status, tokens, times).
     pub log_requests: bool,
+    /// Where llama-server's `/slots/{id}?action=save|restore` keep their files (off: 501).
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 /// A shared [`Library`].
@@ -145,6 +148,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/pull", post(ollama_models::pull))
         .route("/v1/rerank", post(rerank::rerank))
         .route("/rerank", post(rerank::rerank))
+        .route("/slots/{id}", post(slots::action))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -171,7 +175,8 @@ pub async fn serve_until(
 ) -> std::io::Result<()> {
     if let Some(addr) = &state.options.agent_addr {
         let agent = tokio::net::TcpListener::bind(addr).await?;
-        tokio::spawn(lifecycle::agent(agent, state.clone()));
+        let s = state.clone();
+        tokio::spawn(lifecycle::agent(agent, move || s.agent_reply()));
     }
     let shutdown = {
         let state = state.clone();

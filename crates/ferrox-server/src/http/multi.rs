@@ -1,7 +1,8 @@
 //! The front of a several-model server: each request goes to the model its body's `model`
 //! names (through that model's own router, so every route behaves as with one model), while
 //! the lists (`/v1/models`, `/api/tags`, `/api/ps` per Ollama's docs/api.md, `/metrics` with a
-//! `model` label), health, drain and the model store's routes answer for all models.
+//! `model` label), health, drain, HAProxy's agent check and the model store's routes answer
+//! for all models; a model `/api/pull` fetches is served at once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,19 @@ pub struct Front {
 }
 
 type F = Arc<Front>;
+
+impl Front {
+    /// HAProxy's agent check for the whole replica: `drain` while draining, else the weight
+    /// of its most loaded model.
+    pub fn agent_reply(&self) -> String {
+        if self.draining.load(Ordering::SeqCst) {
+            return "drain\n".into();
+        }
+        let states = self.registry.loaded_states();
+        let weight = states.iter().map(|(_, a)| a.agent_weight()).min();
+        format!("ready up {}%\n", weight.unwrap_or(100))
+    }
+}
 
 impl Front {
     pub fn new(registry: Arc<Registry>) -> Front {
@@ -67,6 +81,11 @@ pub async fn serve_until(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let options = front.registry.options().clone();
+    if let Some(addr) = &options.agent_addr {
+        let agent = tokio::net::TcpListener::bind(addr).await?;
+        let f = front.clone();
+        tokio::spawn(super::lifecycle::agent(agent, move || f.agent_reply()));
+    }
     // Keep-alives expire even when no request comes to notice.
     let sweeper = {
         let registry = front.registry.clone();
@@ -318,6 +337,16 @@ async fn show(State(f): State<F>, headers: HeaderMap, body: Bytes) -> Response {
     super::ollama_models::show_with(f.registry.options(), headers, body).await
 }
 
+/// Ollama's `/api/pull`; the pulled model is then served (and listed) without a restart.
 async fn pull(State(f): State<F>, headers: HeaderMap, body: Bytes) -> Response {
-    super::ollama_models::pull_with(f.registry.options(), headers, body).await
+    let registry = f.registry.clone();
+    let serve: super::ollama_models::Pulled = Box::new(move |name: &str| {
+        match registry.find_or_discover(name) {
+            // Downloaded, but not servable under that name (an `hf:` reference: its file
+            // is, by its own name).
+            Ok(()) | Err(ModelError::Unknown { .. }) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    super::ollama_models::pull_with(f.registry.options(), headers, body, Some(serve)).await
 }

@@ -200,11 +200,20 @@ fn pull_line(p: &PullStatus) -> Value {
 }
 
 pub(super) async fn pull(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    pull_with(&s.options, headers, body).await
+    pull_with(&s.options, headers, body, None).await
 }
 
-/// `/api/pull` for a server with these options.
-pub(super) async fn pull_with(o: &super::Options, headers: HeaderMap, body: Bytes) -> Response {
+/// What a server does with a model once pulled (a several-model server starts serving it);
+/// an error fails the pull with its message. Called on a blocking thread.
+pub(super) type Pulled = Box<dyn FnOnce(&str) -> Result<(), String> + Send>;
+
+/// `/api/pull` for a server with these options; `then` runs after a successful download.
+pub(super) async fn pull_with(
+    o: &super::Options,
+    headers: HeaderMap,
+    body: Bytes,
+    then: Option<Pulled>,
+) -> Response {
     let r = async {
         super::error::auth(o, &headers)?;
         let b: PullBody = super::error::parse_body(&headers, &body)?;
@@ -222,6 +231,10 @@ pub(super) async fn pull_with(o: &super::Options, headers: HeaderMap, body: Byte
             };
             let _ = tx.send(json!({"status": "pulling manifest"}));
             let r = lib.pull(&name, &progress);
+            let r = match (r, then) {
+                (Ok(()), Some(serve)) => serve(&name),
+                (r, _) => r,
+            };
             let _ = tx.send(match &r {
                 Ok(()) => json!({"status": "success"}),
                 Err(e) => json!({"error": e}),

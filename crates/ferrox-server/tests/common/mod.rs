@@ -286,6 +286,44 @@ pub async fn server(parallel: usize, queue: usize, api_key: Option<&str>) -> Str
     server_with(parallel, queue, options).await
 }
 
+/// Serves the models of `registry` (the several-model front); its address.
+pub async fn serve_registry(registry: ferrox_server::Registry) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let front = Arc::new(ferrox_server::Front::new(Arc::new(registry)));
+    tokio::spawn(ferrox_server::http::serve_models_until(
+        listener,
+        front,
+        std::future::pending(),
+    ));
+    addr
+}
+
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The line HAProxy's agent check gets on `port` (retried while the server starts).
+pub async fn agent_line(port: u16) -> String {
+    let mut tries = 0;
+    let mut s = loop {
+        match TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(s) => break s,
+            Err(e) if tries > 100 => panic!("agent port {port}: {e}"),
+            Err(_) => tries += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut line = String::new();
+    s.read_to_string(&mut line).await.unwrap();
+    line
+}
+
 /// [`server`] with any [`Options`].
 pub async fn server_with(parallel: usize, queue: usize, options: Options) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

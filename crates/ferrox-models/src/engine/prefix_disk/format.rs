@@ -7,6 +7,9 @@
 //! SHA-256 of everything before it [32]
 //! ```
 //!
+//! A saved slot (llama-server's `/slots/{id}?action=save`) is the same layout under its own
+//! magic ([`SLOT_MAGIC`]): the slot's whole history (any length) and one row per token.
+//!
 //! The checksum is verified before anything is parsed, and every count is checked against the
 //! bytes left before it is allocated, so a truncated, corrupted or hostile file is an error
 //! costing at most its own size.
@@ -18,6 +21,7 @@ use super::super::prefix_block::BLOCK;
 use crate::TokenId;
 
 pub const MAGIC: [u8; 8] = *b"FXPKV\0\0\x01";
+pub const SLOT_MAGIC: [u8; 8] = *b"FXSLT\0\0\x01";
 pub const VERSION: u32 = 1;
 const HEADER: usize = 8 + 4 + 32 + 2 + 2 + 4 + 4;
 const SUM: usize = 32;
@@ -53,7 +57,7 @@ pub enum DiskError {
     Io(#[from] std::io::Error),
     #[error("file too short")]
     Truncated,
-    #[error("not a ferrox prefix-cache file")]
+    #[error("not a ferrox prefix-cache or slot file")]
     Magic,
     #[error("format version {0} (this build reads {VERSION})")]
     Version(u32),
@@ -80,10 +84,31 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// What a file holds: one block of the prefix cache, or a saved slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Block,
+    Slot,
+}
+
+impl Kind {
+    fn magic(self) -> &'static [u8; 8] {
+        match self {
+            Kind::Block => &MAGIC,
+            Kind::Slot => &SLOT_MAGIC,
+        }
+    }
+}
+
 /// The file for the block ending `tokens` (a whole number of blocks), `rows` one per layer.
 pub fn encode(key: &CacheKey, tokens: &[TokenId], rows: &[CacheRows]) -> Vec<u8> {
+    encode_as(Kind::Block, key, tokens, rows)
+}
+
+/// The file of `kind` for `tokens` and `rows` (one per layer).
+pub fn encode_as(kind: Kind, key: &CacheKey, tokens: &[TokenId], rows: &[CacheRows]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + tokens.len() * 4 + 64);
-    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(kind.magic());
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&key.model);
     out.push(type_id(key.k));
@@ -104,10 +129,15 @@ pub fn encode(key: &CacheKey, tokens: &[TokenId], rows: &[CacheRows]) -> Vec<u8>
 
 /// The block in `bytes`, if they are a whole, intact file written for `key`.
 pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<BlockFile, DiskError> {
+    decode_as(Kind::Block, bytes, key)
+}
+
+/// The tokens and rows in `bytes`, if they are a whole, intact file of `kind` for `key`.
+pub fn decode_as(kind: Kind, bytes: &[u8], key: &CacheKey) -> Result<BlockFile, DiskError> {
     if bytes.len() < HEADER + SUM {
         return Err(DiskError::Truncated);
     }
-    if bytes[..8] != MAGIC {
+    if bytes[..8] != *kind.magic() {
         return Err(DiskError::Magic);
     }
     let version = u32_at(bytes, 8);
@@ -126,9 +156,15 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<BlockFile, DiskError> {
     }
     let n_tokens = u32_at(body, 48) as usize;
     let n_layers = u32_at(body, 52) as usize;
-    if n_tokens == 0 || !n_tokens.is_multiple_of(BLOCK) || n_layers == 0 {
+    let whole_blocks = n_tokens > 0 && n_tokens.is_multiple_of(BLOCK);
+    if (kind == Kind::Block && !whole_blocks) || n_layers == 0 {
         return Err(DiskError::Invalid("token or layer count"));
     }
+    // A block file holds one block's rows per layer, a slot's its whole history.
+    let rows_per_layer = match kind {
+        Kind::Block => BLOCK,
+        Kind::Slot => n_tokens,
+    };
     let mut rest = &body[HEADER..];
     // Checked against the bytes left before the token list is allocated.
     let raw = rest.get(..n_tokens * 4).ok_or(DiskError::Truncated)?;
@@ -141,8 +177,8 @@ pub fn decode(bytes: &[u8], key: &CacheKey) -> Result<BlockFile, DiskError> {
     let mut rows = Vec::new();
     for _ in 0..n_layers {
         let r = CacheRows::decode(&mut rest)?;
-        if r.len() != BLOCK {
-            return Err(DiskError::Invalid("rows per block"));
+        if r.len() != rows_per_layer {
+            return Err(DiskError::Invalid("rows per layer"));
         }
         rows.push(r);
     }

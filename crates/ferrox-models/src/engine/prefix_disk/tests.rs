@@ -2,7 +2,7 @@ use std::sync::{Arc, Mutex};
 
 use ferrox_core::cache::{KvCache, KvType};
 
-use super::format::{decode, encode};
+use super::format::{decode, encode, Kind};
 use super::*;
 use crate::engine::PrefixCache;
 
@@ -44,6 +44,34 @@ fn block_bytes() -> Vec<u8> {
     let rows: Vec<CacheRows> = c.iter().map(|c| c.copy_rows(16, 32).unwrap()).collect();
     let tokens: Vec<TokenId> = (0..32).collect();
     encode(&KEY, &tokens, &rows)
+}
+
+#[test]
+fn a_slot_file_holds_any_length_and_is_not_a_block() {
+    let c = caches(21, 2);
+    let rows: Vec<CacheRows> = c.iter().map(|c| c.copy_rows(0, 21).unwrap()).collect();
+    let tokens: Vec<TokenId> = (0..21).collect();
+    let bytes = format::encode_as(Kind::Slot, &KEY, &tokens, &rows);
+    let f = format::decode_as(Kind::Slot, &bytes, &KEY).unwrap();
+    assert_eq!((f.tokens, f.rows), (tokens, rows));
+    assert!(matches!(decode(&bytes, &KEY), Err(DiskError::Magic)));
+    let block = block_bytes();
+    assert!(matches!(
+        format::decode_as(Kind::Slot, &block, &KEY),
+        Err(DiskError::Magic)
+    ));
+    let other = CacheKey {
+        model: [8; 32],
+        ..KEY
+    };
+    let foreign = format::decode_as(Kind::Slot, &bytes, &other);
+    assert!(matches!(foreign, Err(DiskError::Foreign)));
+    for n in 0..bytes.len() {
+        assert!(
+            format::decode_as(Kind::Slot, &bytes[..n], &KEY).is_err(),
+            "cut at {n}"
+        );
+    }
 }
 
 #[test]
