@@ -11,7 +11,8 @@
 pub use crate::engine::{GenerateParams, StopReason};
 
 use crate::decoder::Decoder;
-use crate::engine::{AdmitError, BatchEngine, JobEnd, Sink};
+use crate::engine::sink::{JobEnd, Sink};
+use crate::engine::{AdmitError, BatchEngine};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{SpecStats, Speculation};
 use crate::structured::ConstraintStats;

@@ -16,6 +16,7 @@ pub mod pull;
 pub mod run;
 pub mod serve;
 pub mod serve_args;
+pub mod serve_cache;
 pub mod serve_encoder;
 pub mod serve_listen;
 pub mod serve_multi;

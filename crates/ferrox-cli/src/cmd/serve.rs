@@ -9,6 +9,7 @@ use ferrox_server::Backend;
 
 use super::engine;
 use super::serve_args::{served_id, Args};
+use super::serve_cache::{cache_disk, identity};
 use super::serve_listen::serve_backend;
 
 /// The names `--alias NAME=MODEL` adds; MODEL must be one the server answers to.
@@ -101,31 +102,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     #[allow(clippy::drop_non_drop)]
     drop(cluster);
     Ok(())
-}
-
-/// The identity of the model file at `path` as the disk caches and slot files key it.
-pub(super) fn identity(
-    cache: &engine::CacheArgs,
-    path: &std::path::Path,
-) -> anyhow::Result<[u8; 32]> {
-    // The engine's version and the cache flags too (bf16 attention products change every
-    // later layer's keys and values): another build or setting computes other numbers.
-    let variant = format!("ferrox {} {cache:?}", env!("CARGO_PKG_VERSION"));
-    ferrox_models::engine::prefix_disk::model_identity(path, variant.as_bytes())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
-}
-
-/// `--cache-dir`'s settings (`dir`, `--cache-disk-mb`), for the model of `identity`.
-pub(super) fn cache_disk(
-    dir: Option<&std::path::PathBuf>,
-    disk_mb: u64,
-    identity: Option<[u8; 32]>,
-) -> Option<ferrox_backend::CacheDiskConfig> {
-    Some(ferrox_backend::CacheDiskConfig {
-        dir: dir?.clone(),
-        budget: disk_mb.saturating_mul(1 << 20),
-        model: identity?,
-    })
 }
 
 #[cfg(test)]

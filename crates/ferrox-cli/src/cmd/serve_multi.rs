@@ -15,8 +15,8 @@ use ferrox_server::models::{parse_keep_alive, Discover, KeepAlive, DEFAULT_KEEP_
 use ferrox_server::{Backend, ModelSpec, ModelsConfig, Registry};
 
 use super::engine;
-use super::serve::{cache_disk, identity};
 use super::serve_args::{served_id, Args};
+use super::serve_cache::{cache_disk, identity};
 use super::serve_listen::{listen, stop_signal};
 use super::serve_set::{self, Found};
 

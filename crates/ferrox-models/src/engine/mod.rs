@@ -19,6 +19,7 @@ mod guard;
 mod prefix;
 mod prefix_block;
 pub mod prefix_disk;
+pub(crate) mod sink;
 mod slot;
 pub mod slot_file;
 mod stop;
@@ -34,6 +35,7 @@ use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
+use sink::{JobEnd, Sink};
 use slot::{Fork, Job, Slot};
 use std::time::Instant;
 use stop::StopRules;
@@ -93,35 +95,6 @@ pub struct BatchStats {
     /// Grammar masks computed (structured output) and the nanoseconds they took.
     pub masks: u64,
     pub mask_nanos: u64,
-}
-
-/// How a generation ended, with what it hands back.
-pub(crate) struct JobEnd {
-    pub stop: StopReason,
-    /// Tokens committed.
-    pub tokens: usize,
-    /// The last text, held back until the end (empty after a stop string).
-    pub text: String,
-    pub sampler: Sampler,
-    /// The grammar's state at the end, when the generation had one.
-    pub constraint: Option<Constraint>,
-    /// Why the generation failed (`StopReason::Grammar`).
-    pub error: Option<String>,
-    /// Prompt tokens evaluated (after prefix reuse) and their forward time.
-    pub prompt_tokens: usize,
-    pub prompt_secs: f64,
-    /// The stop string that ended it (index in the request's list).
-    pub stop_string: Option<usize>,
-    /// Prompt tokens reused from a cache.
-    pub cached_tokens: usize,
-}
-
-/// Where a step's results go.
-pub(crate) trait Sink {
-    /// A committed token (with its log-probability when asked for) and the text it releases;
-    /// false cancels the generation after it.
-    fn token(&mut self, id: u64, token: usize, lp: Option<TokenLogprob>, text: String) -> bool;
-    fn done(&mut self, id: u64, end: JobEnd);
 }
 
 /// Longest draft a server slot may verify in one step.

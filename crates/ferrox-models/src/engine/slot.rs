@@ -2,8 +2,8 @@
 //! it, and the three phases of a step for it: plan the rows to feed, lend them to the batched
 //! forward, commit what the logits say.
 
+use super::sink::{JobEnd, Sink};
 use super::stop::{StopReason, StopRules};
-use super::{JobEnd, Sink};
 use crate::decoder::SeqBatch;
 use crate::sampling::{logprob, Sampler, TokenLogprob};
 use crate::speculative::{verify_rows_constrained, Speculation};
