@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::sampling::Sampler;
 use ferrox_server::api::ChatPrompt;
 use ferrox_server::backend::{
     Backend, BackendError, CompiledGrammar, Engine, Event, FinishReason, GenParams, GenSummary,
@@ -55,27 +55,17 @@ struct FakeEngine {
 fn check(prompt: &[TokenId], p: &GenParams) {
     assert!(!prompt.is_empty() && prompt.iter().all(|&t| (t as usize) < VOCAB));
     assert!(p.max_tokens >= 1 && prompt.len() + p.max_tokens <= CTX, "{p:?}");
-    assert!(p.temperature.is_finite() && p.temperature >= 0.0, "{p:?}");
-    assert!(p.top_p > 0.0 && p.top_p <= 1.0 && (0.0..=1.0).contains(&p.min_p));
-    for x in [p.presence_penalty, p.frequency_penalty, p.repeat_penalty] {
+    let c = &p.sampler;
+    assert!(c.temperature.is_finite() && c.temperature >= 0.0, "{p:?}");
+    assert!(c.top_p > 0.0 && c.top_p <= 1.0 && (0.0..=1.0).contains(&c.min_p));
+    for x in [c.presence_penalty, c.frequency_penalty, c.repeat_penalty] {
         assert!(x.is_finite(), "{p:?}");
     }
-    assert!(p.repeat_penalty > 0.0 && p.repeat_last_n <= CTX);
-    assert!(p.logit_bias.iter().all(|&(t, b)| (t as usize) < VOCAB && b.is_finite()));
+    assert!(c.repeat_penalty > 0.0 && c.penalty_last_n <= CTX);
+    assert!(c.logit_bias.iter().all(|&(t, b)| (t as usize) < VOCAB && b.is_finite()));
     assert!(p.stop.len() <= 4 && p.stop.iter().all(|s| !s.is_empty()));
     assert!(p.logprobs.is_none_or(|n| n <= 20));
-    let mut s = Sampler::new(SamplerConfig {
-        temperature: p.temperature,
-        top_k: p.top_k,
-        top_p: p.top_p,
-        min_p: p.min_p,
-        presence_penalty: p.presence_penalty,
-        frequency_penalty: p.frequency_penalty,
-        repeat_penalty: p.repeat_penalty,
-        penalty_last_n: p.repeat_last_n,
-        seed: p.seed,
-        logit_bias: p.logit_bias.clone(),
-    });
+    let mut s = Sampler::new(c.clone());
     let logits: Vec<f32> = (0..VOCAB).map(|i| ((i * 37) % 101) as f32 / 10.0).collect();
     for _ in 0..2 {
         let t = s.sample(&logits, prompt);

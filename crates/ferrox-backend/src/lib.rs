@@ -12,7 +12,6 @@ use ferrox_models::engine::prefix_disk::{CacheKey, PrefixDisk};
 use ferrox_models::engine::slot_file::SlotFileError;
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
-use ferrox_models::sampling::SamplerConfig;
 use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
@@ -326,18 +325,7 @@ impl Engine for ModelEngine<'_> {
     }
     fn admit(&mut self, id: u64, prompt: &[TokenId], p: &GenParams) -> Result<(), String> {
         let params = BatchParams {
-            sampler: SamplerConfig {
-                temperature: p.temperature,
-                top_k: p.top_k,
-                top_p: p.top_p,
-                min_p: p.min_p,
-                presence_penalty: p.presence_penalty,
-                frequency_penalty: p.frequency_penalty,
-                repeat_penalty: p.repeat_penalty,
-                penalty_last_n: p.repeat_last_n,
-                seed: p.seed,
-                logit_bias: p.logit_bias.clone(),
-            },
+            sampler: p.sampler.clone(),
             max_tokens: p.max_tokens,
             stop: p.stop.clone(),
             logprobs: p.logprobs,

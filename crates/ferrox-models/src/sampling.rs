@@ -9,57 +9,7 @@
 
 use ferrox_tokenizer::TokenId;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct SamplerConfig {
-    /// 0 = greedy.
-    pub temperature: f32,
-    /// 0 = off.
-    pub top_k: usize,
-    /// 1 = off.
-    pub top_p: f32,
-    /// 0 = off.
-    pub min_p: f32,
-    /// 1 = off. Positive logits are divided by it, negative ones multiplied.
-    pub repeat_penalty: f32,
-    pub presence_penalty: f32,
-    pub frequency_penalty: f32,
-    /// How many of the most recent tokens the penalties look at.
-    pub penalty_last_n: usize,
-    pub seed: u64,
-    /// Added to these tokens' logits before anything else (OpenAI's `logit_bias`; -100 bans
-    /// a token, +100 all but forces it). Ids outside the vocabulary are ignored.
-    pub logit_bias: Vec<(TokenId, f32)>,
-}
-
-impl Default for SamplerConfig {
-    fn default() -> Self {
-        SamplerConfig {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.0,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            penalty_last_n: 64,
-            seed: 0,
-            logit_bias: Vec::new(),
-        }
-    }
-}
-
-impl SamplerConfig {
-    pub fn greedy() -> Self {
-        SamplerConfig {
-            temperature: 0.0,
-            ..Default::default()
-        }
-    }
-
-    pub fn is_greedy(&self) -> bool {
-        self.temperature <= 0.0
-    }
-}
+pub use ferrox_params::SamplerConfig;
 
 /// SplitMix64 (Steele et al. 2014): tiny, seedable, identical on every platform and version.
 #[derive(Debug, Clone)]

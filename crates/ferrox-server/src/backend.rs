@@ -26,43 +26,15 @@ use ferrox_tokenizer::TokenId;
 use serde_json::Value;
 
 pub use crate::slots::{SlotAction, SlotDone, SlotError, SlotTask};
-
-/// The sampler a request gets for the fields it leaves out: llama.cpp's defaults (as
-/// llama-server applies them to OpenAI requests), the same as `ferrox run`'s flags (a test in
-/// ferrox-cli keeps them equal to `SamplerConfig::default()`). `logit_bias`, penalties off.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SamplingDefaults {
-    pub temperature: f32,
-    pub top_k: usize,
-    pub top_p: f32,
-    pub min_p: f32,
-    pub repeat_last_n: usize,
-}
-
-pub const DEFAULT_SAMPLING: SamplingDefaults = SamplingDefaults {
-    temperature: 0.8,
-    top_k: 40,
-    top_p: 0.95,
-    min_p: 0.05,
-    repeat_last_n: 64,
-};
+pub use ferrox_params::SamplerConfig;
 
 /// Sampling and length settings of one request, already validated.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenParams {
     pub max_tokens: usize,
     pub stop: Vec<String>,
-    pub temperature: f32,
-    pub top_p: f32,
-    pub top_k: usize,
-    pub min_p: f32,
-    pub presence_penalty: f32,
-    pub frequency_penalty: f32,
-    /// 1 = off; over the last `repeat_last_n` tokens (as are the other penalties).
-    pub repeat_penalty: f32,
-    pub repeat_last_n: usize,
-    pub seed: u64,
-    pub logit_bias: Vec<(TokenId, f32)>,
+    /// How tokens are drawn; what the request leaves out is `SamplerConfig::default()`.
+    pub sampler: SamplerConfig,
     /// Report each token's log-probability with this many alternatives.
     pub logprobs: Option<usize>,
     /// Name log-probability tokens `token_id:N` (vLLM's `return_tokens_as_token_ids`).

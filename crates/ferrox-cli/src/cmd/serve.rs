@@ -107,8 +107,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferrox_models::sampling::SamplerConfig;
-    use ferrox_server::backend::DEFAULT_SAMPLING;
 
     #[test]
     fn aliases_name_the_served_model() {
@@ -120,16 +118,5 @@ mod tests {
         let other = extra_aliases(&["h=llama".into()], "qwen:0.5b", &names).unwrap_err();
         assert!(other.to_string().contains("serves `qwen:0.5b`"), "{other}");
         assert!(extra_aliases(&["h".into()], "qwen:0.5b", &names).is_err());
-    }
-
-    /// A request that names no sampler settings samples as `ferrox run` does by default.
-    #[test]
-    fn server_and_cli_default_samplers_agree() {
-        let c = SamplerConfig::default();
-        let d = DEFAULT_SAMPLING;
-        assert_eq!(
-            (c.temperature, c.top_k, c.top_p, c.min_p, c.penalty_last_n),
-            (d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_last_n)
-        );
     }
 }

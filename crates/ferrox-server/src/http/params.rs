@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::endpoint::Kind;
 use super::{ApiError, AppState};
 use crate::api::CommonParams;
-use crate::backend::{GenParams, GrammarSpec, DEFAULT_SAMPLING};
+use crate::backend::{GenParams, GrammarSpec, SamplerConfig};
 
 /// Most choices (`n`) one request may ask for.
 const MAX_CHOICES: i64 = 8;
@@ -24,7 +24,8 @@ const HARMLESS: &[&str] = &[
     "cache_prompt",
 ];
 
-/// Checks the shared fields; returns the generation settings.
+/// Checks the shared fields; returns the generation settings (the sampler's fields the request
+/// leaves out are `SamplerConfig::default()`'s).
 pub(super) fn validate(
     s: &AppState,
     kind: Kind,
@@ -35,7 +36,7 @@ pub(super) fn validate(
     let b = &s.backend;
     let ctx = b.ctx_size();
     let max_tokens = max_tokens(c, ctx, prompt_len)?;
-    let d = DEFAULT_SAMPLING;
+    let d = SamplerConfig::default();
     let temperature = c.temperature.unwrap_or(d.temperature);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(
@@ -59,21 +60,28 @@ pub(super) fn validate(
     if stop.len() > 4 || stop.iter().any(String::is_empty) {
         return Err(ApiError::bad("stop takes up to 4 non-empty strings").param("stop"));
     }
-    let (repeat_penalty, repeat_last_n) = repetition(c, ctx)?;
-    Ok(GenParams {
-        max_tokens,
-        stop,
+    let (repeat_penalty, penalty_last_n) = repetition(c, ctx, &d)?;
+    let sampler = SamplerConfig {
         temperature,
         top_p,
         top_k: top_k as usize,
         min_p,
-        presence_penalty: penalty(c.presence_penalty, "presence_penalty")?,
-        frequency_penalty: penalty(c.frequency_penalty, "frequency_penalty")?,
+        presence_penalty: penalty(c.presence_penalty, d.presence_penalty, "presence_penalty")?,
+        frequency_penalty: penalty(
+            c.frequency_penalty,
+            d.frequency_penalty,
+            "frequency_penalty",
+        )?,
         repeat_penalty,
-        repeat_last_n,
+        penalty_last_n,
         // No seed: a fresh one, so regenerating gives another answer (a given seed reproduces).
         seed: c.seed.map_or_else(fresh_seed, |v| v as u64),
         logit_bias: logit_bias(c, b.vocab_size())?,
+    };
+    Ok(GenParams {
+        max_tokens,
+        stop,
+        sampler,
         logprobs: logprobs(kind, c)?,
         tokens_as_ids: c.return_tokens_as_token_ids.unwrap_or(false),
         keep_special: false,
@@ -139,9 +147,9 @@ fn max_tokens(c: &CommonParams, ctx: usize, prompt_len: usize) -> Result<usize, 
     }
 }
 
-/// OpenAI's presence / frequency penalty, in [-2, 2] (0 when absent).
-fn penalty(v: Option<f32>, name: &'static str) -> Result<f32, ApiError> {
-    let v = v.unwrap_or(0.0);
+/// OpenAI's presence / frequency penalty, in [-2, 2] (`default` when absent).
+fn penalty(v: Option<f32>, default: f32, name: &'static str) -> Result<f32, ApiError> {
+    let v = v.unwrap_or(default);
     if (-2.0..=2.0).contains(&v) {
         Ok(v)
     } else {
@@ -150,8 +158,8 @@ fn penalty(v: Option<f32>, name: &'static str) -> Result<f32, ApiError> {
 }
 
 /// llama-server's `repeat_penalty` and `repeat_last_n` (-1: the whole context).
-fn repetition(c: &CommonParams, ctx: usize) -> Result<(f32, usize), ApiError> {
-    let repeat_penalty = c.repeat_penalty.unwrap_or(1.0);
+fn repetition(c: &CommonParams, ctx: usize, d: &SamplerConfig) -> Result<(f32, usize), ApiError> {
+    let repeat_penalty = c.repeat_penalty.unwrap_or(d.repeat_penalty);
     if !(repeat_penalty > 0.0 && repeat_penalty <= 10.0) {
         return Err(ApiError::bad(format!(
             "repeat_penalty must be in (0, 10], got {repeat_penalty}"
@@ -159,7 +167,7 @@ fn repetition(c: &CommonParams, ctx: usize) -> Result<(f32, usize), ApiError> {
         .param("repeat_penalty"));
     }
     let last_n = match c.repeat_last_n {
-        None => DEFAULT_SAMPLING.repeat_last_n,
+        None => d.penalty_last_n,
         Some(-1) => ctx,
         Some(n) if n >= 0 => n as usize,
         Some(n) => {

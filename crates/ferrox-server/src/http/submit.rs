@@ -69,7 +69,7 @@ pub(super) fn submit(
     for i in 0..n {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut params = params.clone();
-        params.seed = params.seed.wrapping_add(i as u64);
+        params.sampler.seed = params.sampler.seed.wrapping_add(i as u64);
         // A refusal drops the receivers already made: their jobs are cancelled unrun.
         s.scheduler
             .submit(Job {

@@ -88,7 +88,7 @@ impl Engine for FakeEngine {
                 Vec::new()
             },
             text: if text.contains("seed") {
-                format!("seed={} ", params.seed)
+                format!("seed={} ", params.sampler.seed)
             } else {
                 String::new()
             },
