@@ -37,9 +37,11 @@ fn claude_code_body() -> Value {
     })
 }
 
+// A flag ferrox has never heard of is accepted too: flags only unlock fields, checked on their own.
 const BETAS: &str = "claude-code-20250219,interleaved-thinking-2025-05-14,\
     context-management-2025-06-27,mid-conversation-tool-changes-2026-07-01,\
-    thinking-token-count-2026-05-13,advanced-tool-use-2025-11-20,effort-2025-11-24";
+    thinking-token-count-2026-05-13,advanced-tool-use-2025-11-20,effort-2025-11-24,\
+    fallback-credit-2026-06-01,future-feature-2099-01-01";
 
 #[tokio::test]
 async fn claude_codes_request_runs_with_max_tokens_clamped() {
@@ -159,9 +161,9 @@ async fn what_ferrox_cannot_do_stays_refused() {
                       "messages": [{"role": "user", "content": "hi"}]});
     for (extra, header, needle) in [
         (
-            json!({}),
+            json!({"future_field": 1}),
             "future-feature-2099-01-01",
-            "future-feature-2099-01-01",
+            "future_field",
         ),
         (
             json!({"context_management": {"edits": [{"type": "compact_20260112"}]}}),
@@ -208,4 +210,29 @@ async fn what_ferrox_cannot_do_stays_refused() {
         let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
         assert!(msg.contains(needle), "{needle}: {msg}");
     }
+}
+
+/// Claude Code's billing line (its `cch` differs per request) is not part of the prompt, so
+/// sessions share their prefix.
+#[tokio::test]
+async fn the_billing_line_is_not_prompt() {
+    let a = server(1, 4, None).await;
+    let count = |system: Value| {
+        let a = a.clone();
+        async move {
+            let body = json!({"model": "fake-model", "system": system,
+                              "messages": [{"role": "user", "content": "hi"}]});
+            let r = anthropic(&a, "/v1/messages/count_tokens", &[], &body).await;
+            assert_eq!(r.status, 200, "{}", r.body);
+            r.json()["input_tokens"].as_u64().unwrap()
+        }
+    };
+    let line =
+        "x-anthropic-billing-header: cc_version=2.1.1.abc; cc_entrypoint=sdk-cli; cch=36ee5;";
+    let plain = count(json!([{"type": "text", "text": "You are a coder."}])).await;
+    let blocks = count(json!([{"type": "text", "text": line},
+                              {"type": "text", "text": "You are a coder."}]))
+    .await;
+    let string = count(json!(format!("{line}\nYou are a coder."))).await;
+    assert_eq!((blocks, string), (plain, plain));
 }

@@ -86,6 +86,9 @@ fn claude_env(base: &str, model: &str, key: &str, ctx: usize) -> Vec<(String, St
         ("ANTHROPIC_DEFAULT_OPUS_MODEL", model),
         ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
         ("CLAUDE_CODE_MAX_CONTEXT_TOKENS", &ctx),
+        // Its per-request billing line would otherwise open the system prompt (the server
+        // drops it too, for agents started by hand).
+        ("CLAUDE_CODE_ATTRIBUTION_HEADER", "0"),
         // Its default 10-minute request timeout is shorter than a first prefill of its
         // ~12k-token instructions on a small CPU.
         ("API_TIMEOUT_MS", "3600000"),
@@ -258,6 +261,7 @@ mod tests {
         }
         assert_eq!(get("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), Some("1"));
         assert_eq!(get("CLAUDE_CODE_MAX_CONTEXT_TOKENS"), Some("32768"));
+        assert_eq!(get("CLAUDE_CODE_ATTRIBUTION_HEADER"), Some("0"));
     }
 
     #[test]

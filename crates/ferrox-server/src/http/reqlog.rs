@@ -2,7 +2,8 @@
 //! response has been sent — method, route, status, prompt / cached / generated tokens, time to
 //! the first token and in all. The chat path's counters reach it through a task-local that
 //! `submit::submit` hands to the engine with each job, so every route that generates is
-//! logged alike.
+//! logged alike. A refused request's line ends with the error's message, so a user debugging
+//! an agent sees why without a proxy.
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -42,12 +43,36 @@ pub(super) async fn middleware(State(s): State<Shared>, req: Request, next: Next
         // Until the handler answers: a client that leaves before is logged as nginx does.
         status: CLIENT_CLOSED,
         stats: Arc::default(),
+        error: None,
     };
     let r = STATS.scope(line.stats.clone(), next.run(req)).await;
     let (parts, inner) = r.into_parts();
     line.status = parts.status.as_u16();
+    if parts.status.is_client_error() || parts.status.is_server_error() {
+        // Error bodies are small JSON: read whole, the message kept, the bytes sent on.
+        let bytes = axum::body::to_bytes(inner, ERROR_BODY_MAX)
+            .await
+            .unwrap_or_default();
+        line.error = Some(error_message(&bytes));
+        let inner = Body::from(bytes);
+        return Response::from_parts(parts, Body::new(Logged { inner, _line: line }));
+    }
     // Streams are logged when they end, with what they generated.
     Response::from_parts(parts, Body::new(Logged { inner, _line: line }))
+}
+
+/// Largest error body the log reads (ours are a few hundred bytes).
+const ERROR_BODY_MAX: usize = 1 << 16;
+
+/// The message of an error body (OpenAI, Anthropic and Ollama shapes), else its text.
+fn error_message(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let msg = ["/error/message", "/error", "/message"]
+        .iter()
+        .find_map(|p| v.pointer(p).and_then(|m| m.as_str()).map(str::to_string));
+    let text = msg.unwrap_or_else(|| String::from_utf8_lossy(body).into_owned());
+    // One line, bounded.
+    text.replace('\n', " ").chars().take(300).collect()
 }
 
 /// One log line, written when dropped (the response body is done or abandoned).
@@ -57,6 +82,8 @@ struct Line {
     route: String,
     status: u16,
     stats: Arc<RequestStats>,
+    /// A refused request's error message.
+    error: Option<String>,
 }
 
 impl Line {
@@ -65,8 +92,12 @@ impl Line {
         let ttft = st.first_text.get().map_or("-".into(), |t| {
             format!("{:.3}s", (*t - self.start).as_secs_f64())
         });
+        let error = self
+            .error
+            .as_ref()
+            .map_or(String::new(), |e| format!(" error={e:?}"));
         format!(
-            "{} {} {} prompt={} cached={} generated={} ttft={ttft} total={:.3}s",
+            "{} {} {} prompt={} cached={} generated={} ttft={ttft} total={:.3}s{error}",
             self.method,
             self.route,
             self.status,
@@ -105,5 +136,22 @@ impl HttpBody for Logged {
     }
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_message;
+
+    #[test]
+    fn error_lines_name_the_message() {
+        let anthropic = br#"{"type":"error","error":{"type":"invalid_request_error","message":"unsupported parameter `x`"}}"#;
+        assert_eq!(error_message(anthropic), "unsupported parameter `x`");
+        assert_eq!(
+            error_message(br#"{"error":"model \"y\" not found"}"#),
+            "model \"y\" not found"
+        );
+        assert_eq!(error_message(b"plain\ntext"), "plain text");
+        assert_eq!(error_message(&[b'a'; 1000]).len(), 300);
     }
 }

@@ -21,7 +21,7 @@ use super::submit::submit;
 use super::{new_id, ApiError, Shared};
 use crate::backend::{FinishReason, GenSummary};
 use ferrox_tokenizer::chat_output::ToolCall;
-use request::{chat_request, check_betas, fold_system_turns, MessagesBody};
+use request::{chat_request, fold_system_turns, MessagesBody};
 
 mod context;
 mod request;
@@ -33,7 +33,6 @@ async fn read(
     body: &Bytes,
 ) -> Result<(MessagesBody, Vec<Value>), ApiError> {
     let mut b: MessagesBody = authed_body(s, headers, body)?;
-    check_betas(headers)?;
     let applied = context::apply(s, &mut b).await?;
     Ok((b, applied))
 }

@@ -1,8 +1,10 @@
 //! An Anthropic Messages request (Anthropic's API reference, "Messages") as the OpenAI chat
 //! request the server checks and runs: system turns where they stand, content blocks, tools
 //! (deferred ones only once a `tool_reference` loads them), `thinking` and `output_config`.
+//! `anthropic-beta` flags are accepted whatever they name: a flag only unlocks request fields,
+//! and each field is checked on its own (one ferrox does not implement is refused by name), so a
+//! client's new flag never breaks it.
 
-use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -23,44 +25,8 @@ const HARMLESS: &[&str] = &[
     "workspace_id",
 ];
 
-/// `anthropic-beta` flags ferrox accepts: each only unlocks request fields, which are checked
-/// on their own (a field ferrox does not implement is still refused).
-const KNOWN_BETAS: &[&str] = &[
-    "claude-code-20250219",
-    "interleaved-thinking-2025-05-14",
-    "context-management-2025-06-27",
-    "mid-conversation-tool-changes-2026-07-01",
-    "thinking-token-count-2026-05-13",
-    "advanced-tool-use-2025-11-20",
-    "effort-2025-11-24",
-    "fine-grained-tool-streaming-2025-05-14",
-    "prompt-caching-2024-07-31",
-    "prompt-caching-scope-2026-01-05",
-    "token-efficient-tools-2025-02-19",
-    "output-128k-2025-02-19",
-    "context-1m-2025-08-07",
-    "structured-outputs-2025-11-13",
-    "tool-search-tool-2025-10-19",
-    "oauth-2025-04-20",
-];
-
 /// Tool definition keys that only hint (caching, streaming granularity).
 const TOOL_HINTS: &[&str] = &["cache_control", "eager_input_streaming"];
-
-/// Refuses an `anthropic-beta` flag ferrox does not know, naming it.
-pub(super) fn check_betas(headers: &HeaderMap) -> Result<(), ApiError> {
-    for h in headers.get_all("anthropic-beta") {
-        let list = h.to_str().unwrap_or_default();
-        for flag in list.split(',').map(str::trim).filter(|f| !f.is_empty()) {
-            if !KNOWN_BETAS.contains(&flag) {
-                return Err(ApiError::bad(format!(
-                    "anthropic-beta `{flag}` is not supported by ferrox"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
 
 #[derive(Debug, Deserialize)]
 pub(super) struct MessagesBody {
@@ -142,6 +108,32 @@ fn text_of(c: &Content, what: &str) -> Result<String, ApiError> {
             }
             Ok(out.join("\n"))
         }
+    }
+}
+
+/// Claude Code's first system block, `x-anthropic-billing-header: cc_version=…; cch=…;`, is
+/// Anthropic's billing bookkeeping, not instructions, and its `cch` changes from request to
+/// request: left in, every session's prompt differs from the 20th token on and no prefix is
+/// ever reused. Dropped as vLLM and SGLang do (ollama's launcher turns it off in the client).
+const BILLING_LINE: &str = "x-anthropic-billing-header:";
+
+fn without_billing_line(system: &Content) -> Content {
+    match system {
+        Content::Text(t) if t.starts_with(BILLING_LINE) => {
+            Content::Text(t.split_once('\n').map_or("", |(_, rest)| rest).to_string())
+        }
+        Content::Text(_) => system.clone(),
+        Content::Blocks(blocks) => Content::Blocks(
+            blocks
+                .iter()
+                .filter(|b| {
+                    let text = b.get("text").and_then(Value::as_str).unwrap_or_default();
+                    !(b.get("type").and_then(Value::as_str) == Some("text")
+                        && text.starts_with(BILLING_LINE))
+                })
+                .cloned()
+                .collect(),
+        ),
     }
 }
 
@@ -301,7 +293,8 @@ pub(super) fn chat_request(b: &MessagesBody) -> Result<ChatRequest, ApiError> {
     }
     let mut messages = Vec::new();
     if let Some(sys) = &b.system {
-        messages.push(json!({"role": "system", "content": text_of(sys, "system")?}));
+        let text = text_of(&without_billing_line(sys), "system")?;
+        messages.push(json!({"role": "system", "content": text}));
     }
     for m in &b.messages {
         openai_messages(m, &mut messages)?;
