@@ -449,6 +449,7 @@ impl Engine for ModelEngine<'_> {
             positions: self.engine.cached_positions(),
             capacity: self.engine.capacity() * self.engine.ctx_size(),
             prefix_bytes: self.engine.prefix_cache_bytes(),
+            slot_bytes: self.engine.slot_cache_bytes(),
         }
     }
 }

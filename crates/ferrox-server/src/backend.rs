@@ -159,6 +159,8 @@ pub struct CacheUsage {
     pub capacity: usize,
     /// Bytes the prefix cache across requests holds.
     pub prefix_bytes: usize,
+    /// Bytes the slots' caches hold.
+    pub slot_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -292,9 +294,11 @@ pub struct Metrics {
     /// Prompt tokens admitted, and those of them served from a cache (prefix reuse).
     pub prefix_queries: AtomicU64,
     pub prefix_hits: AtomicU64,
-    /// Slot positions held, their capacity, the prefix cache's bytes (after the last step).
+    /// Slot positions held, their capacity, the bytes of the slots' caches and of the prefix
+    /// cache (after the last step).
     pub kv_positions: AtomicUsize,
     pub kv_capacity: AtomicUsize,
+    pub kv_bytes: AtomicUsize,
     pub prefix_bytes: AtomicUsize,
 }
 
@@ -455,6 +459,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Work>, m
         let usage = engine.cache_usage();
         m.kv_positions.store(usage.positions, Ordering::Relaxed);
         m.kv_capacity.store(usage.capacity, Ordering::Relaxed);
+        m.kv_bytes.store(usage.slot_bytes, Ordering::Relaxed);
         m.prefix_bytes.store(usage.prefix_bytes, Ordering::Relaxed);
         if r.is_err() {
             tracing::error!(

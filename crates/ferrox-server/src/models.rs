@@ -2,11 +2,13 @@
 //! "List Running Models"): names map to models that load on first use (each with its own
 //! engine thread and slots), stay loaded for their keep-alive after the last request (default
 //! 5 minutes; 0 unloads as soon as the request ends; negative keeps the model), and give way,
-//! least recently used and idle first, when more than `max_loaded` are loaded. A name not
+//! least recently used and idle first, when more than `max_loaded` are loaded or their memory
+//! (weights and caches) passes `max_bytes`. A name not
 //! listed is looked up by the binary's discovery hook (a model pulled or put in the models
 //! folder after the start) and added. An unloaded model's engine thread is joined and its
 //! backend dropped off the request path, then the release hook gives the heap back.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -125,6 +127,9 @@ pub struct ModelsConfig {
     pub queue: usize,
     /// Models loaded at once (0: no limit).
     pub max_loaded: usize,
+    /// Bytes the loaded models may hold together: weights, slot caches and prefix caches
+    /// (0: no limit). One model is kept loaded whatever its size.
+    pub max_bytes: u64,
     pub keep_alive: KeepAlive,
     /// How long a request waits for its model to load before a 503.
     pub load_timeout: Duration,
@@ -141,6 +146,16 @@ struct Loaded {
     active: usize,
     last_used: Instant,
     keep: KeepAlive,
+}
+
+impl Loaded {
+    /// The memory a loaded model holds: its weights and the caches its engine reported after
+    /// its last step.
+    fn bytes(&self, weights: u64) -> u64 {
+        let m = &self.app.scheduler.metrics;
+        let caches = m.kv_bytes.load(Ordering::Relaxed) + m.prefix_bytes.load(Ordering::Relaxed);
+        weights + caches as u64
+    }
 }
 
 struct Entry {
@@ -318,6 +333,8 @@ impl Registry {
         if let Some(l) = self.take(&entry, keep) {
             return Ok(l);
         }
+        // Room first, so the old and the new model are not in memory together.
+        self.evict_over_limit(Some(&entry), Some(entry.spec.size));
         tracing::info!("loading {name}");
         let loader = entry.spec.loader.clone();
         // A load that panics is that model's failure alone.
@@ -336,7 +353,7 @@ impl Registry {
             keep: self.config.keep_alive,
         });
         let lease = self.take(&entry, keep).ok_or(ModelError::Busy(name))?;
-        self.evict_over_limit(Some(&entry));
+        self.evict_over_limit(Some(&entry), None);
         Ok(lease)
     }
 
@@ -356,26 +373,37 @@ impl Registry {
         })
     }
 
-    /// Unloads the least recently used idle models while more than `max_loaded` are loaded.
-    fn evict_over_limit(&self, keep: Option<&Arc<Entry>>) {
-        let max = self.config.max_loaded;
-        if max == 0 {
+    /// Unloads the least recently used idle models (never `keep`) while more than `max_loaded`
+    /// are loaded or they hold more than `max_bytes`, counting a model about to load (its
+    /// weights' bytes) in `incoming`.
+    fn evict_over_limit(&self, keep: Option<&Arc<Entry>>, incoming: Option<u64>) {
+        let (max, budget) = (self.config.max_loaded, self.config.max_bytes);
+        if max == 0 && budget == 0 {
             return;
         }
         let entries = self.entries();
         loop {
-            let loaded: Vec<(&Arc<Entry>, usize, Instant)> = entries
+            let loaded: Vec<(&Arc<Entry>, usize, Instant, u64)> = entries
                 .iter()
-                .filter_map(|e| lock(&e.state).as_ref().map(|l| (e, l.active, l.last_used)))
+                .filter_map(|e| {
+                    let st = lock(&e.state);
+                    let l = st.as_ref()?;
+                    Some((e, l.active, l.last_used, l.bytes(e.spec.size)))
+                })
                 .collect();
-            if loaded.len() <= max {
+            let held: u64 = loaded.iter().map(|l| l.3).sum::<u64>() + incoming.unwrap_or(0);
+            let too_many = max != 0 && loaded.len() + usize::from(incoming.is_some()) > max;
+            // The last model stays, whatever its size, until another needs the room.
+            let others = loaded.len() + usize::from(incoming.is_some());
+            let too_big = budget != 0 && held > budget && others > 1;
+            if !too_many && !too_big {
                 return;
             }
             let victim = loaded
                 .iter()
-                .filter(|(e, active, _)| keep.is_none_or(|k| !Arc::ptr_eq(e, k)) && *active == 0)
-                .min_by_key(|(_, _, t)| *t);
-            let Some(&(e, _, _)) = victim else {
+                .filter(|(e, active, _, _)| keep.is_none_or(|k| !Arc::ptr_eq(e, k)) && *active == 0)
+                .min_by_key(|l| l.2);
+            let Some(&(e, _, _, _)) = victim else {
                 // Every other model is busy: it goes when idle (the sweep).
                 return;
             };
@@ -441,7 +469,7 @@ impl Registry {
                 KeepAlive::For(d) => l.last_used + d <= now,
             });
         }
-        self.evict_over_limit(None);
+        self.evict_over_limit(None, None);
     }
 
     /// The loaded models.
@@ -461,7 +489,7 @@ impl Registry {
                 };
                 Some(Running {
                     name: e.spec.name.clone(),
-                    size: e.spec.size,
+                    size: l.bytes(e.spec.size),
                     expires_at,
                     ctx: l.app.backend.ctx_size(),
                 })

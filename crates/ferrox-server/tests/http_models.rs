@@ -37,19 +37,27 @@ fn config(max_loaded: usize) -> ModelsConfig {
         parallel: 2,
         queue: 8,
         max_loaded,
+        max_bytes: 0,
         keep_alive: DEFAULT_KEEP_ALIVE,
         load_timeout: Duration::from_secs(10),
     }
 }
 
 async fn serve(names: &[&'static str], max_loaded: usize) -> (String, Vec<Arc<AtomicUsize>>) {
+    serve_with(names, config(max_loaded)).await
+}
+
+async fn serve_with(
+    names: &[&'static str],
+    config: ModelsConfig,
+) -> (String, Vec<Arc<AtomicUsize>>) {
     let loads: Vec<Arc<AtomicUsize>> = names.iter().map(|_| Arc::default()).collect();
     let specs = names
         .iter()
         .zip(&loads)
         .map(|(n, l)| spec(n, l.clone()))
         .collect();
-    let registry = Registry::new(specs, config(max_loaded), Options::default()).unwrap();
+    let registry = Registry::new(specs, config, Options::default()).unwrap();
     (common::serve_registry(registry).await, loads)
 }
 
@@ -178,6 +186,29 @@ async fn max_loaded_unloads_the_least_recently_used() {
     assert_eq!(generate(&addr, "beta", json!({})).await.status, 200);
     assert_eq!(ps_names(&addr).await, ["beta", "gamma"]);
     assert_eq!(loads[1].load(Ordering::SeqCst), 2);
+}
+
+/// Each fake weighs 1000 bytes: a budget of 2500 holds two, and a budget below one model's
+/// size still serves it.
+#[tokio::test]
+async fn a_memory_budget_unloads_the_least_recently_used() {
+    let budget = |max_bytes| ModelsConfig {
+        max_bytes,
+        ..config(0)
+    };
+    let (addr, loads) = serve_with(&["alpha", "beta", "gamma"], budget(2500)).await;
+    for model in ["alpha", "beta", "alpha", "gamma"] {
+        assert_eq!(generate(&addr, model, json!({})).await.status, 200);
+    }
+    assert_eq!(ps_names(&addr).await, ["alpha", "gamma"]);
+    let ps = get(&addr, "/api/ps").await.json();
+    assert_eq!(ps["models"][0]["size"], 1000, "{ps}");
+    assert_eq!(loads[1].load(Ordering::SeqCst), 1);
+    let (addr, _) = serve_with(&["alpha", "beta"], budget(500)).await;
+    for model in ["alpha", "beta"] {
+        assert_eq!(generate(&addr, model, json!({})).await.status, 200);
+        assert_eq!(ps_names(&addr).await, [model]);
+    }
 }
 
 #[tokio::test]

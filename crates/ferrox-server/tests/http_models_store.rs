@@ -38,6 +38,7 @@ fn config() -> ModelsConfig {
         parallel: 2,
         queue: 8,
         max_loaded: 0,
+        max_bytes: 0,
         keep_alive: DEFAULT_KEEP_ALIVE,
         load_timeout: Duration::from_secs(10),
     }

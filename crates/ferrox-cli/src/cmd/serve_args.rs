@@ -111,6 +111,11 @@ pub struct Args {
     /// make room (0: no limit).
     #[arg(long = "max-loaded", default_value_t = 0)]
     pub max_loaded: usize,
+    /// With several -m: MiB the loaded models may hold together (weights, slot caches and
+    /// prompt caches, as /api/ps reports them); the least recently used idle one unloads to
+    /// make room, the one in use stays whatever its size (0: no limit).
+    #[arg(long = "max-memory-mb", default_value_t = 0)]
+    pub max_memory_mb: u64,
     /// With several -m: how long a model stays loaded after its last request, unless the
     /// request's `keep_alive` says otherwise (seconds or e.g. 10m; negative: forever).
     #[arg(long = "keep-alive", allow_hyphen_values = true)]

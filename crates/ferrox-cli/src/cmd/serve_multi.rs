@@ -207,6 +207,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         parallel: args.parallel,
         queue: args.queue,
         max_loaded: args.max_loaded,
+        max_bytes: args.max_memory_mb.saturating_mul(1 << 20),
         keep_alive: keep_alive(args.keep_alive.as_deref())?,
         load_timeout: Duration::from_secs(args.load_timeout),
     };

@@ -247,6 +247,12 @@ impl<'m> BatchEngine<'m> {
         self.prefix.bytes()
     }
 
+    /// Bytes the slots' caches hold now.
+    pub fn slot_cache_bytes(&self) -> usize {
+        let caches = self.slots.iter().flat_map(|s| &s.caches);
+        caches.map(|c| c.stored_bytes()).sum()
+    }
+
     /// Positions the slots' caches hold now (for the KV-cache utilisation).
     pub fn cached_positions(&self) -> usize {
         self.slots.iter().map(|s| s.history.len()).sum()

@@ -10,7 +10,7 @@ use super::error::check_auth;
 use super::{ApiError, Shared};
 
 /// Name, type and help of each metric, in the order of the values in [`metrics`].
-const METRICS: [(&str, &str, &str); 17] = [
+const METRICS: [(&str, &str, &str); 18] = [
     ("requests_total", "counter", "Completion requests accepted."),
     (
         "request_errors_total",
@@ -56,6 +56,11 @@ const METRICS: [(&str, &str, &str); 17] = [
         "kv_cache_usage_ratio",
         "gauge",
         "Slot KV-cache positions in use over slots times context.",
+    ),
+    (
+        "kv_cache_bytes",
+        "gauge",
+        "Bytes the slots' KV caches hold.",
     ),
     (
         "prefix_cache_query_tokens_total",
@@ -173,6 +178,7 @@ pub(super) fn render(s: &Shared) -> String {
             m.grammar_mask_nanos.load(Ordering::Relaxed) as f64 / 1e9
         ),
         format!("{:.4}", kv_usage(s)),
+        m.kv_bytes.load(Ordering::Relaxed).to_string(),
         ld(&m.prefix_queries),
         ld(&m.prefix_hits),
         m.prefix_bytes.load(Ordering::Relaxed).to_string(),
