@@ -3,7 +3,7 @@
 //! permutes q/k rows, so GGUF Llama rotates adjacent pairs).
 
 use super::tables::llama_layers;
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
@@ -12,7 +12,7 @@ pub static ARCH: Architecture =
         .hf(&["llama"])
         .gguf(&["llama"])
         // llama.cpp stores Mixtral as `llama` with experts.
-        .claims(|g| !g.has_experts());
+        .claims(|g| !g.has(&keys::EXPERTS));
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("llama", false)?;

@@ -5,7 +5,7 @@
 //! files, Llama the rest.
 
 use super::tables::llama_layers;
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
@@ -13,14 +13,7 @@ pub static ARCH: Architecture =
     Architecture::new("mistral", config_from_hf, config_from_gguf, llama_layers)
         .hf(&["mistral"])
         .gguf(&["llama"])
-        .claims(|g| {
-            !g.has_experts()
-                && g.opt_usize("attention.sliding_window")
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0)
-                    > 0
-        });
+        .claims(|g| !g.has(&keys::EXPERTS) && g.has(&keys::SLIDING_WINDOW));
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("mistral", false)?;

@@ -1,12 +1,17 @@
 //! The architecture registry. Each family is one file that says everything about it: the names
 //! it answers to (Hugging Face `model_type`s, GGUF `general.architecture` strings), how its
-//! `ModelConfig` is read from `config.json` and from GGUF metadata (through the shared typed
-//! readers in [`hf`] and [`gguf`]), and its tensor table. [`ARCHITECTURES`] lists them all;
-//! one builder (`crate::build`) turns any of them into a decoder, and `crate::load`
-//! opens a file or directory through them. An unlisted name is refused
-//! by name, never guessed (compare mistral.rs's one-row architecture registry).
+//! `ModelConfig` is read from `config.json` and from GGUF metadata, and its tensor table. The
+//! shared pieces: the config keys ([`keys`], one row per key), the typed readers of each format
+//! ([`hf`], [`gguf`]), the conventions several families copy (`common_*`) and the shared tensor
+//! tables ([`tables`]). [`ARCHITECTURES`] lists the families; one builder (`crate::build`)
+//! turns any of them into a decoder, and `crate::load` opens a file or directory through them.
+//! An unlisted name is refused by name, never guessed (compare mistral.rs's one-row
+//! architecture registry).
 
 pub mod bert;
+pub mod common_deepseek;
+pub mod common_gemma;
+pub mod common_qwen;
 pub mod deepseek_v3;
 pub mod deepseek_v32;
 pub mod gemma2;
@@ -19,6 +24,7 @@ pub mod glm_moe_dsa;
 pub mod gpt_oss;
 pub mod granitemoe;
 pub mod hf;
+pub mod keys;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
@@ -190,8 +196,8 @@ pub fn parse_hf_config(text: &str) -> Result<(&'static Architecture, ModelConfig
         .ok_or_else(|| bad("top level is not an object".into()))?;
     let c = HfConfig::of(obj);
     let mt = c
-        .str("model_type")?
-        .ok_or_else(|| c.bad("model_type", "is missing"))?;
+        .str(&keys::MODEL_TYPE)?
+        .ok_or_else(|| c.bad(&keys::MODEL_TYPE, "is missing"))?;
     let arch = ARCHITECTURES
         .iter()
         .find(|a| a.hf_model_types.contains(&mt))

@@ -1,6 +1,6 @@
 //! Registry and config-reader tests on the hf-tiny fixtures.
 
-use super::hf::indexer_types_from_freq;
+use super::common_deepseek::indexer_types_from_freq;
 use super::*;
 use crate::config::{Activation, AttnKind, IndexerKind, NormKind, RopeScaling, RouterScoring};
 use crate::load::load_hf_config;
@@ -175,6 +175,34 @@ fn registry_names_are_unique() {
     }
 }
 
+/// The key table spells each GGUF key and each `config.json` name once, and every row names
+/// a key of at least one format.
+#[test]
+fn key_table_spells_each_key_once() {
+    let mut gguf: Vec<&str> = keys::ALL
+        .iter()
+        .map(|k| k.gguf)
+        .filter(|g| !g.is_empty())
+        .collect();
+    let mut hf: Vec<&str> = keys::ALL
+        .iter()
+        .flat_map(|k| k.hf.iter().copied())
+        .collect();
+    for (what, names) in [("GGUF key", &mut gguf), ("config.json name", &mut hf)] {
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "a {what} in two rows");
+    }
+    for k in keys::ALL {
+        assert!(
+            !k.gguf.is_empty() || !k.hf.is_empty(),
+            "{} names no key",
+            k.field
+        );
+    }
+}
+
 #[test]
 fn hybrid_linear_attention_family() {
     use crate::config::LinearAttnConfig;
@@ -283,6 +311,34 @@ fn random_hybrid_model_batches_like_single_tokens() {
     }
 }
 
+/// The key named by the refusal of the `arch` fixture's config.json with `field` = `value`.
+fn refused_key(arch: &str, field: &str, value: &serde_json::Value) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf-tiny")
+        .join(arch);
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v[field] = value.clone();
+    match parse_hf_config(&v.to_string()) {
+        Ok(_) => panic!("{arch} {field} = {value}: accepted"),
+        Err(e) => e.key().unwrap_or_else(|| panic!("{e}: no key")).to_string(),
+    }
+}
+
+/// A value derived from another row's key (Mixtral's expert width is its `intermediate_size`,
+/// DeepSeek's rotated dims its `qk_rope_head_dim`) is named by that key.
+#[test]
+fn derived_values_are_named_by_their_source_key() {
+    use serde_json::json;
+    let mixtral = refused_key("mixtral", "intermediate_size", &json!(0));
+    assert_eq!(mixtral, "intermediate_size");
+    let rope = refused_key("deepseek_v3", "qk_rope_head_dim", &json!(7));
+    assert_eq!(rope, "qk_rope_head_dim");
+    // Six routed experts in the fixture's four groups.
+    let groups = refused_key("deepseek_v3", "n_routed_experts", &json!(6));
+    assert_eq!(groups, "n_group");
+}
+
 /// Hostile `config.json` values: each refused with an error naming the field.
 #[test]
 fn bad_config_json_values_are_refused_by_name() {
@@ -362,16 +418,7 @@ fn bad_config_json_values_are_refused_by_name() {
         ("mixtral", "sliding_window", json!(0), "sliding_window"),
     ];
     for (arch, field, value, key) in cases {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/hf-tiny")
-            .join(arch);
-        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
-        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        v[*field] = value.clone();
-        match parse_hf_config(&v.to_string()) {
-            Ok(_) => panic!("{arch} {field} = {value}: accepted"),
-            Err(e) => assert_eq!(e.key(), Some(*key), "{arch} {field} = {value}: {e}"),
-        }
+        assert_eq!(refused_key(arch, field, value), *key);
     }
     // The rope dict's fields are named by their path.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny/mixtral");
