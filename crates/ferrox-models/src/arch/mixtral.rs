@@ -5,7 +5,7 @@
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{expert_ffn, expert_ffn2, experts, ExpertNames, NORMS, STD_ATTN};
-use super::{keys, Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, Claim::Has, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
@@ -13,7 +13,7 @@ pub static ARCH: Architecture =
     Architecture::new("mixtral", config_from_hf, config_from_gguf, tensors)
         .hf(&["mixtral"])
         .gguf(&["llama"])
-        .claims(|g| g.has(&keys::EXPERTS))
+        .claims(&[Has(&keys::EXPERTS)])
         .experts(ExpertNames {
             gate: "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
             up: "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight",
