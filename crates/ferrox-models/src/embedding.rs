@@ -45,7 +45,7 @@ impl Pooling {
     /// 3 last); `None` when it declares none (0) or a kind that is not a sentence embedding.
     pub fn from_gguf(file: &GgufFile) -> Option<Pooling> {
         let arch = file.get_str("general.architecture")?;
-        match file.get_u64(&format!("{arch}.pooling_type"))? {
+        match file.get_u64(&crate::arch::keys::POOLING.gguf_key(arch))? {
             1 => Some(Pooling::Mean),
             2 => Some(Pooling::Cls),
             3 => Some(Pooling::Last),

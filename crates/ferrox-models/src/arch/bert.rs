@@ -7,12 +7,15 @@
 use ferrox_format::gguf::GgufFile;
 
 use super::hf::HfConfig;
+use super::keys;
 use crate::weights::{LoadError, Naming};
 
 /// Hugging Face `model_type`s loaded as BERT encoders.
 pub const HF_MODEL_TYPES: &[&str] = &["bert"];
+/// llama.cpp's BERT architecture (its keys are `bert.*`).
+pub const GGUF_ARCH: &str = "bert";
 /// GGUF `general.architecture` values loaded as BERT encoders.
-pub const GGUF_ARCHS: &[&str] = &["bert"];
+pub const GGUF_ARCHS: &[&str] = &[GGUF_ARCH];
 
 /// Shape of a BERT encoder.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,44 +63,47 @@ impl BertConfig {
     /// From `config.json`. Only the erf GELU and absolute positions are BERT as ferrox
     /// computes it; anything else is refused by name.
     pub fn from_hf(c: &HfConfig) -> Result<BertConfig, LoadError> {
-        if let Some(act) = c.str("hidden_act")? {
+        use keys::*;
+        if let Some(act) = c.str(&ACTIVATION)? {
             if act != "gelu" {
-                return Err(c.bad("hidden_act", format!("`{act}` is not supported (gelu)")));
+                return Err(c.bad(&ACTIVATION, format!("`{act}` is not supported (gelu)")));
             }
         }
-        if let Some(p) = c.str("position_embedding_type")? {
+        if let Some(p) = c.str(&POSITION_EMBEDDING_TYPE)? {
             if p != "absolute" {
                 return Err(c.bad(
-                    "position_embedding_type",
+                    &POSITION_EMBEDDING_TYPE,
                     format!("`{p}` is not supported (absolute)"),
                 ));
             }
         }
         BertConfig {
-            vocab: c.req("vocab_size")?,
-            hidden: c.req("hidden_size")?,
-            heads: c.req("num_attention_heads")?,
-            layers: c.req("num_hidden_layers")?,
-            ffn: c.req("intermediate_size")?,
-            max_positions: c.req("max_position_embeddings")?,
-            eps: c.f32("layer_norm_eps")?.unwrap_or(1e-12),
+            vocab: c.req(&VOCAB)?,
+            hidden: c.req(&HIDDEN)?,
+            heads: c.req(&HEADS)?,
+            layers: c.req(&LAYERS)?,
+            ffn: c.req(&FFN)?,
+            max_positions: c.req(&CONTEXT)?,
+            eps: c.f32(&LAYER_NORM_EPS)?.unwrap_or(1e-12),
         }
-        .checked("hidden_size")
+        .checked(&c.path(&HIDDEN))
     }
 
     /// From llama.cpp's `bert.*` keys (the vocabulary size from the token table).
     pub fn from_gguf(f: &GgufFile) -> Result<BertConfig, LoadError> {
-        let req = |k: &str| -> Result<usize, LoadError> {
-            f.get_u64(&format!("bert.{k}"))
+        use keys::*;
+        let key = |k: &Key| k.gguf_key(GGUF_ARCH);
+        let req = |k: &Key| -> Result<usize, LoadError> {
+            f.get_u64(&key(k))
                 .map(|v| v as usize)
                 .ok_or_else(|| LoadError::Value {
-                    key: format!("bert.{k}"),
+                    key: key(k),
                     problem: "is missing".into(),
                 })
         };
-        if f.get_bool("bert.attention.causal") == Some(true) {
+        if f.get_bool(&key(&CAUSAL)) == Some(true) {
             return Err(LoadError::Value {
-                key: "bert.attention.causal".into(),
+                key: key(&CAUSAL),
                 problem: "is true; a BERT encoder attends both ways".into(),
             });
         }
@@ -107,16 +113,14 @@ impl BertConfig {
             .unwrap_or(0);
         BertConfig {
             vocab,
-            hidden: req("embedding_length")?,
-            heads: req("attention.head_count")?,
-            layers: req("block_count")?,
-            ffn: req("feed_forward_length")?,
-            max_positions: req("context_length")?,
-            eps: f
-                .get_f32("bert.attention.layer_norm_epsilon")
-                .unwrap_or(1e-12),
+            hidden: req(&HIDDEN)?,
+            heads: req(&HEADS)?,
+            layers: req(&LAYERS)?,
+            ffn: req(&FFN)?,
+            max_positions: req(&CONTEXT)?,
+            eps: f.get_f32(&key(&LAYER_NORM_EPS)).unwrap_or(1e-12),
         }
-        .checked("bert.embedding_length")
+        .checked(&key(&HIDDEN))
     }
 }
 

@@ -4,7 +4,8 @@
 //! Its GGUF form (`deepseek2`) also carries GLM-4.7-Flash.
 //! Reference: transformers `modeling_deepseek_v3.py`; llama.cpp `LLM_ARCH_DEEPSEEK2`.
 
-use super::gguf::{MoeDefaults, GATING_SIGMOID, GATING_SOFTMAX};
+use super::common_deepseek::{mla_moe_from_gguf, mla_moe_from_hf};
+use super::gguf::{GATING_SIGMOID, GATING_SOFTMAX};
 use super::tables::mla_moe_layers;
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
@@ -21,31 +22,6 @@ pub static ARCH: Architecture = Architecture::new(
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     mla_moe_from_hf(c, "deepseek_v3")
-}
-
-/// Shared by the MLA families' `config.json`s: MLA attention and DeepSeek-style MoE.
-pub fn mla_moe_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base(arch, true)?;
-    cfg.qkv_bias = false;
-    c.mla(&mut cfg)?;
-    c.sliding_from_layer_types(&mut cfg)?;
-    c.deepseek_moe(&mut cfg)?;
-    Ok(cfg)
-}
-
-/// Shared by the MLA families' GGUF forms: MLA, experts (`gating(config)` when the file does not
-/// say), layers without an indexer.
-pub fn mla_moe_from_gguf(
-    g: &GgufMeta,
-    arch: &'static str,
-    gating: impl Fn(&ModelConfig) -> usize,
-) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base(arch, true)?;
-    g.mla(&mut cfg)?;
-    g.sliding_all(&mut cfg)?;
-    let defaults = MoeDefaults::gating(gating(&cfg));
-    g.moe(&mut cfg, defaults)?;
-    Ok(cfg)
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {

@@ -4,9 +4,9 @@
 //! Reference: transformers `modeling_gemma2.py`; llama.cpp `LLM_ARCH_GEMMA2` (SWA pattern 2,
 //! soft-cap keys, 27B query scale `(hidden / heads)^-0.5`).
 
-use super::gemma3::{gemma_from_gguf, gemma_from_hf, GEMMA_NORMS};
-use super::tables::{ATTN_NORM, DENSE_FFN, STD_ATTN};
-use super::{Architecture, GgufMeta, HfConfig};
+use super::common_gemma;
+use super::tables::{ATTN_NORM, DENSE_FFN, GEMMA_NORMS, STD_ATTN};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
@@ -20,14 +20,14 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = gemma_from_hf(c, "gemma2")?;
+    let mut cfg = common_gemma::from_hf(c, "gemma2")?;
     c.sliding_by_types_or(&mut cfg, |l| l % 2 == 0)?;
     Ok(cfg)
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = gemma_from_gguf(g, "gemma2", 4608)?;
-    cfg.sliding_window = g.opt_usize("attention.sliding_window")?.filter(|&w| w > 0);
+    let mut cfg = common_gemma::from_gguf(g, "gemma2", 4608)?;
+    cfg.sliding_window = g.opt_usize(&keys::SLIDING_WINDOW)?.filter(|&w| w > 0);
     if cfg.sliding_window.is_some() {
         cfg.set_sliding_layers(|l| l % 2 == 0);
     }

@@ -1,10 +1,7 @@
-//! Typed reading of llama.cpp GGUF metadata (`{arch}.*` keys): the fields every family shares
-//! and the sections several share (MoE, MLA, DSA). Each architecture file starts from
-//! [`GgufMeta::base`] and applies what llama.cpp's `src/models/*.cpp` `load_arch_hparams` and
-//! `convert_hf_to_gguf.py` say of it:
-//! - MLA is stored as MQA over the latent: `attention.key_length` = `kv_lora_rank + rope`, the
-//!   real head sizes are `attention.key_length_mla` (`qk_nope + qk_rope`) and
-//!   `attention.value_length_mla`; `rope.dimension_count` is `qk_rope_head_dim`.
+//! Typed reading of llama.cpp GGUF metadata (`{arch}.*` keys, named by the rows of
+//! [`super::keys`]): the fields every family shares and the expert section several share. Each
+//! architecture file starts from [`GgufMeta::base`] and applies what llama.cpp's
+//! `src/models/*.cpp` `load_arch_hparams` and `convert_hf_to_gguf.py` say of it:
 //! - `rope.scaling.yarn_log_multiplier` is `0.1 · mscale_all_dim` for DeepSeek (the converter's
 //!   factor is divided back out, as llama.cpp does). GGUF does not keep `mscale` itself;
 //!   llama.cpp computes as if `mscale == mscale_all_dim` (true of DeepSeek-V3), and so do we.
@@ -15,22 +12,14 @@
 //!   type: the `rope_factors_short` / `rope_factors_long` tensors, `rope.scaling.attn_factor`
 //!   (the cos/sin scale, 1 when absent as in llama.cpp) and
 //!   `rope.scaling.original_context_length` (where the long factors take over; required).
+//!
+//! MLA and the DSA indexer are read by `common_deepseek`.
 
-use crate::config::{
-    Dims, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig, RopeConfig, RopeScaling,
-    RouterScoring,
-};
+use super::keys::{self, Key, MAX_LAYERS, MAX_VALUE};
+use crate::config::{Dims, ModelConfig, MoeConfig, RopeConfig, RopeScaling, RouterScoring};
 use crate::weights::LoadError;
-use ferrox_format::gguf::{GgufFile, MetaValue};
+use ferrox_format::gguf::{GgufFile, MetaArray, MetaValue};
 use std::sync::Arc;
-
-/// Largest integer any metadata key may hold: every count and size in a model fits in 32 bits,
-/// and bounding them keeps the arithmetic on them (products of a few) from overflowing.
-pub const MAX_VALUE: u64 = u32::MAX as u64;
-
-/// Most layers a model may declare: the per-layer lists are allocated from the count before
-/// any tensor is seen.
-pub const MAX_LAYERS: usize = 4096;
 
 /// A metadata value in an error message: its type, and the value when it is short.
 fn describe(v: &MetaValue) -> String {
@@ -115,25 +104,34 @@ impl GgufMeta {
         self.file.architecture().unwrap_or_default()
     }
     /// The full name of key `k`: `{arch}.{k}`.
-    pub fn key(&self, k: &str) -> String {
-        format!("{}.{k}", self.arch())
+    pub fn key(&self, k: &Key) -> String {
+        k.gguf_key(self.arch())
     }
     /// The error for key `k` (`{arch}.{k}`) holding a value that cannot be used.
-    pub fn bad(&self, k: &str, problem: impl std::fmt::Display) -> LoadError {
+    pub fn bad(&self, k: &Key, problem: impl std::fmt::Display) -> LoadError {
         LoadError::Value {
             key: self.key(k),
             problem: problem.to_string(),
         }
     }
-    fn value(&self, k: &str) -> Option<&MetaValue> {
+    pub fn value(&self, k: &Key) -> Option<&MetaValue> {
         self.file.get(&self.key(k))
     }
-    pub fn usize(&self, k: &str) -> Result<usize, LoadError> {
+    /// The array at key `k`, when it holds one.
+    pub fn array(&self, k: &Key) -> Option<&MetaArray> {
+        self.file.get_array(&self.key(k))
+    }
+    /// Whether key `k` holds a positive count: what a registry claim tests (a malformed value
+    /// counts as absent; the config reader then names it).
+    pub fn has(&self, k: &Key) -> bool {
+        self.opt_usize(k).ok().flatten().unwrap_or(0) > 0
+    }
+    pub fn usize(&self, k: &Key) -> Result<usize, LoadError> {
         self.opt_usize(k)?.ok_or_else(|| self.bad(k, "is missing"))
     }
     /// An integer key; any other type, a negative value or one beyond [`MAX_VALUE`] is an
     /// error naming it (never a silent default).
-    pub fn opt_usize(&self, k: &str) -> Result<Option<usize>, LoadError> {
+    pub fn opt_usize(&self, k: &Key) -> Result<Option<usize>, LoadError> {
         let Some(v) = self.value(k) else {
             return Ok(None);
         };
@@ -143,12 +141,12 @@ impl GgufMeta {
             None => Err(self.bad(k, format!("is {}, not a count", describe(v)))),
         }
     }
-    pub fn f32(&self, k: &str) -> Result<f32, LoadError> {
+    pub fn f32(&self, k: &Key) -> Result<f32, LoadError> {
         self.opt_f32(k)?.ok_or_else(|| self.bad(k, "is missing"))
     }
     /// A float key. A whole number stored as an integer means that number (hand-written and
     /// some converted files do this); other types and non-finite values are errors.
-    pub fn opt_f32(&self, k: &str) -> Result<Option<f32>, LoadError> {
+    pub fn opt_f32(&self, k: &Key) -> Result<Option<f32>, LoadError> {
         let Some(v) = self.value(k) else {
             return Ok(None);
         };
@@ -162,7 +160,7 @@ impl GgufMeta {
         }
         Ok(Some(x))
     }
-    pub fn opt_str(&self, k: &str) -> Result<Option<&str>, LoadError> {
+    pub fn opt_str(&self, k: &Key) -> Result<Option<&str>, LoadError> {
         self.value(k)
             .map(|v| {
                 v.as_str()
@@ -170,18 +168,13 @@ impl GgufMeta {
             })
             .transpose()
     }
-    pub fn opt_bool(&self, k: &str) -> Result<Option<bool>, LoadError> {
+    pub fn opt_bool(&self, k: &Key) -> Result<Option<bool>, LoadError> {
         self.value(k)
             .map(|v| {
                 v.as_bool()
                     .ok_or_else(|| self.bad(k, format!("is {}, not a bool", describe(v))))
             })
             .transpose()
-    }
-    /// Whether the family's `claims` test sees experts (a malformed count claims none; the
-    /// config reader then names it).
-    pub fn has_experts(&self) -> bool {
-        self.opt_usize("expert_count").ok().flatten().unwrap_or(0) > 0
     }
     /// Rows of a stored tensor (vocabulary size from `token_embd`).
     pub fn tensor_rows(&self, name: &str) -> Option<usize> {
@@ -205,67 +198,61 @@ impl GgufMeta {
     /// per-layer lists are allocated; a head count that divides); `crate::validate` checks
     /// the whole config.
     pub fn base(&self, arch: &'static str, interleaved: bool) -> Result<ModelConfig, LoadError> {
-        let hidden = self.usize("embedding_length")?;
-        let blocks = self.usize("block_count")?;
+        let hidden = self.usize(&keys::HIDDEN)?;
+        let blocks = self.usize(&keys::LAYERS)?;
         if !(1..=MAX_LAYERS).contains(&blocks) {
             return Err(self.bad(
-                "block_count",
+                &keys::LAYERS,
                 format!("= {blocks} is outside 1..={MAX_LAYERS}"),
             ));
         }
-        let nextn = self.opt_usize("nextn_predict_layers")?.unwrap_or(0);
+        let nextn = self.opt_usize(&keys::NEXTN_LAYERS)?.unwrap_or(0);
         if nextn >= blocks {
             return Err(self.bad(
-                "nextn_predict_layers",
+                &keys::NEXTN_LAYERS,
                 format!("= {nextn} leaves none of {blocks} blocks for the decoder"),
             ));
         }
-        let n_heads = self.usize("attention.head_count")?;
+        let n_heads = self.usize(&keys::HEADS)?;
         if n_heads == 0 {
-            return Err(self.bad("attention.head_count", "is 0"));
+            return Err(self.bad(&keys::HEADS, "is 0"));
         }
-        let head_dim = self
-            .opt_usize("attention.key_length")?
-            .unwrap_or(hidden / n_heads);
+        let head_dim = self.opt_usize(&keys::HEAD_DIM)?.unwrap_or(hidden / n_heads);
         let dims = Dims {
             vocab: self
-                .tensor_rows("token_embd.weight")
-                .ok_or_else(|| LoadError::MissingTensor("token_embd.weight".into()))?,
+                .tensor_rows(keys::VOCAB.gguf)
+                .ok_or_else(|| LoadError::MissingTensor(keys::VOCAB.gguf.into()))?,
             hidden,
             n_layers: blocks - nextn,
             n_heads,
-            n_kv_heads: self
-                .opt_usize("attention.head_count_kv")?
-                .unwrap_or(n_heads),
+            n_kv_heads: self.opt_usize(&keys::KV_HEADS)?.unwrap_or(n_heads),
             head_dim,
-            ffn_dim: self.usize("feed_forward_length")?,
+            ffn_dim: self.usize(&keys::FFN)?,
         };
         let rope = RopeConfig {
-            theta: self.opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
+            theta: self.opt_f32(&keys::ROPE_THETA)?.unwrap_or(10_000.0),
             scaling: self.rope_scaling()?,
-            rotary_dim: self.opt_usize("rope.dimension_count")?.unwrap_or(head_dim),
+            rotary_dim: self.opt_usize(&keys::ROTARY_DIM)?.unwrap_or(head_dim),
             interleaved,
         };
         let mut cfg = ModelConfig::new(arch, dims, rope);
-        cfg.max_seq_len = self.opt_usize("context_length")?.unwrap_or(4096);
-        cfg.norm_eps = self
-            .opt_f32("attention.layer_norm_rms_epsilon")?
-            .unwrap_or(1e-6);
+        cfg.max_seq_len = self.opt_usize(&keys::CONTEXT)?.unwrap_or(4096);
+        cfg.norm_eps = self.opt_f32(&keys::NORM_EPS)?.unwrap_or(1e-6);
         cfg.tie_embeddings = self.file.tensor("output.weight").is_none();
-        cfg.final_logit_softcap = self.opt_f32("final_logit_softcapping")?;
-        cfg.attn_logit_softcap = self.opt_f32("attn_logit_softcapping")?;
+        cfg.final_logit_softcap = self.opt_f32(&keys::FINAL_SOFTCAP)?;
+        cfg.attn_logit_softcap = self.opt_f32(&keys::ATTN_SOFTCAP)?;
         Ok(cfg)
     }
 
     fn rope_scaling(&self) -> Result<RopeScaling, LoadError> {
-        let factor = self.opt_f32("rope.scaling.factor")?;
+        let factor = self.opt_f32(&keys::ROPE_FACTOR)?;
         let longrope = ["rope_factors_short.weight", "rope_factors_long.weight"]
             .iter()
             .any(|t| self.file.tensor(t).is_some());
-        Ok(match (self.opt_str("rope.scaling.type")?, factor) {
+        Ok(match (self.opt_str(&keys::ROPE_TYPE)?, factor) {
             (None | Some("none" | "longrope"), _) if longrope => RopeScaling::Factors {
-                attn_factor: self.opt_f32("rope.scaling.attn_factor")?.unwrap_or(1.0),
-                original_max_position: self.usize("rope.scaling.original_context_length")?,
+                attn_factor: self.opt_f32(&keys::ROPE_ATTN_FACTOR)?.unwrap_or(1.0),
+                original_max_position: self.usize(&keys::ROPE_ORIGINAL_CONTEXT)?,
             },
             (Some("longrope"), _) => {
                 return Err(LoadError::MissingTensor("rope_factors_short.weight".into()))
@@ -274,25 +261,22 @@ impl GgufMeta {
             (Some("linear"), Some(f)) if f != 1.0 => RopeScaling::Linear { factor: f },
             (Some("linear"), _) => RopeScaling::None,
             (Some("yarn"), Some(f)) => {
-                let all_dim = self
-                    .opt_f32("rope.scaling.yarn_log_multiplier")?
-                    .unwrap_or(0.0)
-                    / 0.1;
+                let all_dim = self.opt_f32(&keys::YARN_MSCALE_ALL_DIM)?.unwrap_or(0.0) / 0.1;
                 RopeScaling::Yarn {
                     factor: f,
-                    original_max_position: self.usize("rope.scaling.original_context_length")?,
-                    beta_fast: self.opt_f32("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
-                    beta_slow: self.opt_f32("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+                    original_max_position: self.usize(&keys::ROPE_ORIGINAL_CONTEXT)?,
+                    beta_fast: self.opt_f32(&keys::YARN_BETA_FAST)?.unwrap_or(32.0),
+                    beta_slow: self.opt_f32(&keys::YARN_BETA_SLOW)?.unwrap_or(1.0),
                     mscale: all_dim,
                     mscale_all_dim: all_dim,
                     // llama.cpp always rounds the ramp bounds (`ggml_rope_yarn_corr_dims`).
                     truncate: true,
                 }
             }
-            (Some("yarn"), None) => return Err(self.bad("rope.scaling.factor", "is missing")),
+            (Some("yarn"), None) => return Err(self.bad(&keys::ROPE_FACTOR, "is missing")),
             (Some(other), _) => {
                 return Err(self.bad(
-                    "rope.scaling.type",
+                    &keys::ROPE_TYPE,
                     format!("`{other}` is not a supported scaling"),
                 ))
             }
@@ -301,54 +285,10 @@ impl GgufMeta {
 
     /// `attention.sliding_window`, when written, on every layer (Mistral-style).
     pub fn sliding_all(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        cfg.sliding_window = self
-            .opt_usize("attention.sliding_window")?
-            .filter(|&w| w > 0);
+        cfg.sliding_window = self.opt_usize(&keys::SLIDING_WINDOW)?.filter(|&w| w > 0);
         if cfg.sliding_window.is_some() {
             cfg.layer_attn = vec![crate::config::AttnKind::Sliding; cfg.n_layers];
         }
-        Ok(())
-    }
-
-    /// llama.cpp's `load_swa_pattern`: the window from `attention.sliding_window`, the sliding
-    /// layers from `attention.sliding_window_pattern` — a per-layer bool array, or a period `n`
-    /// (default `default_period`) in which all but the last layer slide (`l % n < n - 1`).
-    pub fn swa_pattern(
-        &self,
-        cfg: &mut ModelConfig,
-        default_period: usize,
-    ) -> Result<(), LoadError> {
-        cfg.sliding_window = self
-            .opt_usize("attention.sliding_window")?
-            .filter(|&w| w > 0);
-        if cfg.sliding_window.is_none() {
-            cfg.set_sliding_layers(|_| false);
-            return Ok(());
-        }
-        let key = self.key("attention.sliding_window_pattern");
-        if let Some(arr) = self.file.get_array(&key) {
-            let sliding = arr
-                .iter()
-                .map(|v| match v {
-                    MetaValue::Bool(b) => Some(b),
-                    other => other.as_u64().map(|x| x != 0),
-                })
-                .collect::<Option<Vec<bool>>>()
-                .filter(|s| s.len() == cfg.n_layers)
-                .ok_or_else(|| {
-                    self.bad(
-                        "attention.sliding_window_pattern",
-                        format!("is not one bool per layer ({})", cfg.n_layers),
-                    )
-                })?;
-            cfg.set_sliding_layers(|l| sliding[l]);
-            return Ok(());
-        }
-        let n = self
-            .opt_usize("attention.sliding_window_pattern")?
-            .unwrap_or(default_period)
-            .max(1);
-        cfg.set_sliding_layers(|l| l % n < n - 1);
         Ok(())
     }
 
@@ -361,49 +301,50 @@ impl GgufMeta {
 
     /// The expert section, when `expert_count` is written, and which layers are MoE.
     pub fn moe(&self, cfg: &mut ModelConfig, d: MoeDefaults) -> Result<(), LoadError> {
-        let n_experts = self.opt_usize("expert_count")?.unwrap_or(0);
+        let n_experts = self.opt_usize(&keys::EXPERTS)?.unwrap_or(0);
         if n_experts == 0 {
             return Ok(());
         }
-        let expert_ffn = match self.opt_usize("expert_feed_forward_length")? {
+        let expert_ffn = match self.opt_usize(&keys::EXPERT_FFN)? {
             Some(f) => f,
             None if d.ffn_is_expert_ffn => cfg.ffn_dim,
-            None => self.usize("expert_feed_forward_length")?,
+            None => self.usize(&keys::EXPERT_FFN)?,
         };
-        let n_shared = self.opt_usize("expert_shared_count")?.unwrap_or(0);
-        let scoring = match self.opt_usize("expert_gating_func")?.unwrap_or(d.gating) {
+        let n_shared = self.opt_usize(&keys::SHARED_EXPERTS)?.unwrap_or(0);
+        let scoring = match self.opt_usize(&keys::EXPERT_GATING)?.unwrap_or(d.gating) {
             GATING_SOFTMAX => RouterScoring::Softmax,
             GATING_SIGMOID => RouterScoring::Sigmoid,
             other => {
                 return Err(self.bad(
-                    "expert_gating_func",
+                    &keys::EXPERT_GATING,
                     format!("= {other} is not a supported gating function"),
                 ))
             }
         };
         let m = MoeConfig {
             n_experts,
-            n_experts_active: self.usize("expert_used_count")?,
+            n_experts_active: self.usize(&keys::EXPERTS_USED)?,
             n_shared_experts: n_shared,
             expert_ffn_dim: expert_ffn,
             shared_ffn_dim: self
-                .opt_usize("expert_shared_feed_forward_length")?
+                .opt_usize(&keys::SHARED_EXPERT_FFN)?
                 .unwrap_or(expert_ffn.saturating_mul(n_shared)),
             scoring,
             has_correction_bias: self.any_layer(cfg.n_layers, "blk.{}.exp_probs_b.bias"),
             // llama.cpp writes 0 for "no groups": one group holding every expert.
-            n_group: self.opt_usize("expert_group_count")?.unwrap_or(1).max(1),
+            n_group: self.opt_usize(&keys::EXPERT_GROUPS)?.unwrap_or(1).max(1),
             topk_group: self
-                .opt_usize("expert_group_used_count")?
+                .opt_usize(&keys::EXPERT_GROUPS_USED)?
                 .unwrap_or(1)
                 .max(1),
-            norm_topk_prob: d.always_norm || self.opt_bool("expert_weights_norm")?.unwrap_or(false),
-            routed_scaling_factor: self.opt_f32("expert_weights_scale")?.unwrap_or(1.0),
+            norm_topk_prob: d.always_norm
+                || self.opt_bool(&keys::EXPERT_WEIGHTS_NORM)?.unwrap_or(false),
+            routed_scaling_factor: self.opt_f32(&keys::ROUTED_SCALE)?.unwrap_or(1.0),
             ..MoeConfig::none(cfg.hidden_dim)
         };
         cfg.moe = m;
         let n = cfg.n_layers;
-        cfg.layer_moe = match self.opt_usize("leading_dense_block_count")? {
+        cfg.layer_moe = match self.opt_usize(&keys::LEADING_DENSE)? {
             Some(k) => (0..n).map(|l| l >= k).collect(),
             None => (0..n)
                 .map(|l| {
@@ -413,93 +354,5 @@ impl GgufMeta {
                 .collect(),
         };
         Ok(())
-    }
-
-    /// llama.cpp's qwen2moe / qwen3next: one shared expert behind a sigmoid gate, as wide as
-    /// `expert_shared_feed_forward_length` (none when it is absent or 0).
-    pub fn gated_shared_expert(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        let shared = self
-            .opt_usize("expert_shared_feed_forward_length")?
-            .unwrap_or(0);
-        cfg.moe.n_shared_experts = usize::from(shared > 0);
-        cfg.moe.shared_ffn_dim = shared;
-        cfg.moe.shared_expert_gate = shared > 0;
-        Ok(())
-    }
-
-    /// Multi-head latent attention: real head sizes from the `*_mla` keys, `head_dim` the rope
-    /// dim, one decompressed key/value head per query head.
-    pub fn mla(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        let rope = self.usize("rope.dimension_count")?;
-        let k_key = match self.value("attention.key_length_mla") {
-            Some(_) => "attention.key_length_mla",
-            None => "attention.key_length",
-        };
-        let k_len = self.usize(k_key)?;
-        let v_len = self
-            .opt_usize("attention.value_length_mla")?
-            .map_or_else(|| self.usize("attention.value_length"), Ok)?;
-        if k_len <= rope {
-            return Err(self.bad(
-                k_key,
-                format!("= {k_len} leaves no room beside the rope part {rope}"),
-            ));
-        }
-        cfg.mla = Some(MlaConfig {
-            q_lora_rank: self.opt_usize("attention.q_lora_rank")?.filter(|&r| r > 0),
-            kv_lora_rank: self.usize("attention.kv_lora_rank")?,
-            qk_nope_head_dim: k_len - rope,
-            qk_rope_head_dim: rope,
-            v_head_dim: v_len,
-        });
-        cfg.head_dim = rope;
-        cfg.n_kv_heads = cfg.n_heads;
-        cfg.rope.rotary_dim = rope;
-        Ok(())
-    }
-
-    /// The DSA lightning indexer; `attention.indexer.types` (true / nonzero = the layer runs
-    /// its own indexer) says which layers share the previous selection.
-    pub fn dsa(&self, cfg: &mut ModelConfig, rope_interleaved: bool) -> Result<(), LoadError> {
-        cfg.dsa = Some(DsaConfig {
-            index_n_heads: self.usize("attention.indexer.head_count")?,
-            index_head_dim: self.usize("attention.indexer.key_length")?,
-            index_topk: self.usize("attention.indexer.top_k")?,
-            indexer_types: self.indexer_types(cfg.n_layers)?,
-            rope_interleaved,
-        });
-        Ok(())
-    }
-
-    fn indexer_types(&self, n_layers: usize) -> Result<Vec<IndexerKind>, LoadError> {
-        let key = self.key("attention.indexer.types");
-        let Some(arr) = self.file.get_array(&key) else {
-            return Ok(vec![IndexerKind::Full; n_layers]);
-        };
-        let k = "attention.indexer.types";
-        if arr.len() != n_layers {
-            return Err(self.bad(
-                k,
-                format!("has {} entries for {n_layers} layers", arr.len()),
-            ));
-        }
-        let kinds = arr
-            .iter()
-            .map(|v| {
-                let full = match v {
-                    MetaValue::Bool(b) => Some(b),
-                    other => other.as_u64().map(|x| x != 0),
-                };
-                match full {
-                    Some(true) => Ok(IndexerKind::Full),
-                    Some(false) => Ok(IndexerKind::Shared),
-                    None => Err(self.bad(k, "is not a bool or integer array")),
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if kinds.first() == Some(&IndexerKind::Shared) {
-            return Err(self.bad(k, "makes layer 0 share a previous layer's indexer"));
-        }
-        Ok(kinds)
     }
 }

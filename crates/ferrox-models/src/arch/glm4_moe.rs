@@ -6,9 +6,10 @@
 //! `LLM_ARCH_GLM4_MOE`, whose GGUFs store the pre-FFN norm (HF `post_attention_layernorm`) as
 //! `post_attention_norm`.
 
+use super::common_deepseek;
 use super::gguf::{MoeDefaults, GATING_SIGMOID};
 use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, ROUTED_FFN, SHARED_FFN, STD_ATTN};
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
@@ -31,9 +32,9 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("glm4_moe", false)?;
-    cfg.qk_norm = c.bool("use_qk_norm")?.unwrap_or(false);
+    cfg.qk_norm = c.bool(&keys::USE_QK_NORM)?.unwrap_or(false);
     c.sliding_from_layer_types(&mut cfg)?;
-    c.deepseek_moe(&mut cfg)?;
+    common_deepseek::hf_moe(c, &mut cfg)?;
     Ok(cfg)
 }
 

@@ -2,7 +2,7 @@
 //! llama.cpp's `deepseek2` (see `deepseek_v3`).
 //! Reference: transformers `modeling_glm4_moe_lite.py`.
 
-use super::deepseek_v3::mla_moe_from_hf;
+use super::common_deepseek::mla_moe_from_hf;
 use super::tables::mla_moe_layers;
 use super::{no_gguf, Architecture, HfConfig};
 use crate::config::ModelConfig;

@@ -16,9 +16,10 @@
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{expert_ffn, expert_ffn2, experts, heads, NORMS, STD_ATTN};
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::{Activation, ModelConfig, RopeScaling};
 use crate::weights::{opt, table, Dim::*, LoadError, TensorRef, TensorSpec};
+use ferrox_format::gguf::MetaValue;
 
 pub static ARCH: Architecture =
     Architecture::new("gpt_oss", config_from_hf, config_from_gguf, tensors)
@@ -160,11 +161,11 @@ fn gpt_oss_common(cfg: &mut ModelConfig, alpha: f32, limit: f32) {
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("gpt_oss", false)?;
     c.sliding_from_layer_types(&mut cfg)?;
-    let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
+    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
     c.moe_everywhere(&mut cfg)?;
-    let alpha = c.f32("swiglu_alpha")?.unwrap_or(1.702);
-    let limit = c.f32("swiglu_limit")?.unwrap_or(7.0);
+    let alpha = c.f32(&keys::SWIGLU_ALPHA)?.unwrap_or(1.702);
+    let limit = c.f32(&keys::SWIGLU_LIMIT)?.unwrap_or(7.0);
     gpt_oss_common(&mut cfg, alpha, limit);
     Ok(cfg)
 }
@@ -178,11 +179,48 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
         false,
         MoeDefaults::gating(GATING_SOFTMAX).renormalised(),
     )?;
-    g.swa_pattern(&mut cfg, 2)?;
+    swa_pattern(g, &mut cfg, 2)?;
     gpt_oss_common(&mut cfg, 1.702, 7.0);
     // The released checkpoints' `rope_scaling` says `truncate: false`; GGUF has no key for it.
     if let RopeScaling::Yarn { truncate, .. } = &mut cfg.rope.scaling {
         *truncate = false;
     }
     Ok(cfg)
+}
+
+/// llama.cpp's `load_swa_pattern`: the window from `attention.sliding_window`, the sliding
+/// layers from `attention.sliding_window_pattern` — a per-layer bool array, or a period `n`
+/// (default `default_period`) in which all but the last layer slide (`l % n < n - 1`).
+fn swa_pattern(
+    g: &GgufMeta,
+    cfg: &mut ModelConfig,
+    default_period: usize,
+) -> Result<(), LoadError> {
+    cfg.sliding_window = g.opt_usize(&keys::SLIDING_WINDOW)?.filter(|&w| w > 0);
+    if cfg.sliding_window.is_none() {
+        cfg.set_sliding_layers(|_| false);
+        return Ok(());
+    }
+    let pattern = &keys::SLIDING_PATTERN;
+    if let Some(arr) = g.array(pattern) {
+        let sliding = arr
+            .iter()
+            .map(|v| match v {
+                MetaValue::Bool(b) => Some(b),
+                other => other.as_u64().map(|x| x != 0),
+            })
+            .collect::<Option<Vec<bool>>>()
+            .filter(|s| s.len() == cfg.n_layers)
+            .ok_or_else(|| {
+                g.bad(
+                    pattern,
+                    format!("is not one bool per layer ({})", cfg.n_layers),
+                )
+            })?;
+        cfg.set_sliding_layers(|l| sliding[l]);
+        return Ok(());
+    }
+    let n = g.opt_usize(pattern)?.unwrap_or(default_period).max(1);
+    cfg.set_sliding_layers(|l| l % n < n - 1);
+    Ok(())
 }

@@ -8,6 +8,7 @@
 //! splits `input_linear` into `ffn_gate_exps` / `ffn_up_exps` and permutes q/k as Llama.
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
+use super::keys::{self, Key};
 use super::tables::{expert_ffn, expert_ffn2, experts, NORMS, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
@@ -32,7 +33,7 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, STD_ATTN, MOE].concat()
 }
 
-fn multiplier(c: &HfConfig, key: &str) -> Result<f32, LoadError> {
+fn multiplier(c: &HfConfig, key: &Key) -> Result<f32, LoadError> {
     match c.f32(key)? {
         Some(m) if m.is_finite() && m != 0.0 => Ok(m),
         Some(m) => Err(c.bad(key, format!("= {m} is not a usable multiplier"))),
@@ -42,12 +43,12 @@ fn multiplier(c: &HfConfig, key: &str) -> Result<f32, LoadError> {
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("granitemoe", false)?;
-    cfg.tie_embeddings = c.bool("tie_word_embeddings")?.unwrap_or(true);
-    cfg.embedding_multiplier = multiplier(c, "embedding_multiplier")?;
-    cfg.residual_multiplier = multiplier(c, "residual_multiplier")?;
-    cfg.logit_divisor = multiplier(c, "logits_scaling")?;
-    cfg.attn_scale = c.f32("attention_multiplier")?;
-    let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
+    cfg.tie_embeddings = c.bool(&keys::TIE_EMBEDDINGS)?.unwrap_or(true);
+    cfg.embedding_multiplier = multiplier(c, &keys::EMBEDDING_SCALE)?;
+    cfg.residual_multiplier = multiplier(c, &keys::RESIDUAL_SCALE)?;
+    cfg.logit_divisor = multiplier(c, &keys::LOGIT_SCALE)?;
+    cfg.attn_scale = c.f32(&keys::ATTN_SCALE)?;
+    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
     c.moe_everywhere(&mut cfg)?;
     Ok(cfg)
@@ -55,7 +56,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 
 /// A `*_scale` key: the converter writes it only when the multiplier is truthy and llama.cpp
 /// reads 0 as "not scaled", so absent and 0 are `None`.
-fn gguf_scale(g: &GgufMeta, key: &str) -> Result<Option<f32>, LoadError> {
+fn gguf_scale(g: &GgufMeta, key: &Key) -> Result<Option<f32>, LoadError> {
     // `opt_f32` refuses non-finite values.
     Ok(g.opt_f32(key)?.filter(|&m| m != 0.0))
 }
@@ -68,11 +69,11 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
         .renormalised()
         .expert_ffn_from_ffn();
     let mut cfg = g.gqa_moe("granitemoe", true, moe)?;
-    cfg.embedding_multiplier = gguf_scale(g, "embedding_scale")?.unwrap_or(1.0);
-    cfg.residual_multiplier = gguf_scale(g, "residual_scale")?.unwrap_or(1.0);
-    cfg.attn_scale = gguf_scale(g, "attention.scale")?;
-    cfg.logit_divisor = match g.f32("logit_scale")? {
-        0.0 => return Err(g.bad("logit_scale", "is 0")),
+    cfg.embedding_multiplier = gguf_scale(g, &keys::EMBEDDING_SCALE)?.unwrap_or(1.0);
+    cfg.residual_multiplier = gguf_scale(g, &keys::RESIDUAL_SCALE)?.unwrap_or(1.0);
+    cfg.attn_scale = gguf_scale(g, &keys::ATTN_SCALE)?;
+    cfg.logit_divisor = match g.f32(&keys::LOGIT_SCALE)? {
+        0.0 => return Err(g.bad(&keys::LOGIT_SCALE, "is 0")),
         s => s,
     };
     Ok(cfg)

@@ -1,15 +1,13 @@
-//! Typed reading of Hugging Face `config.json`: the fields every family shares and the sections
-//! several share (RoPE, sliding layers, DeepSeek-style MoE, MLA, DSA). Each architecture file
-//! starts from [`HfConfig::base`] and sets what its transformers configuration class says.
+//! Typed reading of Hugging Face `config.json` (fields named by the rows of [`super::keys`]):
+//! the fields every family shares and the sections several share (RoPE, sliding layers,
+//! softmax-routed experts). Each architecture file starts from [`HfConfig::base`] and sets what
+//! its transformers configuration class says.
 //!
 //! Field meanings and defaults follow transformers 5.x configuration classes; both the 5.x
 //! `rope_parameters` dict and the older `rope_theta` + `rope_scaling` pair are read.
 
-use super::gguf::{MAX_LAYERS, MAX_VALUE};
-use crate::config::{
-    Activation, AttnKind, Dims, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig,
-    RopeConfig, RopeScaling, RouterScoring,
-};
+use super::keys::{self, Key, MAX_LAYERS, MAX_VALUE};
+use crate::config::{Activation, AttnKind, Dims, ModelConfig, MoeConfig, RopeConfig, RopeScaling};
 use crate::weights::LoadError;
 use serde_json::{Map, Value};
 
@@ -20,57 +18,72 @@ pub struct HfConfig<'a> {
     prefix: String,
 }
 
-/// The error for field `key` of `config.json`.
-fn bad(key: &str, problem: impl std::fmt::Display) -> LoadError {
-    LoadError::Value {
-        key: key.to_string(),
-        problem: problem.to_string(),
-    }
-}
-
 impl<'a> HfConfig<'a> {
     /// The object holding `model_type` (multimodal wrappers keep the language model under
     /// `text_config`).
     pub fn of(obj: &'a Map<String, Value>) -> Self {
-        match obj.get("text_config").and_then(Value::as_object) {
-            Some(t) if t.contains_key("model_type") => HfConfig {
-                map: t,
-                prefix: "text_config.".into(),
-            },
-            _ => HfConfig {
-                map: obj,
-                prefix: String::new(),
-            },
+        let top = HfConfig {
+            map: obj,
+            prefix: String::new(),
+        };
+        match top.sub(&keys::TEXT_CONFIG) {
+            Some(t) if t.get(&keys::MODEL_TYPE).is_some() => t,
+            _ => top,
         }
     }
 
-    /// The object at `k`, when there is one.
-    pub fn sub(&self, k: &str) -> Option<HfConfig<'a>> {
+    /// The first of `k`'s names present in this object, else its first: the name a value of
+    /// `k` is read under and an error names.
+    pub fn name(&self, k: &Key) -> &'static str {
+        let present = k.hf.iter().find(|n| self.value(n).is_some());
+        present.or(k.hf.first()).copied().unwrap_or(k.field)
+    }
+
+    /// Whether this object holds one of `k`'s names (null counts as absent).
+    pub fn has(&self, k: &Key) -> bool {
+        k.hf.iter().any(|n| self.value(n).is_some())
+    }
+
+    fn value(&self, name: &str) -> Option<&'a Value> {
+        self.map.get(name).filter(|v| !v.is_null())
+    }
+
+    /// The object at `k` (the first of its names that holds one).
+    pub fn sub(&self, k: &Key) -> Option<HfConfig<'a>> {
+        k.hf.iter().find_map(|n| self.sub_named(n))
+    }
+
+    /// The object at field `name` (a nested dict keyed by a value, as Gemma 3's per-layer-type
+    /// RoPE).
+    pub fn sub_named(&self, name: &str) -> Option<HfConfig<'a>> {
         Some(HfConfig {
-            map: self.get(k)?.as_object()?,
-            prefix: format!("{}{k}.", self.prefix),
+            map: self.value(name)?.as_object()?,
+            prefix: format!("{}{name}.", self.prefix),
         })
     }
 
     /// Field `k`'s name in the file (`rope_scaling.factor`).
-    pub fn path(&self, k: &str) -> String {
-        format!("{}{k}", self.prefix)
+    pub fn path(&self, k: &Key) -> String {
+        format!("{}{}", self.prefix, self.name(k))
     }
 
     /// The error for field `k` of this object.
-    pub fn bad(&self, k: &str, problem: impl std::fmt::Display) -> LoadError {
-        bad(&self.path(k), problem)
+    pub fn bad(&self, k: &Key, problem: impl std::fmt::Display) -> LoadError {
+        LoadError::Value {
+            key: self.path(k),
+            problem: problem.to_string(),
+        }
     }
 
-    pub fn get(&self, k: &str) -> Option<&'a Value> {
-        self.map.get(k).filter(|v| !v.is_null())
+    pub fn get(&self, k: &Key) -> Option<&'a Value> {
+        self.value(self.name(k))
     }
-    pub fn str(&self, k: &str) -> Result<Option<&'a str>, LoadError> {
+    pub fn str(&self, k: &Key) -> Result<Option<&'a str>, LoadError> {
         self.typed(k, "a string", Value::as_str)
     }
     /// A count or size; another type, a negative or fractional number, or one beyond
     /// [`MAX_VALUE`] is an error naming the field (never a silent default).
-    pub fn usize(&self, k: &str) -> Result<Option<usize>, LoadError> {
+    pub fn usize(&self, k: &Key) -> Result<Option<usize>, LoadError> {
         match self.typed(k, "a non-negative integer", Value::as_u64)? {
             Some(x) if x <= MAX_VALUE => Ok(Some(x as usize)),
             Some(x) => Err(self.bad(k, format!("= {x} is out of range (at most {MAX_VALUE})"))),
@@ -78,20 +91,26 @@ impl<'a> HfConfig<'a> {
         }
     }
     /// A number (JSON integers are numbers too); non-finite values are refused.
-    pub fn f32(&self, k: &str) -> Result<Option<f32>, LoadError> {
+    pub fn f32(&self, k: &Key) -> Result<Option<f32>, LoadError> {
         match self.typed(k, "a number", Value::as_f64)? {
             Some(x) if (x as f32).is_finite() => Ok(Some(x as f32)),
             Some(x) => Err(self.bad(k, format!("= {x} is not a finite 32-bit number"))),
             None => Ok(None),
         }
     }
-    pub fn bool(&self, k: &str) -> Result<Option<bool>, LoadError> {
+    pub fn bool(&self, k: &Key) -> Result<Option<bool>, LoadError> {
         self.typed(k, "a bool", Value::as_bool)
     }
-    pub fn req(&self, k: &str) -> Result<usize, LoadError> {
-        self.usize(k)?.ok_or_else(|| self.bad(k, "is missing"))
+    pub fn req(&self, k: &Key) -> Result<usize, LoadError> {
+        self.usize(k)?.ok_or_else(|| match k.hf {
+            [_, aliases @ ..] if !aliases.is_empty() => {
+                let aliases = aliases.join("`, `");
+                self.bad(k, format!("is missing (so are its aliases `{aliases}`)"))
+            }
+            _ => self.bad(k, "is missing"),
+        })
     }
-    pub fn str_list(&self, k: &str) -> Result<Option<Vec<String>>, LoadError> {
+    pub fn str_list(&self, k: &Key) -> Result<Option<Vec<String>>, LoadError> {
         let list = |v: &Value| -> Option<Vec<String>> {
             let a = v.as_array()?;
             a.iter().map(|s| s.as_str().map(str::to_string)).collect()
@@ -102,7 +121,7 @@ impl<'a> HfConfig<'a> {
     /// `want` when `conv` finds no value of its type there.
     fn typed<T>(
         &self,
-        k: &str,
+        k: &Key,
         want: &str,
         conv: impl FnOnce(&'a Value) -> Option<T>,
     ) -> Result<Option<T>, LoadError> {
@@ -121,66 +140,62 @@ impl<'a> HfConfig<'a> {
     /// Dimensions, norm epsilon, activation, embedding tying, soft-caps, q/k/v bias
     /// (`attention_bias`) and full-attention RoPE (`interleaved` pairs or halves).
     pub fn base(&self, arch: &'static str, interleaved: bool) -> Result<ModelConfig, LoadError> {
-        if let Some(q) = self.get("quantization_config") {
+        if self.get(&keys::QUANTIZATION).is_some() {
             // Pre-quantized Hub checkpoints (MXFP4 gpt-oss, GPTQ, AWQ, FP8) store their own
             // block formats under other tensor names; refuse by name instead of a missing tensor.
-            let method = q
-                .get("quant_method")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown");
+            let q = self.sub(&keys::QUANTIZATION);
+            let method = q.and_then(|q| q.str(&keys::QUANT_METHOD).ok().flatten());
             return Err(self.bad(
-                "quantization_config",
+                &keys::QUANTIZATION,
                 format!(
-                    "\"{method}\": pre-quantized Hub checkpoints are not loaded; use the \
-                     unquantized checkpoint or a GGUF conversion"
+                    "\"{}\": pre-quantized Hub checkpoints are not loaded; use the \
+                     unquantized checkpoint or a GGUF conversion",
+                    method.unwrap_or("unknown")
                 ),
             ));
         }
-        let hidden = self.req("hidden_size")?;
-        let n_layers = self.req("num_hidden_layers")?;
+        let hidden = self.req(&keys::HIDDEN)?;
+        let n_layers = self.req(&keys::LAYERS)?;
         // The per-layer lists are allocated from this count before anything else is checked.
         if !(1..=MAX_LAYERS).contains(&n_layers) {
             return Err(self.bad(
-                "num_hidden_layers",
+                &keys::LAYERS,
                 format!("= {n_layers} is outside 1..={MAX_LAYERS}"),
             ));
         }
-        let n_heads = self.req("num_attention_heads")?;
+        let n_heads = self.req(&keys::HEADS)?;
         if n_heads == 0 {
-            return Err(self.bad("num_attention_heads", "is 0"));
+            return Err(self.bad(&keys::HEADS, "is 0"));
         }
         let dims = Dims {
-            vocab: self.req("vocab_size")?,
+            vocab: self.req(&keys::VOCAB)?,
             hidden,
             n_layers,
             n_heads,
-            n_kv_heads: self.usize("num_key_value_heads")?.unwrap_or(n_heads),
-            head_dim: self.usize("head_dim")?.unwrap_or(hidden / n_heads),
-            ffn_dim: self.req("intermediate_size")?,
+            n_kv_heads: self.usize(&keys::KV_HEADS)?.unwrap_or(n_heads),
+            head_dim: self.usize(&keys::HEAD_DIM)?.unwrap_or(hidden / n_heads),
+            ffn_dim: self.req(&keys::FFN)?,
         };
-        let max_pos = self.usize("max_position_embeddings")?.unwrap_or(4096);
+        let max_pos = self.usize(&keys::CONTEXT)?.unwrap_or(4096);
         let rope = self.rope(None, dims.head_dim, interleaved, max_pos)?;
         let mut cfg = ModelConfig::new(arch, dims, rope);
         if matches!(rope.scaling, RopeScaling::Factors { .. }) {
             let pairs = rope.rotary_dim / 2;
-            cfg.rope_freq_factors = Some(self.longrope_factors("short_factor", pairs)?);
-            cfg.rope_long_factors = Some(self.longrope_factors("long_factor", pairs)?);
+            cfg.rope_freq_factors = Some(self.longrope_factors(&keys::ROPE_SHORT_FACTORS, pairs)?);
+            cfg.rope_long_factors = Some(self.longrope_factors(&keys::ROPE_LONG_FACTORS, pairs)?);
         }
         cfg.max_seq_len = max_pos;
-        cfg.norm_eps = self.f32("rms_norm_eps")?.unwrap_or(1e-6);
+        cfg.norm_eps = self.f32(&keys::NORM_EPS)?.unwrap_or(1e-6);
         cfg.activation = self.activation()?;
-        cfg.qkv_bias = self.bool("attention_bias")?.unwrap_or(false);
-        cfg.tie_embeddings = self.bool("tie_word_embeddings")?.unwrap_or(false);
-        cfg.final_logit_softcap = self.f32("final_logit_softcapping")?;
-        cfg.attn_logit_softcap = self.f32("attn_logit_softcapping")?;
+        cfg.qkv_bias = self.bool(&keys::ATTENTION_BIAS)?.unwrap_or(false);
+        cfg.tie_embeddings = self.bool(&keys::TIE_EMBEDDINGS)?.unwrap_or(false);
+        cfg.final_logit_softcap = self.f32(&keys::FINAL_SOFTCAP)?;
+        cfg.attn_logit_softcap = self.f32(&keys::ATTN_SOFTCAP)?;
         Ok(cfg)
     }
 
     fn activation(&self) -> Result<Activation, LoadError> {
-        let key = match self.get("hidden_activation") {
-            Some(_) => "hidden_activation",
-            None => "hidden_act",
-        };
+        let key = &keys::ACTIVATION;
         match self.str(key)?.unwrap_or("silu") {
             "silu" | "swish" => Ok(Activation::Silu),
             "gelu_pytorch_tanh" | "gelu_tanh" | "gelu" => Ok(Activation::GeluTanh),
@@ -194,13 +209,19 @@ impl<'a> HfConfig<'a> {
         &self,
         layer_type: Option<&str>,
     ) -> Result<(Option<HfConfig<'a>>, f32), LoadError> {
-        let legacy_theta = self.f32("rope_theta")?;
-        if let Some(p) = self.sub("rope_parameters") {
-            let p = layer_type.and_then(|t| p.sub(t)).unwrap_or(p);
-            let theta = p.f32("rope_theta")?.or(legacy_theta).unwrap_or(10_000.0);
+        let legacy_theta = self.f32(&keys::ROPE_THETA)?;
+        if let Some(p) = self.sub(&keys::ROPE_PARAMETERS) {
+            let p = layer_type.and_then(|t| p.sub_named(t)).unwrap_or(p);
+            let theta = p
+                .f32(&keys::ROPE_THETA)?
+                .or(legacy_theta)
+                .unwrap_or(10_000.0);
             return Ok((Some(p), theta));
         }
-        Ok((self.sub("rope_scaling"), legacy_theta.unwrap_or(10_000.0)))
+        Ok((
+            self.sub(&keys::ROPE_SCALING),
+            legacy_theta.unwrap_or(10_000.0),
+        ))
     }
 
     /// The RoPE of layers of `layer_type` (`None`: the model's only one).
@@ -212,23 +233,20 @@ impl<'a> HfConfig<'a> {
         max_pos: usize,
     ) -> Result<RopeConfig, LoadError> {
         let (p, theta) = self.rope_params(layer_type)?;
-        let partial = match p.as_ref().map(|p| p.f32("partial_rotary_factor")) {
+        let partial = match p.as_ref().map(|p| p.f32(&keys::ROTARY_DIM)) {
             Some(Ok(Some(f))) => f,
             Some(Err(e)) => return Err(e),
-            _ => self.f32("partial_rotary_factor")?.unwrap_or(1.0),
+            _ => self.f32(&keys::ROTARY_DIM)?.unwrap_or(1.0),
         };
         if !(0.0..=1.0).contains(&partial) {
-            return Err(self.bad(
-                "partial_rotary_factor",
-                format!("= {partial} is outside 0..=1"),
-            ));
+            return Err(self.bad(&keys::ROTARY_DIM, format!("= {partial} is outside 0..=1")));
         }
         Ok(RopeConfig {
             theta,
             scaling: rope_scaling(
                 p.as_ref(),
                 max_pos,
-                self.usize("original_max_position_embeddings")?,
+                self.usize(&keys::ROPE_ORIGINAL_CONTEXT)?,
             )?,
             rotary_dim: (head_dim as f32 * partial) as usize,
             interleaved,
@@ -237,9 +255,9 @@ impl<'a> HfConfig<'a> {
 
     /// One of LongRoPE's per-pair divisor sets (`short_factor`, `long_factor`); which one a
     /// position uses is `Rope`'s business (crate::blocks::rope).
-    fn longrope_factors(&self, key: &str, pairs: usize) -> Result<Vec<f32>, LoadError> {
+    fn longrope_factors(&self, key: &Key, pairs: usize) -> Result<Vec<f32>, LoadError> {
         let (p, _) = self.rope_params(None)?;
-        let p = p.ok_or_else(|| self.bad("rope_scaling", "is missing"))?;
+        let p = p.ok_or_else(|| self.bad(&keys::ROPE_SCALING, "is missing"))?;
         let factors: Option<Vec<f32>> = p
             .get(key)
             .and_then(Value::as_array)
@@ -250,7 +268,7 @@ impl<'a> HfConfig<'a> {
     }
 
     /// Per-layer sliding flags from a `layer_types`-style list (`*sliding*` or `sparse`).
-    pub fn layer_kinds(&self, key: &str, n_layers: usize) -> Result<Option<Vec<bool>>, LoadError> {
+    pub fn layer_kinds(&self, key: &Key, n_layers: usize) -> Result<Option<Vec<bool>>, LoadError> {
         let Some(list) = self.str_list(key)? else {
             return Ok(None);
         };
@@ -262,7 +280,7 @@ impl<'a> HfConfig<'a> {
         ))
     }
 
-    fn check_len(&self, key: &str, got: usize, n_layers: usize) -> Result<(), LoadError> {
+    pub fn check_len(&self, key: &Key, got: usize, n_layers: usize) -> Result<(), LoadError> {
         if got != n_layers {
             return Err(self.bad(key, format!("has {got} entries for {n_layers} layers")));
         }
@@ -276,7 +294,7 @@ impl<'a> HfConfig<'a> {
             .map(|&s| if s { AttnKind::Sliding } else { AttnKind::Full })
             .collect();
         cfg.sliding_window = if sliding.iter().any(|&s| s) {
-            self.usize("sliding_window")?
+            self.usize(&keys::SLIDING_WINDOW)?
         } else {
             None
         };
@@ -286,10 +304,10 @@ impl<'a> HfConfig<'a> {
     /// Sliding layers as `layer_types` lists them when `sliding_window` is set (transformers'
     /// generic rule); none otherwise.
     pub fn sliding_from_layer_types(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        if self.usize("sliding_window")?.is_none() {
+        if self.usize(&keys::SLIDING_WINDOW)?.is_none() {
             return Ok(());
         }
-        if let Some(kinds) = self.layer_kinds("layer_types", cfg.n_layers)? {
+        if let Some(kinds) = self.layer_kinds(&keys::LAYER_TYPES, cfg.n_layers)? {
             self.set_sliding(cfg, &kinds)?;
         }
         Ok(())
@@ -302,65 +320,30 @@ impl<'a> HfConfig<'a> {
         cfg: &mut ModelConfig,
         default: impl Fn(usize) -> bool,
     ) -> Result<(), LoadError> {
-        if self.usize("sliding_window")?.is_none() {
+        if self.usize(&keys::SLIDING_WINDOW)?.is_none() {
             return Ok(());
         }
         let n = cfg.n_layers;
-        let kinds = match self.layer_kinds("layer_types", n)? {
+        let kinds = match self.layer_kinds(&keys::LAYER_TYPES, n)? {
             Some(k) => k,
             None => (0..n).map(default).collect(),
         };
         self.set_sliding(cfg, &kinds)
     }
 
-    /// Qwen2/Qwen3: with `use_sliding_window`, the layers `layer_types` marks, else those from
-    /// `max_window_layers` on.
-    pub fn qwen_sliding(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        if !self.bool("use_sliding_window")?.unwrap_or(false) {
-            return Ok(());
-        }
-        let first = self.usize("max_window_layers")?.unwrap_or(cfg.n_layers);
-        self.sliding_by_types_or(cfg, |l| l >= first)
-    }
-
     /// Every layer sliding when `sliding_window` is set and `enabled`.
     pub fn sliding_all(&self, cfg: &mut ModelConfig, enabled: bool) -> Result<(), LoadError> {
-        if self.usize("sliding_window")?.is_some() {
+        if self.usize(&keys::SLIDING_WINDOW)?.is_some() {
             self.set_sliding(cfg, &vec![enabled; cfg.n_layers])?;
         }
         Ok(())
-    }
-
-    /// DeepSeek-style MoE (GLM-4.5, DeepSeek-V3, GLM-5): sigmoid router with correction bias,
-    /// grouped top-k, routed scaling, shared experts; dense FFN on the first
-    /// `first_k_dense_replace` layers (or as `mlp_layer_types` says).
-    pub fn deepseek_moe(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        let expert_ffn = self.req("moe_intermediate_size")?;
-        let n_shared = self.usize("n_shared_experts")?.unwrap_or(0);
-        cfg.moe = MoeConfig {
-            n_experts: self.req("n_routed_experts")?,
-            n_experts_active: self.req("num_experts_per_tok")?,
-            expert_ffn_dim: expert_ffn,
-            n_shared_experts: n_shared,
-            shared_ffn_dim: expert_ffn.saturating_mul(n_shared),
-            scoring: RouterScoring::Sigmoid,
-            has_correction_bias: true,
-            n_group: self.usize("n_group")?.unwrap_or(1).max(1),
-            topk_group: self.usize("topk_group")?.unwrap_or(1).max(1),
-            norm_topk_prob: self.bool("norm_topk_prob")?.unwrap_or(true),
-            routed_scaling_factor: self.f32("routed_scaling_factor")?.unwrap_or(1.0),
-            ..MoeConfig::none(cfg.hidden_dim)
-        };
-        let k = self.usize("first_k_dense_replace")?.unwrap_or(0);
-        let default: Vec<bool> = (0..cfg.n_layers).map(|l| l >= k).collect();
-        self.moe_layers(cfg, default)
     }
 
     /// Sets which layers are MoE: `mlp_layer_types` when given, else `default` (the expert
     /// counts are checked with the rest of the config, `crate::validate`).
     pub fn moe_layers(&self, cfg: &mut ModelConfig, default: Vec<bool>) -> Result<(), LoadError> {
         cfg.layer_moe = self
-            .layer_kinds("mlp_layer_types", cfg.n_layers)?
+            .layer_kinds(&keys::MLP_LAYER_TYPES, cfg.n_layers)?
             .unwrap_or(default);
         Ok(())
     }
@@ -376,7 +359,7 @@ impl<'a> HfConfig<'a> {
     ) -> Result<(), LoadError> {
         cfg.moe = MoeConfig {
             n_experts,
-            n_experts_active: self.req("num_experts_per_tok")?,
+            n_experts_active: self.req(&keys::EXPERTS_USED)?,
             expert_ffn_dim: expert_ffn,
             norm_topk_prob: renormalise,
             ..MoeConfig::none(cfg.hidden_dim)
@@ -384,114 +367,10 @@ impl<'a> HfConfig<'a> {
         Ok(())
     }
 
-    /// Qwen2-MoE / Qwen3-Next experts: softmax routing, one shared expert behind a sigmoid
-    /// gate when `shared_expert_intermediate_size` is set, `norm_topk_prob` defaulting to
-    /// `renormalise`, and Qwen's dense/MoE layer rule.
-    pub fn qwen_gated_shared_moe(
-        &self,
-        cfg: &mut ModelConfig,
-        renormalise: bool,
-    ) -> Result<(), LoadError> {
-        let shared_ffn = self.usize("shared_expert_intermediate_size")?.unwrap_or(0);
-        cfg.moe = MoeConfig {
-            n_experts: self.req("num_experts")?,
-            n_experts_active: self.req("num_experts_per_tok")?,
-            expert_ffn_dim: self.req("moe_intermediate_size")?,
-            n_shared_experts: usize::from(shared_ffn > 0),
-            shared_ffn_dim: shared_ffn,
-            shared_expert_gate: shared_ffn > 0,
-            norm_topk_prob: self.bool("norm_topk_prob")?.unwrap_or(renormalise),
-            ..MoeConfig::none(cfg.hidden_dim)
-        };
-        self.qwen_moe_layers(cfg)
-    }
-
     /// Every layer's FFN is the MoE block (or as `mlp_layer_types` says).
     pub fn moe_everywhere(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
         let all = vec![true; cfg.n_layers];
         self.moe_layers(cfg, all)
-    }
-
-    /// Qwen-MoE layer rule: dense FFN on the layers of `mlp_only_layers` and all but every
-    /// `decoder_sparse_step`-th (or as `mlp_layer_types` says).
-    pub fn qwen_moe_layers(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        let only: Vec<usize> = self
-            .get("mlp_only_layers")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_u64().map(|v| v as usize))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let step = self.usize("decoder_sparse_step")?.unwrap_or(1).max(1);
-        let default = (0..cfg.n_layers)
-            .map(|l| !only.contains(&l) && (l + 1) % step == 0)
-            .collect();
-        self.moe_layers(cfg, default)
-    }
-
-    /// Multi-head latent attention; `head_dim` becomes the rope dim (transformers'
-    /// `__post_init__`), and the RoPE is re-read for that width.
-    pub fn mla(&self, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-        let m = MlaConfig {
-            q_lora_rank: self.usize("q_lora_rank")?,
-            kv_lora_rank: self.req("kv_lora_rank")?,
-            qk_nope_head_dim: self.req("qk_nope_head_dim")?,
-            qk_rope_head_dim: self.req("qk_rope_head_dim")?,
-            v_head_dim: self.req("v_head_dim")?,
-        };
-        cfg.head_dim = m.qk_rope_head_dim;
-        let interleaved = self.bool("rope_interleave")?.unwrap_or(true);
-        cfg.rope = self.rope(None, cfg.head_dim, interleaved, cfg.max_seq_len)?;
-        cfg.mla = Some(m);
-        Ok(())
-    }
-
-    /// The DSA lightning indexer (`rope_interleaved`: GLM-5 rotates pairs, DeepSeek-V3.2
-    /// halves). Which layers run their own indexer: `indexer_types`, `index_topk_pattern`, or
-    /// transformers' frequency rule.
-    pub fn dsa(&self, cfg: &mut ModelConfig, rope_interleaved: bool) -> Result<(), LoadError> {
-        let n_layers = cfg.n_layers;
-        let kinds: Vec<IndexerKind> = if let Some(l) = self.str_list("indexer_types")? {
-            self.check_len("indexer_types", l.len(), n_layers)?;
-            l.iter()
-                .map(|s| match s.as_str() {
-                    "full" => Ok(IndexerKind::Full),
-                    "shared" => Ok(IndexerKind::Shared),
-                    o => Err(self.bad("indexer_types", format!("has \"{o}\""))),
-                })
-                .collect::<Result<_, _>>()?
-        } else if let Some(p) = self.str("index_topk_pattern")? {
-            self.check_len("index_topk_pattern", p.len(), n_layers)?;
-            p.chars()
-                .map(|ch| match ch {
-                    'F' | 'f' => Ok(IndexerKind::Full),
-                    'S' | 's' => Ok(IndexerKind::Shared),
-                    o => Err(self.bad("index_topk_pattern", format!("has '{o}'"))),
-                })
-                .collect::<Result<_, _>>()?
-        } else {
-            indexer_types_from_freq(
-                n_layers,
-                self.usize("index_topk_freq")?.unwrap_or(1),
-                self.usize("index_skip_topk_offset")?.unwrap_or(2),
-            )
-        };
-        if kinds.first() == Some(&IndexerKind::Shared) {
-            return Err(self.bad(
-                "indexer_types",
-                "makes layer 0 share a previous layer's indexer",
-            ));
-        }
-        cfg.dsa = Some(DsaConfig {
-            index_n_heads: self.req("index_n_heads")?,
-            index_head_dim: self.req("index_head_dim")?,
-            index_topk: self.req("index_topk")?,
-            indexer_types: kinds,
-            rope_interleaved,
-        });
-        Ok(())
     }
 }
 
@@ -505,39 +384,36 @@ fn rope_scaling(
     let Some(p) = p else {
         return Ok(RopeScaling::None);
     };
-    let f = |k: &str| p.f32(k);
-    let factor = || match f("factor")? {
+    use keys::*;
+    let f = |k: &Key| p.f32(k);
+    let factor = || match f(&ROPE_FACTOR)? {
         Some(x) if x > 0.0 => Ok(x),
-        Some(x) => Err(p.bad("factor", format!("= {x} is not positive"))),
-        None => Err(p.bad("factor", "is missing")),
+        Some(x) => Err(p.bad(&ROPE_FACTOR, format!("= {x} is not positive"))),
+        None => Err(p.bad(&ROPE_FACTOR, "is missing")),
     };
-    let ty_key = match p.get("rope_type") {
-        Some(_) => "rope_type",
-        None => "type",
-    };
-    let original = p.usize("original_max_position_embeddings")?;
-    Ok(match p.str(ty_key)?.unwrap_or("default") {
+    let original = p.usize(&ROPE_ORIGINAL_CONTEXT)?;
+    Ok(match p.str(&ROPE_TYPE)?.unwrap_or("default") {
         "default" => RopeScaling::None,
         "linear" => RopeScaling::Linear { factor: factor()? },
         "llama3" => RopeScaling::Llama3 {
             factor: factor()?,
-            low_freq_factor: f("low_freq_factor")?.unwrap_or(1.0),
-            high_freq_factor: f("high_freq_factor")?.unwrap_or(4.0),
+            low_freq_factor: f(&ROPE_LOW_FREQ)?.unwrap_or(1.0),
+            high_freq_factor: f(&ROPE_HIGH_FREQ)?.unwrap_or(4.0),
             original_max_position: original.unwrap_or(8192),
         },
         "yarn" => RopeScaling::Yarn {
             factor: factor()?,
             original_max_position: original.unwrap_or(max_pos),
-            beta_fast: f("beta_fast")?.unwrap_or(32.0),
-            beta_slow: f("beta_slow")?.unwrap_or(1.0),
-            mscale: f("mscale")?.unwrap_or(0.0),
-            mscale_all_dim: f("mscale_all_dim")?.unwrap_or(0.0),
-            truncate: p.bool("truncate")?.unwrap_or(true),
+            beta_fast: f(&YARN_BETA_FAST)?.unwrap_or(32.0),
+            beta_slow: f(&YARN_BETA_SLOW)?.unwrap_or(1.0),
+            mscale: f(&YARN_MSCALE)?.unwrap_or(0.0),
+            mscale_all_dim: f(&YARN_MSCALE_ALL_DIM)?.unwrap_or(0.0),
+            truncate: p.bool(&YARN_TRUNCATE)?.unwrap_or(true),
         },
         "longrope" | "su" => {
             let original = original.or(original_max).unwrap_or(max_pos).max(1) as f64;
-            let scale = f("factor")?.map_or(max_pos as f64 / original, f64::from);
-            let attn_factor = match f("attention_factor")? {
+            let scale = f(&ROPE_FACTOR)?.map_or(max_pos as f64 / original, f64::from);
+            let attn_factor = match f(&ROPE_ATTN_FACTOR)? {
                 Some(a) => f64::from(a),
                 None if scale <= 1.0 => 1.0,
                 None => (1.0 + scale.ln() / original.ln()).sqrt(),
@@ -547,20 +423,6 @@ fn rope_scaling(
                 original_max_position: original as usize,
             }
         }
-        other => return Err(p.bad(ty_key, format!("\"{other}\" is not supported"))),
+        other => return Err(p.bad(&ROPE_TYPE, format!("\"{other}\" is not supported"))),
     })
-}
-
-/// transformers' rule: layer i runs its own indexer iff `max(i - offset + 1, 0) % freq == 0`.
-pub fn indexer_types_from_freq(n_layers: usize, freq: usize, offset: usize) -> Vec<IndexerKind> {
-    let freq = freq.max(1);
-    (0..n_layers)
-        .map(|i| {
-            if (i + 1).saturating_sub(offset) % freq == 0 {
-                IndexerKind::Full
-            } else {
-                IndexerKind::Shared
-            }
-        })
-        .collect()
 }

@@ -3,7 +3,7 @@
 //! permutes q/k rows, so GGUF Llama rotates adjacent pairs).
 
 use super::tables::llama_layers;
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, Claim::Lacks, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
@@ -11,8 +11,8 @@ pub static ARCH: Architecture =
     Architecture::new("llama", config_from_hf, config_from_gguf, llama_layers)
         .hf(&["llama"])
         .gguf(&["llama"])
-        // llama.cpp stores Mixtral as `llama` with experts.
-        .claims(|g| !g.has_experts());
+        // llama.cpp also stores Mixtral (experts) and Mistral (a window) as `llama`.
+        .claims(&[Lacks(&keys::EXPERTS), Lacks(&keys::SLIDING_WINDOW)]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("llama", false)?;

@@ -2,10 +2,10 @@
 //! Reference: transformers `modeling_mistral.py` (`MistralConfig.sliding_window`); llama.cpp
 //! converts Mistral as `llama` (`LlamaModel`, q/k rows permuted to adjacent-pair RoPE) and
 //! writes `llama.attention.sliding_window` when the window is set; this entry claims those
-//! files, Llama the rest.
+//! files (without experts: Mixtral's), Llama the rest.
 
 use super::tables::llama_layers;
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, Claim::Has, Claim::Lacks, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
@@ -13,14 +13,7 @@ pub static ARCH: Architecture =
     Architecture::new("mistral", config_from_hf, config_from_gguf, llama_layers)
         .hf(&["mistral"])
         .gguf(&["llama"])
-        .claims(|g| {
-            !g.has_experts()
-                && g.opt_usize("attention.sliding_window")
-                    .ok()
-                    .flatten()
-                    .unwrap_or(0)
-                    > 0
-        });
+        .claims(&[Lacks(&keys::EXPERTS), Has(&keys::SLIDING_WINDOW)]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("mistral", false)?;

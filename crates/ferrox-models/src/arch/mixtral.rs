@@ -5,7 +5,7 @@
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{expert_ffn, expert_ffn2, experts, ExpertNames, NORMS, STD_ATTN};
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, Claim::Has, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
@@ -13,7 +13,7 @@ pub static ARCH: Architecture =
     Architecture::new("mixtral", config_from_hf, config_from_gguf, tensors)
         .hf(&["mixtral"])
         .gguf(&["llama"])
-        .claims(GgufMeta::has_experts)
+        .claims(&[Has(&keys::EXPERTS)])
         .experts(ExpertNames {
             gate: "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
             up: "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight",
@@ -36,7 +36,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("mixtral", false)?;
     cfg.qkv_bias = false;
     c.sliding_all(&mut cfg, true)?;
-    let (experts, width) = (c.req("num_local_experts")?, cfg.ffn_dim);
+    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
     c.softmax_moe(&mut cfg, experts, width, true)?;
     c.moe_everywhere(&mut cfg)?;
     Ok(cfg)

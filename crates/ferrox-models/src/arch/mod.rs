@@ -1,12 +1,18 @@
 //! The architecture registry. Each family is one file that says everything about it: the names
-//! it answers to (Hugging Face `model_type`s, GGUF `general.architecture` strings), how its
-//! `ModelConfig` is read from `config.json` and from GGUF metadata (through the shared typed
-//! readers in [`hf`] and [`gguf`]), and its tensor table. [`ARCHITECTURES`] lists them all;
-//! one builder (`crate::build`) turns any of them into a decoder, and `crate::load`
-//! opens a file or directory through them. An unlisted name is refused
-//! by name, never guessed (compare mistral.rs's one-row architecture registry).
+//! it answers to (Hugging Face `model_type`s, GGUF `general.architecture` strings, and which
+//! files of a shared GGUF string it claims), how its `ModelConfig` is read from `config.json`
+//! and from GGUF metadata, and its tensor table. The shared pieces: the config keys ([`keys`],
+//! one row per key), the typed readers of each format ([`hf`], [`gguf`]), the conventions
+//! several families copy (`common_*`) and the shared tensor tables ([`tables`]).
+//! [`ARCHITECTURES`] lists the families; at most one claims any name or file, so their order
+//! does not matter. One builder (`crate::build`) turns any of them into a decoder, and
+//! `crate::load` opens a file or directory through them. An unlisted name is refused by name,
+//! never guessed (compare mistral.rs's one-row architecture registry).
 
 pub mod bert;
+pub mod common_deepseek;
+pub mod common_gemma;
+pub mod common_qwen;
 pub mod deepseek_v3;
 pub mod deepseek_v32;
 pub mod gemma2;
@@ -19,6 +25,7 @@ pub mod glm_moe_dsa;
 pub mod gpt_oss;
 pub mod granitemoe;
 pub mod hf;
+pub mod keys;
 pub mod llama;
 pub mod mistral;
 pub mod mixtral;
@@ -39,6 +46,7 @@ pub use hf::HfConfig;
 use crate::config::ModelConfig;
 use crate::validate::{validate, Keys};
 use crate::weights::{LoadError, TensorSpec};
+use keys::Key;
 use tables::ExpertNames;
 
 /// One architecture family.
@@ -50,9 +58,9 @@ pub struct Architecture {
     pub hf_model_types: &'static [&'static str],
     /// GGUF `general.architecture` values it loads (empty: no GGUF form).
     pub gguf_archs: &'static [&'static str],
-    /// Whether a GGUF of one of `gguf_archs` is this family (llama.cpp stores Mixtral as
-    /// `llama` with experts).
-    pub gguf_claims: fn(&GgufMeta) -> bool,
+    /// What a GGUF of one of `gguf_archs` must meet to be this family (llama.cpp stores
+    /// Mixtral and Mistral as `llama`); none: every such file.
+    pub gguf_claims: &'static [Claim],
     pub config_from_hf: HfReader,
     pub config_from_gguf: GgufReader,
     /// The per-layer tensor table (`{}` = layer index) for this config.
@@ -77,7 +85,7 @@ impl Architecture {
             name,
             hf_model_types: &[],
             gguf_archs: &[],
-            gguf_claims: any_gguf,
+            gguf_claims: &[],
             config_from_hf,
             config_from_gguf,
             tensors,
@@ -92,20 +100,49 @@ impl Architecture {
         self.gguf_archs = archs;
         self
     }
-    pub const fn claims(mut self, f: fn(&GgufMeta) -> bool) -> Self {
-        self.gguf_claims = f;
-        self
-    }
     pub const fn experts(mut self, names: ExpertNames) -> Self {
         self.hf_experts = names;
         self
     }
+    /// Claims only the GGUFs of its strings that meet every one of `conditions`.
+    pub const fn claims(mut self, conditions: &'static [Claim]) -> Self {
+        self.gguf_claims = conditions;
+        self
+    }
+    /// Whether this family claims GGUF `g`.
+    pub fn claims_gguf(&self, g: &GgufMeta) -> bool {
+        self.gguf_archs.contains(&g.arch()) && self.gguf_claims.iter().all(|c| c.holds(g))
+    }
 }
 
-/// Every supported architecture.
+/// A condition on a GGUF key, for families that share a `general.architecture` string: stated
+/// as data so the registry test can try every combination.
+#[derive(Debug, Clone, Copy)]
+pub enum Claim {
+    /// The key holds a positive count.
+    Has(&'static Key),
+    /// The key is absent or 0.
+    Lacks(&'static Key),
+}
+
+impl Claim {
+    pub fn holds(&self, g: &GgufMeta) -> bool {
+        match self {
+            Claim::Has(k) => g.has(k),
+            Claim::Lacks(k) => !g.has(k),
+        }
+    }
+    pub fn key(&self) -> &'static Key {
+        match self {
+            Claim::Has(k) | Claim::Lacks(k) => k,
+        }
+    }
+}
+
+/// Every supported architecture (in no particular order: claims do not overlap).
 pub static ARCHITECTURES: &[&Architecture] = &[
-    &mistral::ARCH,
     &llama::ARCH,
+    &mistral::ARCH,
     &qwen2::ARCH,
     &qwen3::ARCH,
     &gemma3::ARCH,
@@ -132,11 +169,6 @@ pub fn no_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     Err(unsupported(g.arch()))
 }
 
-/// Claims every GGUF of the family's architecture strings.
-pub fn any_gguf(_: &GgufMeta) -> bool {
-    true
-}
-
 /// The registry entry named `name` (canonical name).
 pub fn by_name(name: &str) -> Option<&'static Architecture> {
     ARCHITECTURES.iter().copied().find(|a| a.name == name)
@@ -148,11 +180,13 @@ pub fn supported_names() -> String {
         .iter()
         .flat_map(|a| a.hf_model_types.iter().copied())
         .collect();
-    let mut gguf: Vec<&str> = ARCHITECTURES
-        .iter()
-        .flat_map(|a| a.gguf_archs.iter().copied())
-        .collect();
-    gguf.dedup();
+    // Several families share a GGUF string (`llama`): each listed once.
+    let mut gguf: Vec<&str> = Vec::new();
+    for name in ARCHITECTURES.iter().flat_map(|a| a.gguf_archs.iter()) {
+        if !gguf.contains(name) {
+            gguf.push(name);
+        }
+    }
     format!(
         "Hugging Face model_type: {}; GGUF architecture: {}",
         hf.join(", "),
@@ -167,14 +201,45 @@ fn unsupported(name: &str) -> LoadError {
     }
 }
 
+/// The one entry of `registry` for which `claims` holds: none is an unsupported `name`, and
+/// two would be a registry bug, refused rather than settled by order.
+pub fn claimant<'r>(
+    registry: &[&'r Architecture],
+    name: &str,
+    claims: impl Fn(&Architecture) -> bool,
+) -> Result<&'r Architecture, LoadError> {
+    let mut found = registry.iter().copied().filter(|a| claims(a));
+    match (found.next(), found.next()) {
+        (Some(a), None) => Ok(a),
+        (None, _) => Err(unsupported(name)),
+        (Some(a), Some(b)) => Err(LoadError::Config(format!(
+            "`{name}` is claimed by both {} and {}",
+            a.name, b.name
+        ))),
+    }
+}
+
+/// The family of GGUF `g`.
+pub fn gguf_claimant<'r>(
+    registry: &[&'r Architecture],
+    g: &GgufMeta,
+) -> Result<&'r Architecture, LoadError> {
+    claimant(registry, g.arch(), |a| a.claims_gguf(g))
+}
+
+/// The family of Hugging Face `model_type` `mt`.
+pub fn hf_claimant<'r>(
+    registry: &[&'r Architecture],
+    mt: &str,
+) -> Result<&'r Architecture, LoadError> {
+    claimant(registry, mt, |a| a.hf_model_types.contains(&mt))
+}
+
 /// A GGUF file's architecture and config, read from its metadata alone (no weights bound):
 /// what `ferrox show` prints.
 pub fn gguf_config(g: &GgufMeta) -> Result<(&'static Architecture, ModelConfig), LoadError> {
     let name = g.arch().to_string();
-    let arch = ARCHITECTURES
-        .iter()
-        .find(|a| a.gguf_archs.contains(&name.as_str()) && (a.gguf_claims)(g))
-        .ok_or_else(|| unsupported(&name))?;
+    let arch = gguf_claimant(ARCHITECTURES, g)?;
     let cfg = (arch.config_from_gguf)(g)?;
     validate(&cfg, &Keys::Gguf(&name))?;
     Ok((arch, cfg))
@@ -190,12 +255,9 @@ pub fn parse_hf_config(text: &str) -> Result<(&'static Architecture, ModelConfig
         .ok_or_else(|| bad("top level is not an object".into()))?;
     let c = HfConfig::of(obj);
     let mt = c
-        .str("model_type")?
-        .ok_or_else(|| c.bad("model_type", "is missing"))?;
-    let arch = ARCHITECTURES
-        .iter()
-        .find(|a| a.hf_model_types.contains(&mt))
-        .ok_or_else(|| unsupported(mt))?;
+        .str(&keys::MODEL_TYPE)?
+        .ok_or_else(|| c.bad(&keys::MODEL_TYPE, "is missing"))?;
+    let arch = hf_claimant(ARCHITECTURES, mt)?;
     let cfg = (arch.config_from_hf)(&c)?;
     validate(&cfg, &Keys::Hf(&c))?;
     Ok((arch, cfg))

@@ -4,7 +4,7 @@
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{NORMS, ROUTED_FFN};
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
@@ -30,8 +30,8 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("olmoe", false)?;
     cfg.qk_norm = true;
-    let (experts, width) = (c.req("num_experts")?, cfg.ffn_dim);
-    let renormalise = c.bool("norm_topk_prob")?.unwrap_or(false);
+    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
+    let renormalise = c.bool(&keys::EXPERT_WEIGHTS_NORM)?.unwrap_or(false);
     c.softmax_moe(&mut cfg, experts, width, renormalise)?;
     c.moe_everywhere(&mut cfg)?;
     Ok(cfg)

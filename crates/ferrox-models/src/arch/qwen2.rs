@@ -1,6 +1,7 @@
 //! Qwen2 / Qwen2.5: Llama layout plus q/k/v projection biases, optional sliding window on the
 //! upper layers. Reference: transformers `modeling_qwen2.py`; llama.cpp `LLM_ARCH_QWEN2`.
 
+use super::common_qwen;
 use super::tables::llama_layers;
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
@@ -12,15 +13,9 @@ pub static ARCH: Architecture =
         .gguf(&["qwen2"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = qwen_from_hf(c, "qwen2")?;
+    let mut cfg = c.base("qwen2", false)?;
+    common_qwen::hf_sliding(c, &mut cfg)?;
     cfg.qkv_bias = true;
-    Ok(cfg)
-}
-
-/// The Qwen dense families' `config.json`: Llama's fields plus Qwen's sliding-window rule.
-pub fn qwen_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base(arch, false)?;
-    c.qwen_sliding(&mut cfg)?;
     Ok(cfg)
 }
 

@@ -4,34 +4,27 @@
 //! Reference: transformers `modeling_qwen2_moe.py`; llama.cpp `LLM_ARCH_QWEN2MOE`
 //! (`ffn_*_shexp`, `ffn_gate_inp_shexp`).
 
+use super::common_qwen;
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::tables::{shared_ffn, DENSE_FFN, NORMS, ROUTED_FFN, STD_ATTN};
+use super::tables::{DENSE_FFN, GATED_SHARED_EXPERT, NORMS, ROUTED_FFN, STD_ATTN};
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
-use crate::weights::{table, Dim::*, LoadError, TensorSpec};
+use crate::weights::{LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("qwen2_moe", config_from_hf, config_from_gguf, tensors)
         .hf(&["qwen2_moe"])
         .gguf(&["qwen2moe"]);
 
-/// The shared expert under its singular Hub name, and its gate.
-pub const SHARED_EXPERT: &[TensorSpec] = table![
-    "blk.{}.ffn_gate_shexp.weight" => "model.layers.{}.mlp.shared_expert.gate_proj.weight", [Of(shared_ffn), Hidden];
-    "blk.{}.ffn_up_shexp.weight" => "model.layers.{}.mlp.shared_expert.up_proj.weight", [Of(shared_ffn), Hidden];
-    "blk.{}.ffn_down_shexp.weight" => "model.layers.{}.mlp.shared_expert.down_proj.weight", [Hidden, Of(shared_ffn)];
-    "blk.{}.ffn_gate_inp_shexp.weight" => "model.layers.{}.mlp.shared_expert_gate.weight", [Fixed(1), Hidden];
-];
-
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
-    [NORMS, STD_ATTN, DENSE_FFN, ROUTED_FFN, SHARED_EXPERT].concat()
+    [NORMS, STD_ATTN, DENSE_FFN, ROUTED_FFN, GATED_SHARED_EXPERT].concat()
 }
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("qwen2_moe", false)?;
     cfg.qkv_bias = true;
-    c.qwen_sliding(&mut cfg)?;
-    c.qwen_gated_shared_moe(&mut cfg, false)?;
+    common_qwen::hf_sliding(c, &mut cfg)?;
+    common_qwen::hf_gated_shared_moe(c, &mut cfg, false)?;
     Ok(cfg)
 }
 
@@ -39,6 +32,6 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.base("qwen2_moe", false)?;
     cfg.qkv_bias = true;
     g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX))?;
-    g.gated_shared_expert(&mut cfg)?;
+    common_qwen::gguf_gated_shared_expert(g, &mut cfg)?;
     Ok(cfg)
 }

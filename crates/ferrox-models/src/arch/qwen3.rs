@@ -1,7 +1,7 @@
 //! Qwen3 (dense): Llama layout plus per-head RMSNorm of q and k before RoPE, explicit head_dim.
 //! Reference: transformers `modeling_qwen3.py`; llama.cpp `LLM_ARCH_QWEN3`.
 
-use super::qwen2::qwen_from_hf;
+use super::common_qwen;
 use super::tables::llama_layers;
 use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
@@ -13,7 +13,9 @@ pub static ARCH: Architecture =
         .gguf(&["qwen3"]);
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    qwen_from_hf(c, "qwen3").map(with_qk_norm)
+    let mut cfg = c.base("qwen3", false)?;
+    common_qwen::hf_sliding(c, &mut cfg)?;
+    Ok(with_qk_norm(cfg))
 }
 
 fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {

@@ -2,9 +2,10 @@
 //! shared expert) on every layer except `mlp_only_layers`, sliding window on all layers when
 //! enabled. Reference: transformers `modeling_qwen3_moe.py`; llama.cpp `LLM_ARCH_QWEN3MOE`.
 
+use super::common_qwen;
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::gqa_moe_layers;
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
@@ -20,16 +21,12 @@ pub static ARCH: Architecture = Architecture::new(
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("qwen3_moe", false)?;
     cfg.qk_norm = true;
-    c.sliding_all(&mut cfg, c.bool("use_sliding_window")?.unwrap_or(false))?;
-    let (experts, width) = (
-        c.usize("num_experts")?
-            .or(c.usize("num_local_experts")?)
-            .ok_or_else(|| c.bad("num_experts", "is missing"))?,
-        c.req("moe_intermediate_size")?,
-    );
-    let renormalise = c.bool("norm_topk_prob")?.unwrap_or(false);
+    let sliding = c.bool(&keys::USE_SLIDING_WINDOW)?.unwrap_or(false);
+    c.sliding_all(&mut cfg, sliding)?;
+    let (experts, width) = (c.req(&keys::EXPERTS)?, c.req(&keys::EXPERT_FFN)?);
+    let renormalise = c.bool(&keys::EXPERT_WEIGHTS_NORM)?.unwrap_or(false);
     c.softmax_moe(&mut cfg, experts, width, renormalise)?;
-    c.qwen_moe_layers(&mut cfg)?;
+    common_qwen::hf_moe_layers(c, &mut cfg)?;
     Ok(cfg)
 }
 

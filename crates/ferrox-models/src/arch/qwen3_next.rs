@@ -15,10 +15,10 @@
 //! `inner_size` = value heads × value head dim), linear layers in `attention.recurrent_layers`
 //! (else every layer but each `full_attention_interval`-th).
 
+use super::common_qwen;
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::qwen2_moe::SHARED_EXPERT;
-use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, ROUTED_FFN};
-use super::{Architecture, GgufMeta, HfConfig};
+use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, GATED_SHARED_EXPERT, ROUTED_FFN};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::{AttnKind, LinearAttnConfig, ModelConfig, NormKind};
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 use ferrox_format::gguf::MetaValue;
@@ -96,7 +96,7 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
         DELTANET,
         DENSE_FFN,
         ROUTED_FFN,
-        SHARED_EXPERT,
+        GATED_SHARED_EXPERT,
     ]
     .concat()
 }
@@ -133,37 +133,36 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     cfg.norm = NormKind::RmsOffsetOne;
     cfg.qk_norm = true;
     cfg.attn_output_gate = true;
-    let partial_given = c.get("partial_rotary_factor").is_some()
-        || c.get("rope_parameters")
-            .and_then(|p| p.get("partial_rotary_factor"))
-            .is_some();
+    let partial_given = c.get(&keys::ROTARY_DIM).is_some()
+        || c.sub(&keys::ROPE_PARAMETERS)
+            .is_some_and(|p| p.get(&keys::ROTARY_DIM).is_some());
     if !partial_given {
         // Qwen3NextConfig's default partial_rotary_factor is 0.25.
         cfg.rope.rotary_dim = cfg.head_dim / 4;
     }
-    let linear = match c.str_list("layer_types")? {
+    let linear = match c.str_list(&keys::LAYER_TYPES)? {
         Some(types) => types
             .iter()
             .map(|t| match t.as_str() {
                 "linear_attention" => Ok(true),
                 "full_attention" => Ok(false),
-                o => Err(c.bad("layer_types", format!("has \"{o}\""))),
+                o => Err(c.bad(&keys::LAYER_TYPES, format!("has \"{o}\""))),
             })
             .collect::<Result<_, _>>()?,
         None => by_interval(
             cfg.n_layers,
-            c.usize("full_attention_interval")?.unwrap_or(4),
+            c.usize(&keys::FULL_ATTENTION_INTERVAL)?.unwrap_or(4),
         ),
     };
     let dims = LinearAttnConfig {
-        conv_kernel: c.req("linear_conv_kernel_dim")?,
-        n_k_heads: c.req("linear_num_key_heads")?,
-        n_v_heads: c.req("linear_num_value_heads")?,
-        k_head_dim: c.req("linear_key_head_dim")?,
-        v_head_dim: c.req("linear_value_head_dim")?,
+        conv_kernel: c.req(&keys::CONV_KERNEL)?,
+        n_k_heads: c.req(&keys::LINEAR_K_HEADS)?,
+        n_v_heads: c.req(&keys::LINEAR_V_HEADS)?,
+        k_head_dim: c.req(&keys::LINEAR_K_DIM)?,
+        v_head_dim: c.req(&keys::LINEAR_V_DIM)?,
     };
-    set_linear(&mut cfg, dims, linear, "layer_types".into())?;
-    c.qwen_gated_shared_moe(&mut cfg, true)?;
+    set_linear(&mut cfg, dims, linear, c.path(&keys::LAYER_TYPES))?;
+    common_qwen::hf_gated_shared_moe(c, &mut cfg, true)?;
     Ok(cfg)
 }
 
@@ -174,8 +173,8 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     cfg.qk_norm = true;
     cfg.attn_output_gate = true;
     let n = cfg.n_layers;
-    let key = format!("{}.attention.recurrent_layers", g.arch());
-    let linear = match g.file.get_array(&key) {
+    let recurrent = &keys::RECURRENT_LAYERS;
+    let linear = match g.array(recurrent) {
         Some(arr) => arr
             .iter()
             .take(n)
@@ -184,31 +183,31 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
                 o => o
                     .as_u64()
                     .map(|x| x != 0)
-                    .ok_or_else(|| g.bad("attention.recurrent_layers", "is not a bool array")),
+                    .ok_or_else(|| g.bad(recurrent, "is not a bool array")),
             })
             .collect::<Result<_, _>>()?,
-        None => by_interval(n, g.opt_usize("full_attention_interval")?.unwrap_or(4)),
+        None => by_interval(n, g.opt_usize(&keys::FULL_ATTENTION_INTERVAL)?.unwrap_or(4)),
     };
-    let n_v = g.usize("ssm.time_step_rank")?;
-    let inner = g.usize("ssm.inner_size")?;
+    let n_v = g.usize(&keys::LINEAR_V_HEADS)?;
+    let inner = g.usize(&keys::LINEAR_V_DIM)?;
     if n_v == 0 {
-        return Err(g.bad("ssm.time_step_rank", "is 0"));
+        return Err(g.bad(&keys::LINEAR_V_HEADS, "is 0"));
     }
     if !inner.is_multiple_of(n_v) {
         return Err(g.bad(
-            "ssm.inner_size",
+            &keys::LINEAR_V_DIM,
             format!("= {inner} is not a multiple of {n_v} value heads"),
         ));
     }
     let dims = LinearAttnConfig {
-        conv_kernel: g.usize("ssm.conv_kernel")?,
-        n_k_heads: g.usize("ssm.group_count")?,
+        conv_kernel: g.usize(&keys::CONV_KERNEL)?,
+        n_k_heads: g.usize(&keys::LINEAR_K_HEADS)?,
         n_v_heads: n_v,
-        k_head_dim: g.usize("ssm.state_size")?,
+        k_head_dim: g.usize(&keys::LINEAR_K_DIM)?,
         v_head_dim: inner / n_v,
     };
-    set_linear(&mut cfg, dims, linear, key)?;
+    set_linear(&mut cfg, dims, linear, g.key(recurrent))?;
     g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX).renormalised())?;
-    g.gated_shared_expert(&mut cfg)?;
+    common_qwen::gguf_gated_shared_expert(g, &mut cfg)?;
     Ok(cfg)
 }

@@ -4,8 +4,9 @@
 //! (`use_rope = (il + 1) % n_no_rope_layer_step != 0`, the step fixed at 4) and its converter's
 //! `SmolLM3Model` (LlamaModel as is: q/k permuted, no NoPE key written).
 
+use super::common_qwen;
 use super::tables::llama_layers;
-use super::{Architecture, GgufMeta, HfConfig};
+use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 use serde_json::Value;
@@ -22,20 +23,20 @@ fn no_rope_every(n_layers: usize, every: usize) -> Vec<bool> {
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("smollm3", false)?;
-    cfg.tie_embeddings = c.bool("tie_word_embeddings")?.unwrap_or(true);
-    c.qwen_sliding(&mut cfg)?;
+    cfg.tie_embeddings = c.bool(&keys::TIE_EMBEDDINGS)?.unwrap_or(true);
+    common_qwen::hf_sliding(c, &mut cfg)?;
     let n = cfg.n_layers;
-    cfg.no_rope = match c.get("no_rope_layers").and_then(Value::as_array) {
+    cfg.no_rope = match c.get(&keys::NO_ROPE_LAYERS).and_then(Value::as_array) {
         Some(flags) => {
             if flags.len() != n {
                 return Err(c.bad(
-                    "no_rope_layers",
+                    &keys::NO_ROPE_LAYERS,
                     format!("has {} entries for {n} layers", flags.len()),
                 ));
             }
             flags.iter().map(|f| f.as_u64() == Some(0)).collect()
         }
-        None => no_rope_every(n, c.usize("no_rope_layer_interval")?.unwrap_or(4).max(1)),
+        None => no_rope_every(n, c.usize(&keys::NO_ROPE_INTERVAL)?.unwrap_or(4).max(1)),
     };
     Ok(cfg)
 }

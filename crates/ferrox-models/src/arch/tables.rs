@@ -169,6 +169,23 @@ pub const SHARED_FFN: &[TensorSpec] = table![
     "blk.{}.ffn_down_shexp.weight" => "model.layers.{}.mlp.shared_experts.down_proj.weight", [Hidden, Of(shared_ffn)];
 ];
 
+/// Qwen-MoE's one gated shared expert, under its singular Hub name, and its gate
+/// (`qwen2_moe`, `qwen3_next`).
+pub const GATED_SHARED_EXPERT: &[TensorSpec] = table![
+    "blk.{}.ffn_gate_shexp.weight" => "model.layers.{}.mlp.shared_expert.gate_proj.weight", [Of(shared_ffn), Hidden];
+    "blk.{}.ffn_up_shexp.weight" => "model.layers.{}.mlp.shared_expert.up_proj.weight", [Of(shared_ffn), Hidden];
+    "blk.{}.ffn_down_shexp.weight" => "model.layers.{}.mlp.shared_expert.down_proj.weight", [Hidden, Of(shared_ffn)];
+    "blk.{}.ffn_gate_inp_shexp.weight" => "model.layers.{}.mlp.shared_expert_gate.weight", [Fixed(1), Hidden];
+];
+
+/// Gemma's norms after attention, before and after the FFN (the one before attention is the
+/// shared `attn_norm`; `gemma2`, `gemma3`).
+pub const GEMMA_NORMS: &[TensorSpec] = table![
+    "blk.{}.post_attention_norm.weight" => "model.layers.{}.post_attention_layernorm.weight", [Hidden];
+    "blk.{}.ffn_norm.weight" => "model.layers.{}.pre_feedforward_layernorm.weight", [Hidden];
+    "blk.{}.post_ffw_norm.weight" => "model.layers.{}.post_feedforward_layernorm.weight", [Hidden];
+];
+
 /// Llama's layer: norms, GQA attention, gated MLP.
 pub fn llama_layers(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, STD_ATTN, DENSE_FFN].concat()
@@ -182,6 +199,19 @@ pub fn gqa_moe_layers(_: &ModelConfig) -> Vec<TensorSpec> {
 /// MLA attention with dense or MoE FFN layers.
 pub fn mla_moe_layers(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, MLA_ATTN, DENSE_FFN, ROUTED_FFN, SHARED_FFN].concat()
+}
+
+/// MLA attention with the DSA indexer and dense or MoE FFN layers (GLM-5, DeepSeek-V3.2).
+pub fn mla_dsa_layers(_: &ModelConfig) -> Vec<TensorSpec> {
+    [
+        NORMS,
+        MLA_ATTN,
+        DSA_INDEXER,
+        DENSE_FFN,
+        ROUTED_FFN,
+        SHARED_FFN,
+    ]
+    .concat()
 }
 
 /// Hugging Face per-expert tensor names (`{}` layer, `{e}` expert): gate, up, down.

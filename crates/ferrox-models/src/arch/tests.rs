@@ -1,6 +1,6 @@
 //! Registry and config-reader tests on the hf-tiny fixtures.
 
-use super::hf::indexer_types_from_freq;
+use super::common_deepseek::indexer_types_from_freq;
 use super::*;
 use crate::config::{Activation, AttnKind, IndexerKind, NormKind, RopeScaling, RouterScoring};
 use crate::load::load_hf_config;
@@ -175,6 +175,146 @@ fn registry_names_are_unique() {
     }
 }
 
+/// The key table spells each GGUF key and each `config.json` name once, and every row names
+/// a key of at least one format.
+#[test]
+fn key_table_spells_each_key_once() {
+    let mut gguf: Vec<&str> = keys::ALL
+        .iter()
+        .map(|k| k.gguf)
+        .filter(|g| !g.is_empty())
+        .collect();
+    let mut hf: Vec<&str> = keys::ALL
+        .iter()
+        .flat_map(|k| k.hf.iter().copied())
+        .collect();
+    for (what, names) in [("GGUF key", &mut gguf), ("config.json name", &mut hf)] {
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "a {what} in two rows");
+    }
+    for k in keys::ALL {
+        assert!(
+            !k.gguf.is_empty() || !k.hf.is_empty(),
+            "{} names no key",
+            k.field
+        );
+    }
+}
+
+/// GGUF metadata of architecture `arch` holding `present` (each = 4), nothing else.
+fn gguf_meta(arch: &str, present: &[&Key]) -> GgufMeta {
+    use ferrox_format::gguf::{to_bytes, GgufFile, MetaValue};
+    let mut meta = vec![(
+        "general.architecture".to_string(),
+        MetaValue::String(arch.into()),
+    )];
+    meta.extend(
+        present
+            .iter()
+            .map(|k| (k.gguf_key(arch), MetaValue::U32(4))),
+    );
+    let bytes = ferrox_core::storage::Bytes::from_vec(to_bytes(&meta, &[]));
+    GgufMeta {
+        file: std::sync::Arc::new(GgufFile::from_bytes(bytes).unwrap()),
+    }
+}
+
+/// Every entry that claims `g`, by name.
+fn gguf_claimants(g: &GgufMeta) -> Vec<&'static str> {
+    ARCHITECTURES
+        .iter()
+        .filter(|a| a.claims_gguf(g))
+        .map(|a| a.name)
+        .collect()
+}
+
+/// Every GGUF architecture string, under every combination of the keys any claim on it tests,
+/// is claimed by exactly one entry: the order of `ARCHITECTURES` decides nothing.
+#[test]
+fn every_gguf_name_has_one_claimant() {
+    let reversed: Vec<&Architecture> = ARCHITECTURES.iter().rev().copied().collect();
+    for name in ARCHITECTURES.iter().flat_map(|a| a.gguf_archs.iter()) {
+        let mut keys: Vec<&Key> = ARCHITECTURES
+            .iter()
+            .filter(|a| a.gguf_archs.contains(name))
+            .flat_map(|a| a.gguf_claims.iter().map(Claim::key))
+            .collect();
+        keys.sort_by_key(|k| k.gguf);
+        keys.dedup_by_key(|k| k.gguf);
+        for mask in 0..1u32 << keys.len() {
+            let present: Vec<&Key> = (0..keys.len())
+                .filter(|i| mask >> i & 1 == 1)
+                .map(|i| keys[i])
+                .collect();
+            let g = gguf_meta(name, &present);
+            let claimants = gguf_claimants(&g);
+            let with: Vec<&str> = present.iter().map(|k| k.gguf).collect();
+            assert_eq!(claimants.len(), 1, "{name} with {with:?}: {claimants:?}");
+            let forward = gguf_claimant(ARCHITECTURES, &g).unwrap().name;
+            assert_eq!(gguf_claimant(&reversed, &g).unwrap().name, forward);
+        }
+    }
+}
+
+/// Every Hugging Face `model_type`, every hf-tiny checkpoint and every gguf-tiny file has
+/// exactly one family, whichever way the registry is ordered.
+#[test]
+fn every_fixture_has_one_claimant() {
+    let reversed: Vec<&Architecture> = ARCHITECTURES.iter().rev().copied().collect();
+    for mt in ARCHITECTURES.iter().flat_map(|a| a.hf_model_types.iter()) {
+        let n = ARCHITECTURES
+            .iter()
+            .filter(|a| a.hf_model_types.contains(mt))
+            .count();
+        assert_eq!(n, 1, "model_type {mt}");
+        let forward = hf_claimant(ARCHITECTURES, mt).unwrap().name;
+        assert_eq!(hf_claimant(&reversed, mt).unwrap().name, forward);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hf_dirs = [
+        root.join("tests/fixtures/hf-tiny"),
+        root.join("../../../shared/fixtures/hf-tiny"),
+    ];
+    let mut seen = 0;
+    for dir in hf_dirs.iter().filter_map(|d| std::fs::read_dir(d).ok()) {
+        for entry in dir.map(Result::unwrap) {
+            let Ok(text) = std::fs::read_to_string(entry.path().join("config.json")) else {
+                continue;
+            };
+            let (arch, _) = parse_hf_config(&text).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let c = HfConfig::of(v.as_object().unwrap());
+            let mt = c.str(&keys::MODEL_TYPE).unwrap().unwrap();
+            assert_eq!(hf_claimant(&reversed, mt).unwrap().name, arch.name);
+            seen += 1;
+        }
+    }
+    assert!(seen >= 22, "{seen} hf-tiny checkpoints");
+    let gguf_dir = root.join("tests/fixtures/gguf-tiny");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(gguf_dir).unwrap().map(Result::unwrap) {
+        let path = entry.path();
+        let file = ferrox_format::gguf::GgufFile::open(&path).unwrap();
+        let g = GgufMeta {
+            file: std::sync::Arc::new(file),
+        };
+        let claimants = gguf_claimants(&g);
+        assert_eq!(claimants.len(), 1, "{}: {claimants:?}", path.display());
+        assert_eq!(gguf_claimant(&reversed, &g).unwrap().name, claimants[0]);
+        seen += 1;
+    }
+    assert!(seen >= 21, "{seen} gguf-tiny files");
+}
+
+/// Two entries claiming one name is refused, not settled by order.
+#[test]
+fn an_overlapping_claim_is_refused() {
+    let e = hf_claimant(&[&llama::ARCH, &llama::ARCH], "llama").unwrap_err();
+    assert!(e.to_string().contains("claimed by both"), "{e}");
+}
+
 #[test]
 fn hybrid_linear_attention_family() {
     use crate::config::LinearAttnConfig;
@@ -283,6 +423,34 @@ fn random_hybrid_model_batches_like_single_tokens() {
     }
 }
 
+/// The key named by the refusal of the `arch` fixture's config.json with `field` = `value`.
+fn refused_key(arch: &str, field: &str, value: &serde_json::Value) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf-tiny")
+        .join(arch);
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v[field] = value.clone();
+    match parse_hf_config(&v.to_string()) {
+        Ok(_) => panic!("{arch} {field} = {value}: accepted"),
+        Err(e) => e.key().unwrap_or_else(|| panic!("{e}: no key")).to_string(),
+    }
+}
+
+/// A value derived from another row's key (Mixtral's expert width is its `intermediate_size`,
+/// DeepSeek's rotated dims its `qk_rope_head_dim`) is named by that key.
+#[test]
+fn derived_values_are_named_by_their_source_key() {
+    use serde_json::json;
+    let mixtral = refused_key("mixtral", "intermediate_size", &json!(0));
+    assert_eq!(mixtral, "intermediate_size");
+    let rope = refused_key("deepseek_v3", "qk_rope_head_dim", &json!(7));
+    assert_eq!(rope, "qk_rope_head_dim");
+    // Six routed experts in the fixture's four groups.
+    let groups = refused_key("deepseek_v3", "n_routed_experts", &json!(6));
+    assert_eq!(groups, "n_group");
+}
+
 /// Hostile `config.json` values: each refused with an error naming the field.
 #[test]
 fn bad_config_json_values_are_refused_by_name() {
@@ -362,16 +530,7 @@ fn bad_config_json_values_are_refused_by_name() {
         ("mixtral", "sliding_window", json!(0), "sliding_window"),
     ];
     for (arch, field, value, key) in cases {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/hf-tiny")
-            .join(arch);
-        let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
-        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        v[*field] = value.clone();
-        match parse_hf_config(&v.to_string()) {
-            Ok(_) => panic!("{arch} {field} = {value}: accepted"),
-            Err(e) => assert_eq!(e.key(), Some(*key), "{arch} {field} = {value}: {e}"),
-        }
+        assert_eq!(refused_key(arch, field, value), *key);
     }
     // The rope dict's fields are named by their path.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-tiny/mixtral");

@@ -14,6 +14,7 @@ use super::forward::{Body, Layer, Linear};
 use super::{Encoder, RankHead, Task};
 use crate::arch::bert::{self, BertConfig, Tensor};
 use crate::arch::hf::HfConfig;
+use crate::arch::keys;
 use crate::blocks::norm::LayerNorm;
 use crate::embedding::Pooling;
 use crate::weights::{read_to_string, GgufSource, LoadError, SafetensorsDir, WeightSource};
@@ -26,7 +27,9 @@ pub fn is_encoder(path: &Path) -> bool {
             return false;
         };
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let mt = v.get("model_type").and_then(Value::as_str).unwrap_or("");
+        let c = v.as_object().map(HfConfig::of);
+        let mt = c.and_then(|c| c.str(&keys::MODEL_TYPE).ok().flatten());
+        let mt = mt.unwrap_or_default();
         return bert::HF_MODEL_TYPES.contains(&mt);
     }
     GgufFile::open(path)
@@ -239,7 +242,8 @@ impl Encoder {
         })?;
         let config = BertConfig::from_gguf(&file)?;
         let tokenizer = WordPiece::from_gguf(&file, config.max_positions).map_err(tok_err(path))?;
-        let pooling_type = file.get_u64("bert.pooling_type").unwrap_or(0);
+        let pooling_key = keys::POOLING.gguf_key(bert::GGUF_ARCH);
+        let pooling_type = file.get_u64(&pooling_key).unwrap_or(0);
         let src = GgufSource {
             file: Arc::new(file),
             dequantize: false,
@@ -261,7 +265,7 @@ impl Encoder {
             4 => Task::Rank(rank_head(&names, &config)?),
             t => {
                 return Err(LoadError::Value {
-                    key: "bert.pooling_type".into(),
+                    key: pooling_key,
                     problem: format!("= {t}: ferrox pools BERT by mean (1), CLS (2) or rank (4)"),
                 })
             }
