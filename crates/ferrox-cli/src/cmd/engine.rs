@@ -63,11 +63,8 @@ impl CacheArgs {
 
     /// Gives the decoder this cache format; an unsupported one is an error naming the flags.
     pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
+        // Pipeline stages in other processes take the format from each forward's header.
         let f = self.format();
-        // Pipeline stages in other processes would keep f32 products: refused, not mixed.
-        if f.bf16_products && !eng.decoder.caches_local() {
-            anyhow::bail!("--attn-bf16 is not supported with --pipeline-parallel");
-        }
         let bf16 = if f.bf16_products { " --attn-bf16" } else { "" };
         eng.decoder.set_cache_format(f).with_context(|| {
             let flags = format!("--cache-type-k {} --cache-type-v {}{bf16}", f.k, f.v);
