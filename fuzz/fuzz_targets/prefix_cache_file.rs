@@ -10,7 +10,7 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use ferrox_core::cache::{KvCache, KvType};
+use ferrox_core::cache::{CacheFormat, KvCache, KvType, RowLayout};
 use ferrox_models::engine::prefix_disk::format::{
     decode, decode_as, encode_as, CacheKey, Kind, MAGIC, SLOT_MAGIC,
 };
@@ -30,7 +30,12 @@ fn base(layers: usize, blocks: usize, kind: Kind) -> Vec<u8> {
     let rows: Vec<_> = (0..layers)
         .map(|l| {
             let mut c = KvCache::new(1, 32);
-            c.set_types(KEY.k, KEY.v).expect("types");
+            let format = CacheFormat {
+                k: KEY.k,
+                v: KEY.v,
+                bf16_products: false,
+            };
+            c.set_format(format, RowLayout::Rows).expect("format");
             for p in 0..len {
                 let row: Vec<f32> = (0..32).map(|i| (p + i + l) as f32 * 0.1).collect();
                 c.append(&row, &row);

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrox_core::cache::KvType;
+use ferrox_core::cache::{CacheFormat, KvType};
 use ferrox_hub::{Hub, HubOptions, ModelRef, NoProgress};
 use ferrox_models::decoder::Decoder;
 use ferrox_tokenizer::Tokenizer;
@@ -81,9 +81,14 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<(Decoder, Tokenizer), 
     };
     ferrox_models::validate::check_tokenizer(&decoder, &tokenizer)
         .map_err(|e| format!("{}: {e}", at()))?;
+    let format = CacheFormat {
+        k,
+        v,
+        bf16_products: false,
+    };
     decoder
-        .set_cache_types(k, v)
-        .map_err(|e| format!("cache_type_k/v: {e}"))?;
+        .set_cache_format(format)
+        .map_err(|e| format!("cache_type_k={k}, cache_type_v={v}: {e}"))?;
     if let Some(g) = &decoder.gguf {
         g.release_pages();
     }

@@ -76,11 +76,11 @@ fn open_cache_disk(
         );
         return None;
     }
-    let (k, v) = decoder.cache_types();
+    let format = decoder.cache_format();
     let key = CacheKey {
         model: cfg.model,
-        k,
-        v,
+        k: format.k,
+        v: format.v,
     };
     let warn: ferrox_models::engine::prefix_disk::Warn = Arc::new(|m| tracing::warn!("{m}"));
     match PrefixDisk::open(&cfg.dir, key, cfg.budget, warn) {
@@ -308,8 +308,8 @@ impl Backend for ModelBackend {
             tokenizer: &self.tokenizer,
             slot_key: CacheKey {
                 model: self.identity,
-                k: self.decoder.cache_types().0,
-                v: self.decoder.cache_types().1,
+                k: self.decoder.cache_format().k,
+                v: self.decoder.cache_format().v,
             },
             tokens_as_ids: Default::default(),
         })

@@ -111,6 +111,44 @@ fn logits_match(families: &[&str], flag: &str, report: &str) {
     }
 }
 
+/// Every part of the KV cache format reaches the other stages of a pipeline (it travels in
+/// each forward's header): typed caches and bf16 attention products give one process's logits
+/// at 2 ranks, on families with 32-wide heads (q8_0's blocks) and a hybrid recurrent one.
+#[test]
+fn pipelined_cache_formats_are_one_process_bits() {
+    let formats: [&[&str]; 3] = [
+        &["--ctk", "q8_0", "--ctv", "f16"],
+        &["--ctk", "bf16", "--ctv", "q8_0"],
+        &["--ctk", "f16", "--ctv", "f16", "--attn-bf16"],
+    ];
+    for family in ["qwen3", "gemma3_text", "qwen3_next"] {
+        let dir = tiny(family);
+        for flags in formats {
+            let one = tmp(&format!("{family}-fmt-1.npy"));
+            common::ferrox_ok(
+                logits_args(&dir, &one)
+                    .iter()
+                    .map(String::as_str)
+                    .chain(flags.iter().copied()),
+            );
+            let want = std::fs::read(&one).unwrap();
+            std::fs::remove_file(&one).ok();
+            let out = tmp(&format!("{family}-fmt-2.npy"));
+            let run = mpiexec(2)
+                .args(logits_args(&dir, &out))
+                .args(flags)
+                .arg("--pipeline-parallel")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&run.stderr);
+            assert!(run.status.success(), "{family} {flags:?}: {err}");
+            let got = std::fs::read(&out).unwrap();
+            std::fs::remove_file(&out).ok();
+            assert!(got == want, "{family} {flags:?}: pipelined logits differ");
+        }
+    }
+}
+
 /// `--save-expert-load` writes the router's counts (the same under 2 ranks as in one
 /// process); `--expert-load` places experts by them: a load skewed onto expert 0 gives rank 0
 /// that expert alone in every MoE layer, and logits stay one process's.

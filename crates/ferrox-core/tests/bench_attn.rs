@@ -4,7 +4,7 @@
 //! `cargo test --release -p ferrox-core --test bench_attn -- --ignored --nocapture`.
 //! Cycles through [`LAYERS`] caches so K/V come from DRAM, as they do across a model's layers.
 
-use ferrox_core::cache::{KvCache, KvType};
+use ferrox_core::cache::{CacheFormat, KvCache, KvType};
 use ferrox_core::kernels::{attend_rows, FlashScratch, RowBlock, Scoring, TypedKv};
 use std::time::Instant;
 
@@ -29,9 +29,8 @@ fn bench(ty: KvType, depth: usize, rows: usize, layers: usize, parallel: bool, b
     let caches: Vec<KvCache> = (0..layers)
         .map(|_| {
             let mut c = KvCache::new(NKV, D);
-            c.set_types(ty, ty).unwrap();
-            c.set_key_layout(ferrox_core::kernels::key_layout(D))
-                .unwrap();
+            let layout = ferrox_core::kernels::key_layout(ty, D);
+            c.set_format(CacheFormat::uniform(ty), layout).unwrap();
             for _ in 0..depth + rows {
                 let (k, v) = (rnd(&mut seed, NKV * D), rnd(&mut seed, NKV * D));
                 c.append(&k, &v);

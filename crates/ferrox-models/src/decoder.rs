@@ -11,7 +11,7 @@ use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
 use crate::state::LayerState;
-use ferrox_core::cache::{check_types, CacheTypeError, KvCache, KvType};
+use ferrox_core::cache::{CacheFormat, CacheFormatError, KvCache};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_tokenizer::TokenId;
 use std::sync::{Arc, Mutex};
@@ -46,10 +46,9 @@ pub struct Decoder {
     pub source: ModelSource,
     /// The GGUF file the weights live in (tokenizer and template metadata), if any.
     pub gguf: Option<std::sync::Arc<ferrox_format::gguf::GgufFile>>,
-    /// Element types of per-head key and value caches (`--cache-type-k/-v`); f32 unless set.
-    cache_types: (KvType, KvType),
-    /// Attention takes bf16 products over caches stored narrower than f32 (`--attn-bf16`).
-    attn_bf16: bool,
+    /// How per-head attention layers store keys and values and multiply them
+    /// (`--cache-type-k/-v`, `--attn-bf16`); f32 unless set.
+    cache_format: CacheFormat,
     /// The layers after `layers` run elsewhere (pipeline parallelism, the driver's side).
     stages: Option<Arc<dyn StageExchange>>,
     scratch: Mutex<Scratch>,
@@ -86,6 +85,8 @@ pub enum ForwardError {
     CacheCount { got: usize, layers: usize },
     #[error("{0}")]
     CacheShape(String),
+    #[error(transparent)]
+    CacheFormat(#[from] CacheFormatError),
     #[error("position {pos} is past the cached length {len}")]
     PastCache { pos: usize, len: usize },
     #[error("position {pos} is before the rows a bounded recurrent cache kept; feed from 0")]
@@ -127,6 +128,12 @@ fn residual_add(x: &mut [f32], t: &[f32], m: f32) {
     });
 }
 
+/// The key layout the attention kernel reads fastest for `format`'s keys in heads `head_dim`
+/// wide.
+fn key_layout(format: CacheFormat, head_dim: usize) -> ferrox_core::cache::RowLayout {
+    ferrox_core::kernels::key_layout(format.k, head_dim)
+}
+
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
@@ -157,8 +164,7 @@ impl Decoder {
             lm_head,
             source: ModelSource::default(),
             gguf: None,
-            cache_types: (KvType::F32, KvType::F32),
-            attn_bf16: false,
+            cache_format: CacheFormat::default(),
             stages: None,
             scratch: Mutex::new(Scratch::default()),
         }
@@ -176,55 +182,51 @@ impl Decoder {
             .any(|l| matches!(l.attn.state(), LayerState::Recurrent { .. }))
     }
 
-    /// One empty cache per layer, shaped as each layer stores positions.
+    /// One empty cache per layer, shaped as each layer stores positions, per-head ones in the
+    /// decoder's cache format.
     pub fn new_caches(&self) -> Vec<KvCache> {
         self.layers
             .iter()
             .map(|l| {
                 let mut c = l.attn.state().new_cache();
-                self.apply_cache_types(l, &mut c);
+                self.format_cache(l, &mut c)
+                    .expect("set_cache_format checked the format against every layer");
                 c
             })
             .collect()
     }
 
-    /// Stores the keys and values of per-head attention layers as `k` and `v` (llama.cpp's
-    /// `--cache-type-k/-v`); layers that keep other rows (MLA latents, recurrent inputs) stay
-    /// f32. Refused when a head width does not split into the type's blocks.
-    pub fn set_cache_types(&mut self, k: KvType, v: KvType) -> Result<(), CacheTypeError> {
+    /// Stores the keys and values of per-head attention layers and multiplies them as
+    /// `format` says (llama.cpp's `--cache-type-k/-v`, `--attn-bf16`) in caches created or
+    /// emptied from now on; layers that keep other rows (MLA latents, recurrent inputs) stay
+    /// f32. Refused, naming the type, when a layer's head width does not split into its
+    /// blocks. bf16 products round queries, keys, weights and values to bf16: twice the
+    /// multiply-adds per instruction where the CPU has AVX-512 BF16 — faster long prompts,
+    /// slower deep decoding (see the README).
+    pub fn set_cache_format(&mut self, format: CacheFormat) -> Result<(), CacheFormatError> {
         for l in &self.layers {
             if let LayerState::Kv { head_dim, .. } = l.attn.state() {
-                check_types(k, v, head_dim)?;
+                format.check(head_dim, key_layout(format, head_dim))?;
             }
         }
-        self.cache_types = (k, v);
+        self.cache_format = format;
         Ok(())
     }
 
-    /// Attention over per-head caches stored narrower than f32 takes bf16 products from now
-    /// on (caches created or emptied after this call): queries, keys, weights and values
-    /// rounded to bf16, twice the multiply-adds per instruction where the CPU has AVX-512
-    /// BF16 — faster long prompts, slower deep decoding (see the README).
-    pub fn set_attention_bf16(&mut self, on: bool) {
-        self.attn_bf16 = on;
+    /// How per-head attention layers store and multiply keys and values.
+    pub fn cache_format(&self) -> CacheFormat {
+        self.cache_format
     }
 
-    /// The key and value cache types of per-head attention layers.
-    pub fn cache_types(&self) -> (KvType, KvType) {
-        self.cache_types
-    }
-
-    /// An empty per-head cache takes the decoder's cache types (checked by `set_cache_types`)
-    /// and the key layout the attention kernel reads fastest.
-    fn apply_cache_types(&self, layer: &Layer, cache: &mut KvCache) {
-        if !cache.is_empty() {
-            return;
-        }
-        if let LayerState::Kv { head_dim, .. } = layer.attn.state() {
-            let (k, v) = self.cache_types;
-            let _ = cache.set_types(k, v);
-            let _ = cache.set_bf16_products(self.attn_bf16);
-            let _ = cache.set_key_layout(ferrox_core::kernels::key_layout(head_dim));
+    /// Gives an empty per-head cache of `layer` the decoder's cache format; any other cache is
+    /// left as it is.
+    fn format_cache(&self, layer: &Layer, cache: &mut KvCache) -> Result<(), CacheFormatError> {
+        match layer.attn.state() {
+            LayerState::Kv { head_dim, .. } => {
+                let f = self.cache_format;
+                cache.set_format(f, key_layout(f, head_dim))
+            }
+            LayerState::Latent { .. } | LayerState::Recurrent { .. } => Ok(()),
         }
     }
 
@@ -335,7 +337,7 @@ impl Decoder {
                 .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
             if pos == 0 {
                 cache.truncate(0);
-                self.apply_cache_types(layer, cache);
+                self.format_cache(layer, cache)?;
             }
             if cache.len() < pos {
                 let len = cache.len();

@@ -63,7 +63,7 @@ impl Decoder {
         let fail =
             |e: crate::distributed::ExchangeError| -> ! { panic!("pipeline parallelism: {e}") };
         stages
-            .begin(&meta, self.cache_types)
+            .begin(&meta, self.cache_format)
             .unwrap_or_else(|e| fail(e));
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Scratch { x, h, t, states } = &mut *guard;

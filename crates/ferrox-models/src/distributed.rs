@@ -269,12 +269,12 @@ pub struct StageSeq {
 pub trait StageExchange: Send + Sync {
     /// Places in the pipeline, the driver included: the micro-batches a forward splits into.
     fn places(&self) -> usize;
-    /// `groups[g]`: micro-batch `g`'s sequences, in row order; `types`: the driver's KV cache
-    /// element types, which the other places' caches take too.
+    /// `groups[g]`: micro-batch `g`'s sequences, in row order; `format`: the driver's KV cache
+    /// format, which the other places' caches take too.
     fn begin(
         &self,
         groups: &[Vec<StageSeq>],
-        types: (ferrox_core::cache::KvType, ferrox_core::cache::KvType),
+        format: ferrox_core::cache::CacheFormat,
     ) -> Result<(), ExchangeError>;
     /// Micro-batch `g`'s hidden states after the driver's layers, `[rows, hidden]`.
     fn send(&self, g: usize, x: Vec<f32>) -> Result<(), ExchangeError>;

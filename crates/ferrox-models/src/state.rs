@@ -52,11 +52,55 @@ impl LayerState {
         }
     }
 
-    /// An empty cache of this layer's shape.
+    /// An empty cache of this layer's shape (f32 rows; the decoder gives per-head ones its
+    /// cache format).
     pub fn new_cache(&self) -> KvCache {
-        let mut c = KvCache::new(1, 0);
-        // An empty cache takes any shape.
-        let _ = self.shape(&mut c);
-        c
+        match *self {
+            LayerState::Kv {
+                n_kv_heads,
+                head_dim,
+            } => KvCache::new(n_kv_heads, head_dim),
+            LayerState::Latent { width, indexer } => {
+                KvCache::shaped(1, width, 0, indexer.unwrap_or(0))
+            }
+            LayerState::Recurrent { row, extra, .. } => KvCache::shaped(1, row, extra, 0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new cache already has the shape `shape` gives an empty one (so it needs no reshape
+    /// that could fail).
+    #[test]
+    fn new_caches_have_their_layers_shapes() {
+        for s in [
+            LayerState::Kv {
+                n_kv_heads: 2,
+                head_dim: 8,
+            },
+            LayerState::Latent {
+                width: 12,
+                indexer: Some(4),
+            },
+            LayerState::Latent {
+                width: 12,
+                indexer: None,
+            },
+            LayerState::Recurrent {
+                row: 6,
+                extra: 3,
+                state: 40,
+            },
+        ] {
+            let c = s.new_cache();
+            let mut shaped = KvCache::new(1, 0);
+            s.shape(&mut shaped).unwrap();
+            let dims = |c: &KvCache| (c.k_width(), c.v_width(), c.aux_width(), c.n_kv_heads());
+            assert_eq!(dims(&c), dims(&shaped), "{s:?}");
+            assert!(c.is_empty());
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use ferrox_core::cache::KvType;
+use ferrox_core::cache::{CacheFormat, KvType};
 use ferrox_models::decoder::Decoder;
 use std::path::PathBuf;
 
@@ -18,6 +18,14 @@ const MODELS: &[(&str, &str, &str)] = &[
 
 fn model_path(name: &str) -> PathBuf {
     ferrox_hub::ensure_model(name).unwrap_or_else(|e| panic!("model {name}: {e}"))
+}
+
+/// Keys and values both `ty`, with bf16 products if asked.
+fn cache_format(ty: KvType, bf16_products: bool) -> CacheFormat {
+    CacheFormat {
+        bf16_products,
+        ..CacheFormat::uniform(ty)
+    }
 }
 
 #[test]
@@ -150,8 +158,7 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
     );
     for (name, (ty, bf16)) in runs {
         let mut dec = Decoder::load(model_path(name)).unwrap();
-        dec.set_cache_types(ty, ty).unwrap();
-        dec.set_attention_bf16(bf16);
+        dec.set_cache_format(cache_format(ty, bf16)).unwrap();
         // 61 rows: long enough for attention's row-block tasks; then a short continuation.
         let input: Vec<usize> = (0..80).map(|i| 100 + (i * 7919) % 5000).collect();
         let (head, tail) = input.split_at(61);
@@ -173,7 +180,7 @@ fn batch_rows_are_bit_identical_to_token_by_token() {
     }
 }
 
-/// `set_attention_bf16` reaches the attention kernel: on a CPU with AVX-512 BF16 the logits
+/// The cache format's bf16 products reach the attention kernel: on a CPU with AVX-512 BF16 the logits
 /// of an f16 cache move (a little), while an f32 cache keeps f32 products and its logits; a
 /// bf16 cache is multiplied in bf16 either way.
 #[test]
@@ -181,8 +188,7 @@ fn attention_bf16_products_take_effect() {
     let input: Vec<usize> = (0..40).map(|i| 100 + (i * 7919) % 5000).collect();
     let logits = |ty: KvType, bf16: bool| {
         let mut dec = Decoder::load(model_path("qwen2.5-coder:0.5b-instruct")).unwrap();
-        dec.set_cache_types(ty, ty).unwrap();
-        dec.set_attention_bf16(bf16);
+        dec.set_cache_format(cache_format(ty, bf16)).unwrap();
         let mut caches = dec.new_caches();
         dec.forward_batch(&input, 0, &mut caches).pop().unwrap()
     };

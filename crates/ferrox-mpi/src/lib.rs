@@ -164,11 +164,11 @@ pub fn drive_stages(cluster: &Cluster, decoder: &mut Decoder) {
 /// micro-batch, on the caches it keeps per sequence key, for [`Cluster::serve_stages`].
 pub fn stage_handler(mut decoder: Decoder) -> StageHandler {
     let mut caches: HashMap<u64, Vec<KvCache>> = HashMap::new();
-    Box::new(move |group, types, x| {
-        if decoder.cache_types() != types {
+    Box::new(move |group, format, x| {
+        if decoder.cache_format() != format {
             decoder
-                .set_cache_types(types.0, types.1)
-                .map_err(|e| ExchangeError::Malformed(e.to_string()))?;
+                .set_cache_format(format)
+                .map_err(|e| ExchangeError::Malformed(format!("KV cache format: {e}")))?;
         }
         // Each sequence's caches leave the map for the forward (two borrows at once).
         let mut taken: Vec<(u64, Vec<KvCache>)> = Vec::with_capacity(group.len());

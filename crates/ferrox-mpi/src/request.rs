@@ -3,7 +3,7 @@
 //! (`comm.rs`) and pipeline transport (`stages.rs`) both use it without using each other.
 
 use crate::MpiError;
-use ferrox_core::cache::KvType;
+use ferrox_core::cache::CacheFormat;
 use ferrox_models::distributed::{ExchangeError, ExpertWork, StageSeq};
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{Receiver, SyncSender};
@@ -14,9 +14,10 @@ pub type Handler =
 
 pub(crate) type Outputs = Result<Vec<Vec<f32>>, ExchangeError>;
 
-/// What a rank after 0 runs for one micro-batch: its layers over `x` in place.
+/// What a rank after 0 runs for one micro-batch: its layers over `x` in place, its caches in
+/// the driver's format.
 pub type StageHandler =
-    Box<dyn FnMut(&[StageSeq], (KvType, KvType), &mut [f32]) -> Result<(), ExchangeError> + Send>;
+    Box<dyn FnMut(&[StageSeq], CacheFormat, &mut [f32]) -> Result<(), ExchangeError> + Send>;
 
 pub(crate) enum Request {
     Moe {

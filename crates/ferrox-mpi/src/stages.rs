@@ -1,16 +1,18 @@
 //! Pipeline parallelism's transport (point to point, on the communication thread). Per
-//! forward, rank 0 sends rank 1 a header (op, micro-batch count, KV cache types, then per
-//! micro-batch its sequences as (key, pos, rows)), which every rank passes on; then, micro-
-//! batch by micro-batch, the hidden states go 0 → 1 → … → R−1 → 0, each rank running its
-//! layers in between. Rank 0 posts every receive from the last rank first and sends with
-//! immediate sends as its layers finish each micro-batch; the other ranks receive a
-//! micro-batch, run it, send it on with an immediate send and go on to the next, so rank `r`
-//! works on micro-batch `k` while rank `r + 1` works on `k − 1`. Each data message ends in a
-//! status word: 0, or 1 once some rank failed (the later ones pass it on without running).
+//! forward, rank 0 sends rank 1 a header (op, micro-batch count, KV cache format as
+//! `wire::format_words`, then per micro-batch its sequences as (key, pos, rows)), which every
+//! rank passes on; then, micro-batch by micro-batch, the hidden states go 0 → 1 → … → R−1 →
+//! 0, each rank running its layers in between. Rank 0 posts every receive from the last rank
+//! first and sends with immediate sends as its layers finish each micro-batch; the other ranks
+//! receive a micro-batch, run it, send it on with an immediate send and go on to the next, so
+//! rank `r` works on micro-batch `k` while rank `r + 1` works on `k − 1`. Each data message
+//! ends in a status word: 0, or 1 once some rank failed (the later ones pass it on without
+//! running).
 
 pub use crate::request::StageHandler;
 use crate::request::{report_before_abort, Counters, Request};
-use ferrox_core::cache::KvType;
+use crate::wire::{format_words, words_format, FORMAT_WORDS};
+use ferrox_core::cache::CacheFormat;
 use ferrox_models::distributed::{ExchangeError, StageExchange, StageSeq};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -23,18 +25,13 @@ const OP_FORWARD: u64 = 1;
 pub(crate) const TAG_HEADER: i32 = 1;
 /// Micro-batch `g`'s data goes under tag `TAG_DATA + g`.
 const TAG_DATA: i32 = 16;
-/// Cache types by header code (new types go last: codes are the wire format).
-const TYPES: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Bf16];
+/// Header words before the micro-batches: op, micro-batch count, cache format.
+const HEAD_WORDS: usize = 2 + FORMAT_WORDS;
 
 /// A forward as its header words.
-pub(crate) fn header(groups: &[Vec<StageSeq>], types: (KvType, KvType)) -> Vec<u64> {
-    let code = |t: KvType| TYPES.iter().position(|&x| x == t).unwrap_or(0) as u64;
-    let mut h = vec![
-        OP_FORWARD,
-        groups.len() as u64,
-        code(types.0),
-        code(types.1),
-    ];
+pub(crate) fn header(groups: &[Vec<StageSeq>], format: CacheFormat) -> Vec<u64> {
+    let mut h = vec![OP_FORWARD, groups.len() as u64];
+    h.extend(format_words(format));
     for g in groups {
         h.push(g.len() as u64);
         for s in g {
@@ -44,18 +41,15 @@ pub(crate) fn header(groups: &[Vec<StageSeq>], types: (KvType, KvType)) -> Vec<u
     h
 }
 
-type Parsed = (Vec<Vec<StageSeq>>, (KvType, KvType));
+type Parsed = (Vec<Vec<StageSeq>>, CacheFormat);
 
-/// The micro-batches and cache types of header words.
+/// The micro-batches and cache format of header words.
 pub(crate) fn parse(h: &[u64]) -> Result<Parsed, ExchangeError> {
     let bad = || ExchangeError::Malformed(format!("pipeline header of {} words", h.len()));
-    let ty = |i: usize| -> Result<KvType, ExchangeError> {
-        let c = *h.get(i).ok_or_else(bad)?;
-        TYPES.get(c as usize).copied().ok_or_else(bad)
-    };
-    let types = (ty(2)?, ty(3)?);
+    let f = h.get(2..HEAD_WORDS).ok_or_else(bad)?;
+    let format = words_format([f[0], f[1], f[2]])?;
     let m = *h.get(1).ok_or_else(bad)? as usize;
-    let mut at = 4;
+    let mut at = HEAD_WORDS;
     let mut groups = Vec::new();
     for _ in 0..m {
         let k = *h.get(at).ok_or_else(bad)? as usize;
@@ -75,7 +69,7 @@ pub(crate) fn parse(h: &[u64]) -> Result<Parsed, ExchangeError> {
     if at != h.len() {
         return Err(bad());
     }
-    Ok((groups, types))
+    Ok((groups, format))
 }
 
 /// Values of micro-batch `g`'s message: its rows, then the status word.
@@ -166,13 +160,10 @@ pub(crate) fn serve(world: &SimpleCommunicator, hidden: usize, mut handler: Stag
         if h.first() == Some(&OP_STOP) {
             return;
         }
-        let (groups, types) = match parse(&h) {
+        let (groups, format) = match parse(&h) {
             Ok(p) if h.first() == Some(&OP_FORWARD) => p,
-            _ => {
-                let error = format!("malformed pipeline header {h:?}");
-                report_before_abort(rank, &error);
-                world.abort(1)
-            }
+            Ok(_) => abort_malformed(world, rank, &h, "unknown op"),
+            Err(e) => abort_malformed(world, rank, &h, &e.to_string()),
         };
         let mut bufs: Vec<Vec<f32>> = groups.iter().map(|g| vec![0.0; words(g, hidden)]).collect();
         mpi::request::scope(|scope| {
@@ -186,7 +177,7 @@ pub(crate) fn serve(world: &SimpleCommunicator, hidden: usize, mut handler: Stag
                 prev.receive_into_with_tag(&mut buf[..], tag(g));
                 let st = buf.len() - 1;
                 if buf[st] == 0.0 {
-                    if let Err(e) = handler(group, types, &mut buf[..st]) {
+                    if let Err(e) = handler(group, format, &mut buf[..st]) {
                         eprintln!("ferrox-mpi rank {rank}: pipeline stage: {e}");
                         buf[st] = 1.0;
                     }
@@ -199,6 +190,12 @@ pub(crate) fn serve(world: &SimpleCommunicator, hidden: usize, mut handler: Stag
             }
         });
     }
+}
+
+/// Ends the job over header words `h` the ranks can no longer agree on (`why`).
+fn abort_malformed(world: &SimpleCommunicator, rank: i32, h: &[u64], why: &str) -> ! {
+    report_before_abort(rank, &format!("malformed pipeline header {h:?}: {why}"));
+    world.abort(1)
 }
 
 /// Rank 0's [`StageExchange`]: each forward is one request to the communication thread,
@@ -243,11 +240,7 @@ impl StageExchange for DriverStages {
         self.size
     }
 
-    fn begin(
-        &self,
-        groups: &[Vec<StageSeq>],
-        types: (KvType, KvType),
-    ) -> Result<(), ExchangeError> {
+    fn begin(&self, groups: &[Vec<StageSeq>], format: CacheFormat) -> Result<(), ExchangeError> {
         // A forward that never finished (its caller panicked between `begin` and `finish`):
         // dropping its sender makes the communication thread send status-1 placeholders for
         // the missing micro-batches, so every rank is in step again before this one starts.
@@ -262,7 +255,7 @@ impl StageExchange for DriverStages {
         }
         let (data_tx, data) = channel();
         let (reply, rx) = sync_channel(1);
-        let header = header(groups, types);
+        let header = header(groups, format);
         let rows: usize = groups.iter().flatten().map(|s| s.n).sum();
         let c = &self.counters;
         c.forwards.fetch_add(1, Ordering::Relaxed);
@@ -304,6 +297,7 @@ impl StageExchange for DriverStages {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrox_core::cache::KvType;
 
     #[test]
     fn header_round_trip() {
@@ -326,10 +320,21 @@ mod tests {
                 },
             ],
         ];
-        let types = (KvType::Q8_0, KvType::F16);
-        let h = header(&groups, types);
-        assert_eq!(parse(&h).unwrap(), (groups, types));
+        let format = CacheFormat {
+            k: KvType::Q8_0,
+            v: KvType::F16,
+            bf16_products: true,
+        };
+        let h = header(&groups, format);
+        assert_eq!(parse(&h).unwrap(), (groups, format));
         assert!(parse(&h[..h.len() - 1]).is_err());
-        assert!(parse(&[OP_FORWARD, 1, 0, 7, 0]).is_err());
+        // An unknown type code is refused by name, never read as f32.
+        let err = parse(&[OP_FORWARD, 0, 0, 7, 0]).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown KV cache type code 7"),
+            "{err}"
+        );
+        assert!(parse(&[OP_FORWARD, 0, 0, 0, 0]).is_ok());
+        assert!(parse(&[OP_FORWARD, 0, 0, 0]).is_err());
     }
 }

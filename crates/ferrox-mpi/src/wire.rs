@@ -1,6 +1,9 @@
-//! The payload of one place's expert work as MPI words: the (row, expert) pairs, then the
-//! rows' f32 bit patterns.
+//! What travels as MPI words: the payload of one place's expert work — the (row, expert)
+//! pairs, then the rows' f32 bit patterns — and the KV cache format a pipelined forward's
+//! header carries, one explicit code per variant each way, so a type added later is a compile
+//! error here rather than a cache that silently travels as another.
 
+use ferrox_core::cache::{CacheFormat, KvType};
 use ferrox_models::distributed::{ExchangeError, ExpertWork};
 
 /// Appends `work` to `out`.
@@ -29,9 +32,100 @@ pub fn unpack(words: &[u32], pairs: usize, work: &mut ExpertWork) -> Result<(), 
     Ok(())
 }
 
+/// Why header words are not a [`CacheFormat`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatCodeError {
+    #[error("unknown KV cache type code {0}")]
+    Type(u64),
+    #[error("bf16 products flag {0} (0 or 1)")]
+    Bf16Flag(u64),
+}
+
+impl From<FormatCodeError> for ExchangeError {
+    fn from(e: FormatCodeError) -> Self {
+        ExchangeError::Malformed(format!("pipeline header: {e}"))
+    }
+}
+
+/// Words of a [`CacheFormat`] in a header.
+pub const FORMAT_WORDS: usize = 3;
+
+/// A cache type's code. Codes are the wire format: a new type takes a new one.
+fn type_code(t: KvType) -> u64 {
+    match t {
+        KvType::F32 => 0,
+        KvType::F16 => 1,
+        KvType::Q8_0 => 2,
+        KvType::Bf16 => 3,
+    }
+}
+
+fn code_type(c: u64) -> Result<KvType, FormatCodeError> {
+    match c {
+        0 => Ok(KvType::F32),
+        1 => Ok(KvType::F16),
+        2 => Ok(KvType::Q8_0),
+        3 => Ok(KvType::Bf16),
+        _ => Err(FormatCodeError::Type(c)),
+    }
+}
+
+/// `format` as header words: key type, value type, bf16 products.
+pub fn format_words(format: CacheFormat) -> [u64; FORMAT_WORDS] {
+    let CacheFormat {
+        k,
+        v,
+        bf16_products,
+    } = format;
+    [type_code(k), type_code(v), u64::from(bf16_products)]
+}
+
+/// The format of [`format_words`]' words.
+pub fn words_format(w: [u64; FORMAT_WORDS]) -> Result<CacheFormat, FormatCodeError> {
+    let bf16_products = match w[2] {
+        0 => false,
+        1 => true,
+        f => return Err(FormatCodeError::Bf16Flag(f)),
+    };
+    Ok(CacheFormat {
+        k: code_type(w[0])?,
+        v: code_type(w[1])?,
+        bf16_products,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every type and flag survives the trip; codes no format has are refused by name.
+    #[test]
+    fn cache_formats_round_trip_and_unknown_codes_are_refused() {
+        let types = [KvType::F32, KvType::F16, KvType::Bf16, KvType::Q8_0];
+        for k in types {
+            for v in types {
+                for bf16_products in [false, true] {
+                    let f = CacheFormat {
+                        k,
+                        v,
+                        bf16_products,
+                    };
+                    assert_eq!(words_format(format_words(f)), Ok(f));
+                }
+            }
+        }
+        let mut codes = types.map(type_code);
+        codes.sort();
+        assert_eq!(codes, [0, 1, 2, 3], "one code per type");
+        assert_eq!(words_format([4, 0, 0]), Err(FormatCodeError::Type(4)));
+        assert_eq!(words_format([0, 9, 0]), Err(FormatCodeError::Type(9)));
+        assert_eq!(words_format([0, 0, 2]), Err(FormatCodeError::Bf16Flag(2)));
+        let e = ExchangeError::from(FormatCodeError::Type(4));
+        assert!(
+            e.to_string().contains("unknown KV cache type code 4"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn round_trip_keeps_every_bit() {

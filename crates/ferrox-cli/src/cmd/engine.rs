@@ -3,7 +3,7 @@
 
 use super::heap::trim_heap;
 use anyhow::Context;
-use ferrox_core::cache::KvType;
+use ferrox_core::cache::{CacheFormat, KvType};
 use ferrox_models::decoder::Decoder;
 use ferrox_tokenizer::Tokenizer;
 use std::path::PathBuf;
@@ -50,17 +50,26 @@ impl CacheArgs {
         )
     }
 
-    /// Gives the decoder these cache types ([`Self::default_type`] where not given).
-    pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
+    /// The cache format asked for: these types ([`Self::default_type`] where not given) and
+    /// `--attn-bf16`.
+    pub fn format(&self) -> CacheFormat {
         let (k, v) = self.types();
-        // Pipeline stages in other processes would keep f32 products: refused, not mixed.
-        if self.attn_bf16 && !eng.decoder.caches_local() {
-            anyhow::bail!("--attn-bf16 is not supported with --pipeline-parallel");
+        CacheFormat {
+            k,
+            v,
+            bf16_products: self.attn_bf16,
         }
-        eng.decoder.set_attention_bf16(self.attn_bf16);
-        eng.decoder
-            .set_cache_types(k, v)
-            .context("--cache-type-k/-v")
+    }
+
+    /// Gives the decoder this cache format; an unsupported one is an error naming the flags.
+    pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
+        // Pipeline stages in other processes take the format from each forward's header.
+        let f = self.format();
+        let bf16 = if f.bf16_products { " --attn-bf16" } else { "" };
+        eng.decoder.set_cache_format(f).with_context(|| {
+            let flags = format!("--cache-type-k {} --cache-type-v {}{bf16}", f.k, f.v);
+            format!("unsupported KV cache format ({flags})")
+        })
     }
 }
 

@@ -19,9 +19,11 @@
 //! only restorable as a cut to 0 (`restorable`), and the rows stay a window instead of growing
 //! with the context. Unbounded caches (the default) keep every row: any cut stays exact.
 
+mod format;
 mod rows_io;
 mod store;
 
+pub use format::{CacheFormat, CacheFormatError};
 pub use rows_io::RowsDecodeError;
 use store::RowStore;
 pub use store::{KvSlice, KvType, RowLayout, TILE_ROWS};
@@ -51,7 +53,7 @@ pub struct KvCache {
     checkpoint: Vec<f32>,
     checkpoint_at: Option<usize>,
     /// Attention over this cache takes bf16 products when its rows are stored narrower than
-    /// f32 (`Scoring::bf16`).
+    /// f32 (`Scoring::bf16`): the format's knob, as asked.
     bf16_products: bool,
 }
 
@@ -117,42 +119,27 @@ pub struct CacheShapeError {
     pub want: (usize, usize, usize),
 }
 
-/// Why a cache's element types could not change.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum CacheTypeError {
-    #[error("the KV cache already holds positions; its element type cannot change")]
-    InUse,
-    #[error(
-        "KV cache type {ty} needs head widths that are multiples of 32 (this model's: {width})"
-    )]
-    Width { ty: &'static str, width: usize },
-}
-
-/// Whether keys and values of `k` and `v` can be stored for heads `head_dim` wide (each head's
-/// row must be whole blocks, so whole-position rows are too).
-pub fn check_types(k: KvType, v: KvType, head_dim: usize) -> Result<(), CacheTypeError> {
-    match [k, v].into_iter().find(|t| !t.fits(head_dim)) {
-        Some(ty) => Err(CacheTypeError::Width {
-            ty: ty.name(),
-            width: head_dim,
-        }),
-        None => Ok(()),
-    }
-}
-
 impl KvCache {
+    /// An empty per-head cache: `n_kv_heads` heads of `head_dim` keys and values, f32 rows.
     pub fn new(n_kv_heads: usize, head_dim: usize) -> Self {
+        KvCache::shaped(n_kv_heads, head_dim, n_kv_heads * head_dim, 0)
+    }
+
+    /// An empty cache of f32 rows of another shape: keys of `n_kv_heads * head_dim`, values of
+    /// `v_width` and an auxiliary row of `aux_width` per position (see
+    /// [`ensure_shape`](Self::ensure_shape) and [`ensure_aux_width`](Self::ensure_aux_width)).
+    pub fn shaped(n_kv_heads: usize, head_dim: usize, v_width: usize, aux_width: usize) -> Self {
         KvCache {
             n_kv_heads,
             head_dim,
-            v_width: n_kv_heads * head_dim,
+            v_width,
             len: 0,
             first: 0,
             floor: 0,
             bounded: false,
             keys: RowStore::default(),
             values: RowStore::default(),
-            aux_width: 0,
+            aux_width,
             aux: Vec::new(),
             state: Vec::new(),
             state_at: None,
@@ -432,7 +419,7 @@ impl KvCache {
 
     /// All stored keys, `[len - first_row][k_width]` (every position unless a bounded
     /// recurrent layer forgot some). Empty unless the keys are stored as f32 rows (the default;
-    /// see [`set_types`](Self::set_types) and [`set_key_layout`](Self::set_key_layout)).
+    /// see [`set_format`](Self::set_format)).
     pub fn keys(&self) -> &[f32] {
         self.keys.f32s()
     }
@@ -457,62 +444,55 @@ impl KvCache {
         (self.keys.ty(), self.values.ty())
     }
 
-    /// Stores keys and values as `k` and `v` from now on (llama.cpp's `--cache-type-k/-v`),
-    /// keys in the layout they had. Only an empty cache without auxiliary rows may change, to
-    /// widths the types divide.
-    pub fn set_types(&mut self, k: KvType, v: KvType) -> Result<(), CacheTypeError> {
-        if self.types() == (k, v) {
-            return Ok(());
+    /// How the keys and values are stored and multiplied: the last format set (f32 rows and
+    /// products by default, or the types rows copied into the empty cache came in).
+    pub fn format(&self) -> CacheFormat {
+        CacheFormat {
+            k: self.keys.ty(),
+            v: self.values.ty(),
+            bf16_products: self.bf16_products,
         }
-        if self.len != 0 || self.aux_width != 0 {
-            return Err(CacheTypeError::InUse);
-        }
-        check_types(k, v, self.head_dim)?;
-        self.keys = RowStore::new(k, self.keys.layout());
-        self.values = RowStore::new(v, RowLayout::Rows);
-        Ok(())
     }
 
-    /// Asks attention over this cache for bf16 products over f16 or q8_0 rows too (bf16 rows
-    /// always take them). Only an empty cache may change: a sequence's rows all see the same
-    /// arithmetic.
-    pub fn set_bf16_products(&mut self, on: bool) -> Result<(), CacheTypeError> {
-        if self.bf16_products != on && self.len != 0 {
-            return Err(CacheTypeError::InUse);
+    /// Stores keys and values as `format` says from now on, keys laid out as `key_layout`:
+    /// the one way a cache's format changes. A no-op when it already is; otherwise only an
+    /// empty per-head cache (no auxiliary rows) may change — a sequence's rows all see the
+    /// same arithmetic — and only to a format its head width takes ([`CacheFormat::check`]).
+    pub fn set_format(
+        &mut self,
+        format: CacheFormat,
+        key_layout: RowLayout,
+    ) -> Result<(), CacheFormatError> {
+        if self.format() == format && self.key_layout() == key_layout {
+            return Ok(());
         }
-        self.bf16_products = on;
+        if self.len != 0 {
+            return Err(CacheFormatError::InUse { len: self.len });
+        }
+        if self.aux_width != 0 {
+            return Err(CacheFormatError::AuxRows);
+        }
+        format.check(self.head_dim, key_layout)?;
+        self.keys = RowStore::new(format.k, key_layout);
+        self.values = RowStore::new(format.v, RowLayout::Rows);
+        self.bf16_products = format.bf16_products;
         Ok(())
     }
 
     /// Whether attention over this cache takes bf16 products: neither keys nor values are
     /// stored as f32, and either is stored as bf16 (as ggml, whose attention multiplies a bf16
-    /// cache in bf16) or they were asked for.
+    /// cache in bf16) or the format asks for them.
     pub fn bf16_products(&self) -> bool {
         let (k, v) = self.types();
         let bf16_rows = k == KvType::Bf16 || v == KvType::Bf16;
         (self.bf16_products || bf16_rows) && k != KvType::F32 && v != KvType::F32
     }
 
-    /// How the keys are laid out (`Tiles` for any type but q8_0).
+    /// How the keys are laid out (`Tiles` only for [`tileable`](KvType::tileable) types):
+    /// tiles of 16 positions stored column by column are what the AVX-512 attention kernel
+    /// reads without transposing (see [`kernels::key_layout`](crate::kernels::key_layout)).
     pub fn key_layout(&self) -> RowLayout {
         self.keys.layout()
-    }
-
-    /// Lays keys out as `layout` from now on: tiles of 16 positions stored column by column are
-    /// what the AVX-512 attention kernel reads without transposing (see
-    /// [`kernels::key_layout`](crate::kernels::key_layout)); q8_0 keys stay rows. Only an empty
-    /// cache without auxiliary rows may change.
-    pub fn set_key_layout(&mut self, layout: RowLayout) -> Result<(), CacheTypeError> {
-        if self.keys.layout() == layout
-            || (layout == RowLayout::Tiles && self.keys.ty() == KvType::Q8_0)
-        {
-            return Ok(());
-        }
-        if self.len != 0 || self.aux_width != 0 {
-            return Err(CacheTypeError::InUse);
-        }
-        self.keys = RowStore::new(self.keys.ty(), layout);
-        Ok(())
     }
 
     /// Key row of position `pos` widened to f32, whatever the type and layout.

@@ -50,13 +50,26 @@ impl KvType {
         }
     }
 
-    /// Whether rows of `width` values split into this type's blocks (q8_0: 32 values; bf16:
-    /// pairs, for its tiles).
-    pub fn fits(self, width: usize) -> bool {
+    /// Values per block a row of this type is made of (q8_0: 32; bf16: pairs, for its tiles).
+    pub fn block(self) -> usize {
         match self {
-            KvType::Q8_0 => width.is_multiple_of(32),
-            KvType::Bf16 => width.is_multiple_of(2),
-            _ => true,
+            KvType::F32 | KvType::F16 => 1,
+            KvType::Bf16 => 2,
+            KvType::Q8_0 => 32,
+        }
+    }
+
+    /// Whether rows of `width` values split into this type's blocks.
+    pub fn fits(self, width: usize) -> bool {
+        width.is_multiple_of(self.block())
+    }
+
+    /// Whether rows of this type can be kept in [`RowLayout::Tiles`]: q8_0's blocks run along
+    /// the row, so its rows cannot be stored column by column.
+    pub fn tileable(self) -> bool {
+        match self {
+            KvType::F32 | KvType::F16 | KvType::Bf16 => true,
+            KvType::Q8_0 => false,
         }
     }
 
@@ -67,6 +80,12 @@ impl KvType {
             KvType::F16 | KvType::Bf16 => 2 * width,
             KvType::Q8_0 => width / 32 * std::mem::size_of::<BlockQ8_0>(),
         }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -195,7 +214,8 @@ fn paired(c: usize, lane: usize) -> usize {
 }
 
 impl RowStore {
-    /// An empty store; q8_0 rows are blocks along the row, so they stay [`RowLayout::Rows`].
+    /// An empty store; types that are not [`tileable`](KvType::tileable) stay
+    /// [`RowLayout::Rows`].
     pub(crate) fn new(ty: KvType, layout: RowLayout) -> RowStore {
         let data = match ty {
             KvType::F32 => Data::F32(Vec::new()),
@@ -203,7 +223,7 @@ impl RowStore {
             KvType::Bf16 => Data::Bf16(Vec::new()),
             KvType::Q8_0 => Data::Q8_0(Vec::new()),
         };
-        let tiled = layout == RowLayout::Tiles && ty != KvType::Q8_0;
+        let tiled = layout == RowLayout::Tiles && ty.tileable();
         RowStore {
             data,
             tiled,

@@ -99,14 +99,15 @@ fn bounded_cache_forgets_rows_before_the_window() {
 fn typed_rows_copy_truncate_and_refusals() {
     for ty in [KvType::F16, KvType::Bf16, KvType::Q8_0] {
         let mut c = KvCache::new(2, 32);
-        c.set_types(ty, ty).unwrap();
+        c.set_format(CacheFormat::uniform(ty), RowLayout::Rows)
+            .unwrap();
         for p in 0..5 {
             let row: Vec<f32> = (0..64).map(|i| (p * 64 + i) as f32 / 50.0 - 3.0).collect();
             c.append(&row, &row);
         }
         assert_eq!(
-            c.set_types(KvType::F32, KvType::F32),
-            Err(CacheTypeError::InUse)
+            c.set_format(CacheFormat::default(), RowLayout::Rows),
+            Err(CacheFormatError::InUse { len: 5 })
         );
         let rows = c.copy_rows(0, 3).unwrap();
         let mut d = KvCache::new(2, 32);
@@ -128,22 +129,93 @@ fn typed_rows_copy_truncate_and_refusals() {
             (2, 128, 2 * 2 * ty.row_bytes(64))
         );
     }
+    let q8_keys = CacheFormat {
+        k: KvType::Q8_0,
+        ..CacheFormat::default()
+    };
     let mut odd = KvCache::new(1, 40);
-    assert!(matches!(
-        odd.set_types(KvType::Q8_0, KvType::F32),
-        Err(CacheTypeError::Width { .. })
-    ));
-    assert!(odd.set_types(KvType::F16, KvType::F16).is_ok());
+    assert_eq!(
+        odd.set_format(q8_keys, RowLayout::Rows),
+        Err(CacheFormatError::Width {
+            ty: KvType::Q8_0,
+            block: 32,
+            width: 40
+        })
+    );
+    let f16 = CacheFormat::uniform(KvType::F16);
+    assert!(odd.set_format(f16, RowLayout::Rows).is_ok());
     let mut odd = KvCache::new(2, 3);
-    assert!(matches!(
-        odd.set_types(KvType::Bf16, KvType::Bf16),
-        Err(CacheTypeError::Width { .. })
-    ));
+    assert_eq!(
+        odd.set_format(CacheFormat::uniform(KvType::Bf16), RowLayout::Rows),
+        Err(CacheFormatError::Width {
+            ty: KvType::Bf16,
+            block: 2,
+            width: 3
+        })
+    );
+}
+
+/// One call sets the whole format: types, bf16 products and key layout together, or nothing
+/// when any part is refused; setting the format a cache has is a no-op even while it holds
+/// rows, and the messages name what is unsupported.
+#[test]
+fn format_is_set_whole_or_refused() {
+    let mut c = KvCache::new(2, 32);
+    assert_eq!(c.format(), CacheFormat::default());
+    let f = CacheFormat {
+        k: KvType::F16,
+        v: KvType::Q8_0,
+        bf16_products: true,
+    };
+    c.set_format(f, RowLayout::Tiles).unwrap();
+    assert_eq!((c.format(), c.key_layout()), (f, RowLayout::Tiles));
+    assert_eq!(c.types(), (KvType::F16, KvType::Q8_0));
+    assert!(c.bf16_products());
+    // q8_0 keys cannot be tiles: refused, and the cache keeps its format.
+    let q8 = CacheFormat::uniform(KvType::Q8_0);
+    let err = c.set_format(q8, RowLayout::Tiles).unwrap_err();
+    assert_eq!(err, CacheFormatError::Tiles { ty: KvType::Q8_0 });
+    assert!(err.to_string().contains("q8_0 keys"), "{err}");
+    assert_eq!((c.format(), c.key_layout()), (f, RowLayout::Tiles));
+    // An odd width is refused whole too (no half-applied types).
+    let mut odd = KvCache::new(1, 48);
+    let err = odd.set_format(q8, RowLayout::Rows).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "KV cache type q8_0 needs head widths that are multiples of 32 (this model's: 48)"
+    );
+    assert_eq!(odd.format(), CacheFormat::default());
+    // While holding rows: the same format is fine, another is refused.
+    let row = vec![0.5f32; 64];
+    c.append(&row, &row);
+    assert_eq!(c.set_format(f, RowLayout::Tiles), Ok(()));
+    let plain = CacheFormat {
+        bf16_products: false,
+        ..f
+    };
+    assert_eq!(
+        c.set_format(plain, RowLayout::Tiles),
+        Err(CacheFormatError::InUse { len: 1 })
+    );
+    assert_eq!(
+        c.set_format(f, RowLayout::Rows),
+        Err(CacheFormatError::InUse { len: 1 })
+    );
+    // A cache with auxiliary rows keeps f32.
+    let mut latent = KvCache::shaped(1, 32, 0, 8);
+    assert_eq!(
+        latent.set_format(CacheFormat::default(), RowLayout::Rows),
+        Ok(())
+    );
+    assert_eq!(
+        latent.set_format(CacheFormat::uniform(KvType::F16), RowLayout::Rows),
+        Err(CacheFormatError::AuxRows)
+    );
 }
 
 /// Keys laid out in tiles of 16 positions (bf16: in pairs of columns) read back as the rows they
 /// were given, through truncation, refills, copies at any offset (into caches of either
-/// layout), and dropping leading rows; q8_0 keys stay rows.
+/// layout), and dropping leading rows.
 #[test]
 fn tiled_keys_read_back_as_rows() {
     // Values every type holds exactly (at most 8 significant bits).
@@ -160,16 +232,16 @@ fn tiled_keys_read_back_as_rows() {
         // Rows of 6 values: 2 heads of 3, or (bf16 pairs) 3 heads of 2.
         let (nkv, hd) = if ty == KvType::Bf16 { (3, 2) } else { (2, 3) };
         let mut c = KvCache::new(nkv, hd);
-        c.set_types(ty, ty).unwrap();
-        c.set_key_layout(RowLayout::Tiles).unwrap();
+        c.set_format(CacheFormat::uniform(ty), RowLayout::Tiles)
+            .unwrap();
         assert_eq!(c.key_layout(), RowLayout::Tiles);
         for p in 0..40 {
             c.append(&row(p), &row(p));
         }
         assert!(c.keys().is_empty(), "no f32 rows view of tiles");
         assert_eq!(
-            c.set_key_layout(RowLayout::Rows),
-            Err(CacheTypeError::InUse)
+            c.set_format(CacheFormat::uniform(ty), RowLayout::Rows),
+            Err(CacheFormatError::InUse { len: 40 })
         );
         check(&c, 0, 40, 0);
         // Whole tiles are stored: 3 of 16 positions × 6 values.
@@ -185,8 +257,7 @@ fn tiled_keys_read_back_as_rows() {
             for layout in [RowLayout::Rows, RowLayout::Tiles] {
                 // An empty cache takes the copied layout; one holding rows keeps its own.
                 let mut d = KvCache::new(nkv, hd);
-                d.set_types(ty, ty).unwrap();
-                d.set_key_layout(layout).unwrap();
+                d.set_format(CacheFormat::uniform(ty), layout).unwrap();
                 for p in 0..3 {
                     d.append(&row(100 + p), &row(100 + p));
                 }
@@ -209,7 +280,7 @@ fn tiled_keys_read_back_as_rows() {
         check(&c, 21, 37, 21);
     }
     let mut q = KvCache::new(1, 32);
-    q.set_types(KvType::Q8_0, KvType::Q8_0).unwrap();
-    q.set_key_layout(RowLayout::Tiles).unwrap();
+    let q8 = CacheFormat::uniform(KvType::Q8_0);
+    q.set_format(q8, RowLayout::Rows).unwrap();
     assert_eq!(q.key_layout(), RowLayout::Rows);
 }

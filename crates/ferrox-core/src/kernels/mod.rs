@@ -40,11 +40,12 @@ pub mod glu;
 pub use acts::ActBuf;
 pub use attn::{attend_rows, FlashScratch, RowBlock, TypedKv};
 
-/// The key layout [`attend_rows`] reads fastest for heads `head_dim` wide: tiles of 16
-/// positions where the tiled AVX-512 kernel runs (it multiplies a query element by 16 keys'
-/// values at once, which then need no transposition), rows elsewhere.
-pub fn key_layout(head_dim: usize) -> crate::cache::RowLayout {
-    if isa() == Isa::Avx512 && head_dim.is_multiple_of(16) {
+/// The key layout [`attend_rows`] reads fastest for keys of type `ty` in heads `head_dim`
+/// wide: tiles of 16 positions where the tiled AVX-512 kernel runs (it multiplies a query
+/// element by 16 keys' values at once, which then need no transposition), rows elsewhere and
+/// for types that cannot be tiled.
+pub fn key_layout(ty: crate::cache::KvType, head_dim: usize) -> crate::cache::RowLayout {
+    if isa() == Isa::Avx512 && head_dim.is_multiple_of(16) && ty.tileable() {
         crate::cache::RowLayout::Tiles
     } else {
         crate::cache::RowLayout::Rows

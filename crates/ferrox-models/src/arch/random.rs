@@ -207,7 +207,7 @@ mod pipeline_tests {
     use crate::build::build_share;
     use crate::decoder::{SeqBatch, StageRows};
     use crate::distributed::{layer_ranges, ExchangeError, Share, StageExchange, StageSeq};
-    use ferrox_core::cache::{KvCache, KvType};
+    use ferrox_core::cache::{CacheFormat, KvCache};
     use std::sync::{Arc, Mutex};
 
     /// The places after the driver, in process; each keeps its caches per sequence key.
@@ -222,7 +222,7 @@ mod pipeline_tests {
         fn places(&self) -> usize {
             self.places.len() + 1
         }
-        fn begin(&self, g: &[Vec<StageSeq>], _: (KvType, KvType)) -> Result<(), ExchangeError> {
+        fn begin(&self, g: &[Vec<StageSeq>], _: CacheFormat) -> Result<(), ExchangeError> {
             *self.groups.lock().unwrap() = g.to_vec();
             self.done.lock().unwrap().clear();
             Ok(())

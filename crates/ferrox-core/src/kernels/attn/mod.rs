@@ -460,17 +460,18 @@ mod tests {
     /// any path; a cache cut back and refilled (stale lanes in a tile) too.
     #[test]
     fn typed_cache_equals_widened_rows() {
-        use crate::cache::{KvCache, KvType};
+        use crate::cache::{CacheFormat, KvCache, KvType};
         let mut seed = 5u32;
         let (nkv, d, g, positions) = (2, 64, 3, 70);
         let layouts = [RowLayout::Rows, RowLayout::Tiles];
         for (ty, layout) in [KvType::F32, KvType::F16, KvType::Bf16, KvType::Q8_0]
             .into_iter()
             .flat_map(|t| layouts.map(|l| (t, l)))
+            .filter(|&(t, l)| l == RowLayout::Rows || t.tileable())
         {
             let mut c = KvCache::new(nkv, d);
-            c.set_types(ty, ty).expect("empty cache");
-            c.set_key_layout(layout).expect("empty cache");
+            c.set_format(CacheFormat::uniform(ty), layout)
+                .expect("empty cache");
             let mut fill = |c: &mut KvCache, n: usize| {
                 for _ in 0..n {
                     let k = rnd_vec(&mut seed, nkv * d, 1.0);

@@ -1,6 +1,6 @@
 use std::sync::{Arc, Mutex};
 
-use ferrox_core::cache::{KvCache, KvType};
+use ferrox_core::cache::{CacheFormat, KvCache, KvType, RowLayout};
 
 use super::format::{decode, encode, Kind};
 use super::*;
@@ -12,11 +12,17 @@ const KEY: CacheKey = CacheKey {
     v: KvType::F16,
 };
 
+const KEY_FORMAT: CacheFormat = CacheFormat {
+    k: KEY.k,
+    v: KEY.v,
+    bf16_products: false,
+};
+
 fn caches(len: usize, layers: usize) -> Vec<KvCache> {
     (0..layers)
         .map(|l| {
             let mut c = KvCache::new(1, 4);
-            c.set_types(KEY.k, KEY.v).unwrap();
+            c.set_format(KEY_FORMAT, RowLayout::Rows).unwrap();
             for p in 0..len {
                 let x = (p * 10 + l) as f32;
                 c.append(&[x, x + 1.0, x + 2.0, x + 3.0], &[-x, 0.5, x, 1.0]);
@@ -124,7 +130,7 @@ fn blocks_written_by_one_process_are_restored_by_the_next() {
     assert_eq!(path.len(), 3);
     let mut dst = vec![KvCache::new(1, 4), KvCache::new(1, 4)];
     for c in &mut dst {
-        c.set_types(KEY.k, KEY.v).unwrap();
+        c.set_format(KEY_FORMAT, RowLayout::Rows).unwrap();
     }
     assert!(t.restore(&path, 0, &mut dst));
     let src = caches(48, 2);
