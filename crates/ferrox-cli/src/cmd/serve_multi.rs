@@ -100,10 +100,35 @@ fn spec(found: Found, settings: &LoadSettings, extra: Vec<String>) -> ModelSpec 
             Some(p) => Err(p.clone()),
             // By path: a catalog file is not verified again at each reload.
             None => {
-                load(&path.display().to_string(), &path, &settings).map_err(|e| format!("{e:#}"))
+                let (path, settings) = (path.clone(), settings.clone());
+                at_low_priority(move || {
+                    load(&path.display().to_string(), &path, &settings)
+                        .map_err(|e| format!("{e:#}"))
+                })
             }
         }),
     }
+}
+
+/// Runs a model load on a thread of its own at the lowest CPU priority (nice 19, inherited by
+/// any thread it starts): the loaded models' engine threads keep their cores while another
+/// model reads and repacks its weights, and on an idle machine the load runs at full speed.
+fn at_low_priority<T: Send + 'static>(
+    load: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    std::thread::Builder::new()
+        .name("ferrox-load".into())
+        .spawn(move || {
+            #[cfg(target_os = "linux")]
+            if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19)
+            {
+                tracing::warn!("loading at normal priority: {e}");
+            }
+            load()
+        })
+        .map_err(|e| format!("cannot start a loader thread: {e}"))?
+        .join()
+        .map_err(|_| "the loader panicked".to_string())?
 }
 
 /// `--alias NAME=MODEL` flags by the model (of `models`: each one's names) they name.
