@@ -16,7 +16,7 @@ use axum::Router;
 use ferrox_models::sampling::Sampler;
 use ferrox_server::api::ChatPrompt;
 use ferrox_server::backend::{
-    Backend, BackendError, CompiledGrammar, Engine, Event, FinishReason, GenParams, GenSummary,
+    Backend, BackendError, CompiledGrammar, Stepper, Event, FinishReason, GenParams, GenSummary,
     GrammarSpec, RenderedChat, Scheduler,
 };
 use ferrox_server::http::{router, AppState};
@@ -46,7 +46,7 @@ const VOCAB: usize = 300;
 /// Tokens are bytes; the engine writes one word and stops.
 struct Fake;
 
-struct FakeEngine {
+struct FakeStepper {
     slots: usize,
     running: Vec<u64>,
 }
@@ -73,7 +73,7 @@ fn check(prompt: &[TokenId], p: &GenParams) {
     }
 }
 
-impl Engine for FakeEngine {
+impl Stepper for FakeStepper {
     fn capacity(&self) -> usize {
         self.slots
     }
@@ -144,8 +144,8 @@ impl Backend for Fake {
         }
         Ok(ids.iter().map(|&t| char::from(t as u8)).collect())
     }
-    fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
-        Box::new(FakeEngine {
+    fn new_stepper(&self, slots: usize) -> Box<dyn Stepper> {
+        Box::new(FakeStepper {
             slots,
             running: Vec::new(),
         })

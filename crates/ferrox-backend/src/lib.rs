@@ -15,8 +15,8 @@ use ferrox_models::generate::StopReason;
 use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
-    Backend, BackendError, CacheUsage, CompiledGrammar, Engine, Event, FinishReason, GenParams,
-    GenSummary, GrammarSpec, RenderedChat, SlotAction, SlotDone, SlotError, TokenLogprob,
+    Backend, BackendError, CacheUsage, CompiledGrammar, Event, FinishReason, GenParams, GenSummary,
+    GrammarSpec, RenderedChat, SlotAction, SlotDone, SlotError, Stepper, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
 use ferrox_tokenizer::fim::FimInput;
@@ -187,7 +187,8 @@ pub struct ModelBackend {
     identity: [u8; 32],
 }
 
-struct ModelEngine<'m> {
+/// The server's `Stepper` over the models' `BatchEngine`: requests in, events out.
+struct ModelStepper<'m> {
     engine: BatchEngine<'m>,
     tokenizer: &'m Tokenizer,
     /// What saved slot files are written for and must match.
@@ -289,7 +290,7 @@ impl Backend for ModelBackend {
     fn flush(&self, timeout: std::time::Duration) -> bool {
         self.flush_cache_disk(timeout)
     }
-    fn new_engine(&self, slots: usize) -> Box<dyn Engine + '_> {
+    fn new_stepper(&self, slots: usize) -> Box<dyn Stepper + '_> {
         let mut engine = BatchEngine::new(&self.decoder, &self.tokenizer, slots, self.ctx);
         if self.no_spec {
             engine.max_draft = 0;
@@ -303,7 +304,7 @@ impl Backend for ModelBackend {
             );
         }
         engine.set_recall(self.recall_tokens);
-        Box::new(ModelEngine {
+        Box::new(ModelStepper {
             engine,
             tokenizer: &self.tokenizer,
             slot_key: CacheKey {
@@ -316,7 +317,7 @@ impl Backend for ModelBackend {
     }
 }
 
-impl Engine for ModelEngine<'_> {
+impl Stepper for ModelStepper<'_> {
     fn capacity(&self) -> usize {
         self.engine.capacity()
     }

@@ -1,5 +1,5 @@
 //! What the HTTP layer needs from a model, and the scheduler that runs requests on it:
-//! continuous batching over `parallel` slots (the backend's `Engine` advances every running
+//! continuous batching over `parallel` slots (the backend's `Stepper` advances every running
 //! generation by one batched step; requests join and leave between steps), a bounded queue in
 //! front, cancellation when the client goes away.
 
@@ -118,9 +118,11 @@ pub struct GenSummary {
     pub cached_tokens: usize,
 }
 
-/// The generations running on a model: up to `capacity()` at once, each in a slot with its
-/// own KV cache, all advanced together by `step`.
-pub trait Engine: Send {
+/// The generations running on a model, as the scheduler steps them: up to `capacity()` at
+/// once, each in a slot with its own KV cache, all advanced together by `step`. (The engine
+/// itself, the one step/verify/commit loop, is `ferrox_models::engine::BatchEngine`; a
+/// backend's stepper drives it.)
+pub trait Stepper: Send {
     fn capacity(&self) -> usize;
     fn active(&self) -> usize;
     /// Starts generation `id` in a free slot (the scheduler only calls it when one is free).
@@ -213,7 +215,7 @@ pub trait Backend: Send + Sync + 'static {
     /// A fresh engine with `slots` slots. It may borrow the backend (its weights): the
     /// engine thread holds the backend for as long as the engine runs, and an unloaded model's
     /// memory goes back when both are gone.
-    fn new_engine(&self, slots: usize) -> Box<dyn Engine + '_>;
+    fn new_stepper(&self, slots: usize) -> Box<dyn Stepper + '_>;
     /// Compiles `grammar` for this model (may take a while: called on a blocking thread). The
     /// error is the message a 400 answer carries.
     fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
@@ -382,7 +384,7 @@ type Running = HashMap<
 >;
 
 fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Work>, m: Arc<Metrics>) {
-    let mut engine = backend.new_engine(parallel);
+    let mut engine = backend.new_stepper(parallel);
     let mut running: Running = HashMap::new();
     let mut next_id = 0u64;
     let mut gone: Vec<u64> = Vec::new();
@@ -474,7 +476,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Work>, m
                 ));
             }
             gone.clear();
-            engine = backend.new_engine(parallel);
+            engine = backend.new_stepper(parallel);
         }
     }
 }
@@ -498,7 +500,7 @@ fn count_done(m: &Metrics, stats: Option<&RequestStats>, summary: &GenSummary) {
 /// Joins waiting requests between steps (blocks only when nothing is running). False when the
 /// channel is closed and nothing is running: the server is gone.
 fn admit_waiting(
-    engine: &mut dyn Engine,
+    engine: &mut dyn Stepper,
     running: &mut Running,
     next_id: &mut u64,
     rx: &Receiver<Work>,

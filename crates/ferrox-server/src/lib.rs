@@ -9,7 +9,7 @@ pub mod slots;
 
 use std::sync::Arc;
 
-pub use backend::{Backend, Engine, GenParams, Scheduler};
+pub use backend::{Backend, GenParams, Scheduler, Stepper};
 pub use http::{router, AppState, Front, LibraryHandle, Limits, Options};
 pub use library::{Library, ModelCard, ModelEntry, PullStatus};
 pub use models::{KeepAlive, Loader, ModelSpec, ModelsConfig, Registry};

@@ -62,7 +62,7 @@ impl CacheArgs {
     }
 
     /// Gives the decoder this cache format; an unsupported one is an error naming the flags.
-    pub fn apply(&self, eng: &mut Engine) -> anyhow::Result<()> {
+    pub fn apply(&self, eng: &mut LoadedModel) -> anyhow::Result<()> {
         // Pipeline stages in other processes take the format from each forward's header.
         let f = self.format();
         let bf16 = if f.bf16_products { " --attn-bf16" } else { "" };
@@ -73,7 +73,9 @@ impl CacheArgs {
     }
 }
 
-pub struct Engine {
+/// A model loaded for a command: its decoder (and the MPI job behind it, if any), its
+/// tokenizer, the file it came from.
+pub struct LoadedModel {
     pub decoder: Decoder,
     pub tokenizer: Option<Tokenizer>,
     pub path: PathBuf,
@@ -81,7 +83,7 @@ pub struct Engine {
     pub cluster: Option<super::dist::Cluster>,
 }
 
-impl Engine {
+impl LoadedModel {
     pub fn tokenizer(&self) -> anyhow::Result<&Tokenizer> {
         self.tokenizer
             .as_ref()
@@ -101,7 +103,7 @@ pub fn set_threads(threads: usize) {
     }
 }
 
-pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<Engine> {
+pub fn load(model: Option<&str>, verbose: bool) -> anyhow::Result<LoadedModel> {
     load_with(model, verbose, &super::dist::DistArgs::default())
 }
 
@@ -111,7 +113,7 @@ pub fn load_with(
     model: Option<&str>,
     verbose: bool,
     dist: &super::dist::DistArgs,
-) -> anyhow::Result<Engine> {
+) -> anyhow::Result<LoadedModel> {
     let cluster = super::dist::start(dist)?;
     let path = super::model::resolve(model)?;
     let t0 = Instant::now();
@@ -142,7 +144,7 @@ pub fn load_with(
             t0.elapsed().as_secs_f64()
         );
     }
-    Ok(Engine {
+    Ok(LoadedModel {
         decoder,
         tokenizer,
         path,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ferrox_models::encoder::{EncodeError, Encoder};
 use ferrox_server::api::ChatPrompt;
-use ferrox_server::backend::{Backend, BackendError, Engine, Event, GenParams, RenderedChat};
+use ferrox_server::backend::{Backend, BackendError, Event, GenParams, RenderedChat, Stepper};
 use ferrox_tokenizer::wordpiece::Encoded;
 use ferrox_tokenizer::TokenId;
 
@@ -21,9 +21,9 @@ struct EncoderBackend {
 }
 
 /// The engine of a model that does not generate: never reached (the guard answers first).
-struct NoEngine;
+struct NoStepper;
 
-impl Engine for NoEngine {
+impl Stepper for NoStepper {
     fn capacity(&self) -> usize {
         1
     }
@@ -77,8 +77,8 @@ impl Backend for EncoderBackend {
         t.decode(ids)
             .map_err(|e| BackendError::BadTokens(e.to_string()))
     }
-    fn new_engine(&self, _: usize) -> Box<dyn Engine> {
-        Box::new(NoEngine)
+    fn new_stepper(&self, _: usize) -> Box<dyn Stepper> {
+        Box::new(NoStepper)
     }
     fn embed(&self, inputs: &[Vec<TokenId>]) -> Result<Vec<Vec<f32>>, BackendError> {
         let inputs: Vec<Encoded> = inputs

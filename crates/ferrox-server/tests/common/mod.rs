@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use ferrox_server::api::ChatPrompt;
 use ferrox_server::backend::RenderedChat;
 use ferrox_server::backend::{
-    Backend, BackendError, CompiledGrammar, Engine, Event, FinishReason, GenParams, GenSummary,
-    GrammarSpec, TokenLogprob,
+    Backend, BackendError, CompiledGrammar, Event, FinishReason, GenParams, GenSummary,
+    GrammarSpec, Stepper, TokenLogprob,
 };
 use ferrox_server::Options;
 use ferrox_tokenizer::chat_output::ToolFormat;
@@ -49,12 +49,12 @@ struct FakeGen {
     params: GenParams,
 }
 
-struct FakeEngine {
+struct FakeStepper {
     slots: usize,
     running: Vec<FakeGen>,
 }
 
-impl Engine for FakeEngine {
+impl Stepper for FakeStepper {
     fn capacity(&self) -> usize {
         self.slots
     }
@@ -263,8 +263,8 @@ impl Backend for FakeAs {
         }
         Ok(ids.iter().map(|&t| t as u8 as char).collect())
     }
-    fn new_engine(&self, slots: usize) -> Box<dyn Engine> {
-        Box::new(FakeEngine {
+    fn new_stepper(&self, slots: usize) -> Box<dyn Stepper> {
+        Box::new(FakeStepper {
             slots,
             running: Vec::new(),
         })
