@@ -10,25 +10,11 @@ use serde_json::{json, Value};
 const MODEL: &str = "qwen2.5-coder:0.5b-instruct";
 const PROMPT: &str = "Write a haiku about the sea.";
 
-fn greedy_run(model: &str, n: usize) -> String {
-    let text = common::ferrox_ok([
-        "run",
-        "-m",
-        model,
-        "--temp",
-        "0",
-        "-n",
-        &n.to_string(),
-        PROMPT,
-    ]);
-    text.strip_suffix('\n').unwrap_or(&text).to_string()
-}
-
 #[test]
 fn ollama_client_matches_greedy_generation() {
     let path = common::model(MODEL);
     let model = path.to_str().unwrap();
-    let expected = greedy_run(model, 12);
+    let expected = common::greedy_run(model, PROMPT, 12);
     let (_server, addr) = common::serve(model, &["--parallel", "2"]);
     let v = python_json(
         "ollama_client.py",

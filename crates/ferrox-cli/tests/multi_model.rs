@@ -9,26 +9,15 @@ use serde_json::json;
 const MODELS: [&str; 2] = ["qwen2.5-coder:0.5b-instruct", "gemma3:270m"];
 const PROMPT: &str = "Write a haiku about the sea.";
 
-fn greedy_run(model: &str, n: usize) -> String {
-    let text = common::ferrox_ok([
-        "run",
-        "-m",
-        model,
-        "--temp",
-        "0",
-        "-n",
-        &n.to_string(),
-        PROMPT,
-    ]);
-    text.strip_suffix('\n').unwrap_or(&text).to_string()
-}
-
 #[test]
 fn ollama_client_alternates_two_models_in_one_server() {
     for m in MODELS {
         common::model(m);
     }
-    let expected: Vec<String> = MODELS.iter().map(|m| greedy_run(m, 12)).collect();
+    let expected: Vec<String> = MODELS
+        .iter()
+        .map(|m| common::greedy_run(m, PROMPT, 12))
+        .collect();
     let mut cmd = common::command();
     cmd.args(["serve", "--port", "0", "--parallel", "2"]);
     for m in MODELS {

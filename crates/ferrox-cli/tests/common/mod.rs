@@ -55,6 +55,13 @@ where
     stdout(&ferrox_checked(args))
 }
 
+/// `ferrox run -m MODEL --temp 0 -n N PROMPT`'s text (its stdout without the final newline).
+pub fn greedy_run(model: &str, prompt: &str, n: usize) -> String {
+    let n = n.to_string();
+    let text = ferrox_ok(["run", "-m", model, "--temp", "0", "-n", &n, prompt]);
+    text.strip_suffix('\n').unwrap_or(&text).to_string()
+}
+
 fn check(out: Output, what: &str) -> Output {
     assert!(
         out.status.success(),
