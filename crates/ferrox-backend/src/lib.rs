@@ -76,12 +76,7 @@ fn open_cache_disk(
         );
         return None;
     }
-    let format = decoder.cache_format();
-    let key = CacheKey {
-        model: cfg.model,
-        k: format.k,
-        v: format.v,
-    };
+    let key = CacheKey::new(cfg.model, decoder.cache_format());
     let warn: ferrox_models::engine::prefix_disk::Warn = Arc::new(|m| tracing::warn!("{m}"));
     match PrefixDisk::open(&cfg.dir, key, cfg.budget, warn) {
         Ok(d) => Some(Arc::new(d)),
@@ -307,11 +302,7 @@ impl Backend for ModelBackend {
         Box::new(ModelStepper {
             engine,
             tokenizer: &self.tokenizer,
-            slot_key: CacheKey {
-                model: self.identity,
-                k: self.decoder.cache_format().k,
-                v: self.decoder.cache_format().v,
-            },
+            slot_key: CacheKey::new(self.identity, self.decoder.cache_format()),
             tokens_as_ids: Default::default(),
         })
     }

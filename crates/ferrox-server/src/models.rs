@@ -392,10 +392,10 @@ impl Registry {
                 })
                 .collect();
             let held: u64 = loaded.iter().map(|l| l.3).sum::<u64>() + incoming.unwrap_or(0);
-            let too_many = max != 0 && loaded.len() + usize::from(incoming.is_some()) > max;
+            let count = loaded.len() + usize::from(incoming.is_some());
+            let too_many = max != 0 && count > max;
             // The last model stays, whatever its size, until another needs the room.
-            let others = loaded.len() + usize::from(incoming.is_some());
-            let too_big = budget != 0 && held > budget && others > 1;
+            let too_big = budget != 0 && held > budget && count > 1;
             if !too_many && !too_big {
                 return;
             }

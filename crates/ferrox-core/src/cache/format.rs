@@ -41,7 +41,7 @@ pub enum CacheFormatError {
 }
 
 impl CacheFormat {
-    /// Keys and values both `ty`, f32 products unless `ty` is bf16.
+    /// Keys and values both `ty`, bf16 products not asked for (bf16 rows take them anyway).
     pub fn uniform(ty: KvType) -> CacheFormat {
         CacheFormat {
             k: ty,

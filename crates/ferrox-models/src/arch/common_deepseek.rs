@@ -14,7 +14,6 @@ use super::keys;
 use super::{GgufMeta, HfConfig};
 use crate::config::{DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig, RouterScoring};
 use crate::weights::LoadError;
-use ferrox_format::gguf::MetaValue;
 
 /// MLA attention and DeepSeek-style MoE from `config.json`.
 pub fn mla_moe_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
@@ -217,29 +216,19 @@ fn gguf_dsa(g: &GgufMeta, cfg: &mut ModelConfig, rope_interleaved: bool) -> Resu
 
 fn gguf_indexer_types(g: &GgufMeta, n_layers: usize) -> Result<Vec<IndexerKind>, LoadError> {
     let k = &keys::INDEXER_TYPES;
-    let Some(arr) = g.array(k) else {
+    let Some(full) = g.layer_flags(k, n_layers)? else {
         return Ok(vec![IndexerKind::Full; n_layers]);
     };
-    if arr.len() != n_layers {
-        return Err(g.bad(
-            k,
-            format!("has {} entries for {n_layers} layers", arr.len()),
-        ));
-    }
-    let kinds = arr
-        .iter()
-        .map(|v| {
-            let full = match v {
-                MetaValue::Bool(b) => Some(b),
-                other => other.as_u64().map(|x| x != 0),
-            };
-            match full {
-                Some(true) => Ok(IndexerKind::Full),
-                Some(false) => Ok(IndexerKind::Shared),
-                None => Err(g.bad(k, "is not a bool or integer array")),
+    let kinds: Vec<IndexerKind> = full
+        .into_iter()
+        .map(|f| {
+            if f {
+                IndexerKind::Full
+            } else {
+                IndexerKind::Shared
             }
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     if kinds.first() == Some(&IndexerKind::Shared) {
         return Err(g.bad(k, FIRST_SHARED));
     }

@@ -118,8 +118,30 @@ impl GgufMeta {
         self.file.get(&self.key(k))
     }
     /// The array at key `k`, when it holds one.
-    pub fn array(&self, k: &Key) -> Option<&MetaArray> {
+    fn array(&self, k: &Key) -> Option<&MetaArray> {
         self.file.get_array(&self.key(k))
+    }
+    /// A per-layer flag array at key `k` (llama.cpp writes bools or integers, nonzero = set):
+    /// None when absent; an error naming `k` when an entry is neither or the array does not
+    /// hold one entry per layer.
+    pub fn layer_flags(&self, k: &Key, n_layers: usize) -> Result<Option<Vec<bool>>, LoadError> {
+        let Some(arr) = self.array(k) else {
+            return Ok(None);
+        };
+        if arr.len() != n_layers {
+            return Err(self.bad(
+                k,
+                format!("has {} entries for {n_layers} layers", arr.len()),
+            ));
+        }
+        let flags = arr.iter().map(|v| match v {
+            MetaValue::Bool(b) => Some(b),
+            other => other.as_u64().map(|x| x != 0),
+        });
+        let flags = flags.collect::<Option<Vec<bool>>>();
+        flags
+            .map(Some)
+            .ok_or_else(|| self.bad(k, "is not a bool or integer array"))
     }
     /// Whether key `k` holds a positive count: what a registry claim tests (a malformed value
     /// counts as absent; the config reader then names it).

@@ -19,7 +19,6 @@ use super::tables::{expert_ffn, expert_ffn2, experts, heads, NORMS, STD_ATTN};
 use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::{Activation, ModelConfig, RopeScaling};
 use crate::weights::{opt, table, Dim::*, LoadError, TensorRef, TensorSpec};
-use ferrox_format::gguf::MetaValue;
 
 pub static ARCH: Architecture =
     Architecture::new("gpt_oss", config_from_hf, config_from_gguf, tensors)
@@ -202,21 +201,7 @@ fn swa_pattern(
         return Ok(());
     }
     let pattern = &keys::SLIDING_PATTERN;
-    if let Some(arr) = g.array(pattern) {
-        let sliding = arr
-            .iter()
-            .map(|v| match v {
-                MetaValue::Bool(b) => Some(b),
-                other => other.as_u64().map(|x| x != 0),
-            })
-            .collect::<Option<Vec<bool>>>()
-            .filter(|s| s.len() == cfg.n_layers)
-            .ok_or_else(|| {
-                g.bad(
-                    pattern,
-                    format!("is not one bool per layer ({})", cfg.n_layers),
-                )
-            })?;
+    if let Some(sliding) = g.layer_flags(pattern, cfg.n_layers)? {
         cfg.set_sliding_layers(|l| sliding[l]);
         return Ok(());
     }

@@ -21,7 +21,6 @@ use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, GATED_SHARED_EXPERT, ROUTED_
 use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::{AttnKind, LinearAttnConfig, ModelConfig, NormKind};
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
-use ferrox_format::gguf::MetaValue;
 
 pub static ARCH: Architecture =
     Architecture::new("qwen3_next", config_from_hf, config_from_gguf, tensors)
@@ -174,18 +173,8 @@ fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
     cfg.attn_output_gate = true;
     let n = cfg.n_layers;
     let recurrent = &keys::RECURRENT_LAYERS;
-    let linear = match g.array(recurrent) {
-        Some(arr) => arr
-            .iter()
-            .take(n)
-            .map(|v| match v {
-                MetaValue::Bool(b) => Ok(b),
-                o => o
-                    .as_u64()
-                    .map(|x| x != 0)
-                    .ok_or_else(|| g.bad(recurrent, "is not a bool array")),
-            })
-            .collect::<Result<_, _>>()?,
+    let linear = match g.layer_flags(recurrent, n)? {
+        Some(flags) => flags,
         None => by_interval(n, g.opt_usize(&keys::FULL_ATTENTION_INTERVAL)?.unwrap_or(4)),
     };
     let n_v = g.usize(&keys::LINEAR_V_HEADS)?;

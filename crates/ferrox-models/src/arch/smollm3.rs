@@ -28,12 +28,7 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let n = cfg.n_layers;
     cfg.no_rope = match c.get(&keys::NO_ROPE_LAYERS).and_then(Value::as_array) {
         Some(flags) => {
-            if flags.len() != n {
-                return Err(c.bad(
-                    &keys::NO_ROPE_LAYERS,
-                    format!("has {} entries for {n} layers", flags.len()),
-                ));
-            }
+            c.check_len(&keys::NO_ROPE_LAYERS, flags.len(), n)?;
             flags.iter().map(|f| f.as_u64() == Some(0)).collect()
         }
         None => no_rope_every(n, c.usize(&keys::NO_ROPE_INTERVAL)?.unwrap_or(4).max(1)),

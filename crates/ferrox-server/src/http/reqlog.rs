@@ -48,15 +48,16 @@ pub(super) async fn middleware(State(s): State<Shared>, req: Request, next: Next
     let r = STATS.scope(line.stats.clone(), next.run(req)).await;
     let (parts, inner) = r.into_parts();
     line.status = parts.status.as_u16();
-    if parts.status.is_client_error() || parts.status.is_server_error() {
+    let inner = if parts.status.is_client_error() || parts.status.is_server_error() {
         // Error bodies are small JSON: read whole, the message kept, the bytes sent on.
         let bytes = axum::body::to_bytes(inner, ERROR_BODY_MAX)
             .await
             .unwrap_or_default();
         line.error = Some(error_message(&bytes));
-        let inner = Body::from(bytes);
-        return Response::from_parts(parts, Body::new(Logged { inner, _line: line }));
-    }
+        Body::from(bytes)
+    } else {
+        inner
+    };
     // Streams are logged when they end, with what they generated.
     Response::from_parts(parts, Body::new(Logged { inner, _line: line }))
 }

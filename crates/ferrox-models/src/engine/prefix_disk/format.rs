@@ -14,7 +14,7 @@
 //! bytes left before it is allocated, so a truncated, corrupted or hostile file is an error
 //! costing at most its own size.
 
-use ferrox_core::cache::{CacheRows, KvType, RowsDecodeError};
+use ferrox_core::cache::{CacheFormat, CacheRows, KvType, RowsDecodeError};
 use sha2::{Digest, Sha256};
 
 use super::super::prefix_block::BLOCK;
@@ -36,6 +36,16 @@ pub struct CacheKey {
 }
 
 impl CacheKey {
+    /// The key of caches of model `model` kept in `format` (its products do not change the
+    /// rows stored, so they are not part of it).
+    pub fn new(model: [u8; 32], format: CacheFormat) -> CacheKey {
+        CacheKey {
+            model,
+            k: format.k,
+            v: format.v,
+        }
+    }
+
     /// The directory name under `--cache-dir`: model and types, so one dir serves many.
     pub fn dir_name(&self) -> String {
         let hex: String = self.model[..8].iter().map(|b| format!("{b:02x}")).collect();
