@@ -19,6 +19,8 @@ async fn without_a_save_path_slot_actions_are_not_supported() {
         "{}",
         r.body
     );
+    // llama-server's error type for a feature the server was not started with.
+    assert_eq!(r.json()["error"]["type"], "not_supported_error");
 }
 
 #[tokio::test]

@@ -24,6 +24,7 @@ impl ApiError {
             401 => "authentication_error",
             404 => "not_found_error",
             429 | 503 => "server_overloaded",
+            501 => "not_supported_error",
             500..=599 => "server_error",
             _ => "invalid_request_error",
         };
