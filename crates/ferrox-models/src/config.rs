@@ -189,6 +189,9 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     pub hidden_dim: usize,
     pub n_layers: usize,
+    /// MTP (NextN) blocks the checkpoint carries after `n_layers` (DeepSeek-V3, GLM-4.5+):
+    /// loaded as the [`crate::mtp::Mtp`] drafter when present.
+    pub mtp_layers: usize,
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
@@ -290,6 +293,7 @@ impl ModelConfig {
             vocab_size: d.vocab,
             hidden_dim: d.hidden,
             n_layers: d.n_layers,
+            mtp_layers: 0,
             n_heads: d.n_heads,
             n_kv_heads: d.n_kv_heads,
             head_dim: d.head_dim,

@@ -26,6 +26,35 @@ pub struct Layer {
     pub post_ffn_norm: Option<RmsNorm>,
 }
 
+impl Layer {
+    /// The layer over the `n` rows of the residual stream `x`, in place (`h`, `t`: scratch of
+    /// its size); `l` indexes the segments' caches; `m` scales the residual adds.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward(
+        &self,
+        x: &mut [f32],
+        h: &mut [f32],
+        t: &mut [f32],
+        n: usize,
+        l: usize,
+        segs: &mut [Segment<'_>],
+        m: f32,
+    ) {
+        self.attn_norm.forward(x, h);
+        self.attn.forward_segments(h, l, segs, t);
+        if let Some(norm) = &self.post_attn_norm {
+            norm.forward_inplace(t);
+        }
+        residual_add(x, t, m);
+        self.ffn_norm.forward(x, h);
+        self.ffn.forward(h, n, t);
+        if let Some(norm) = &self.post_ffn_norm {
+            norm.forward_inplace(t);
+        }
+        residual_add(x, t, m);
+    }
+}
+
 /// Facts about where the model came from, for tokenizer and template lookup.
 #[derive(Debug, Clone, Default)]
 pub struct ModelSource {
@@ -46,6 +75,8 @@ pub struct Decoder {
     pub source: ModelSource,
     /// The GGUF file the weights live in (tokenizer and template metadata), if any.
     pub gguf: Option<std::sync::Arc<ferrox_format::gguf::GgufFile>>,
+    /// The checkpoint's MTP (NextN) block, a drafter for speculation, when it ships one.
+    pub mtp: Option<crate::mtp::Mtp>,
     /// How per-head attention layers store keys and values and multiply them
     /// (`--cache-type-k/-v`, `--attn-bf16`); f32 unless set.
     cache_format: CacheFormat,
@@ -134,7 +165,7 @@ fn key_layout(format: CacheFormat, head_dim: usize) -> ferrox_core::cache::RowLa
     ferrox_core::kernels::key_layout(format.k, head_dim)
 }
 
-fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+pub(crate) fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if v.len() < n {
         v.resize(n, 0.0);
     }
@@ -164,6 +195,7 @@ impl Decoder {
             lm_head,
             source: ModelSource::default(),
             gguf: None,
+            mtp: None,
             cache_format: CacheFormat::default(),
             stages: None,
             scratch: Mutex::new(Scratch::default()),
@@ -220,7 +252,11 @@ impl Decoder {
 
     /// Gives an empty per-head cache of `layer` the decoder's cache format; any other cache is
     /// left as it is.
-    fn format_cache(&self, layer: &Layer, cache: &mut KvCache) -> Result<(), CacheFormatError> {
+    pub(crate) fn format_cache(
+        &self,
+        layer: &Layer,
+        cache: &mut KvCache,
+    ) -> Result<(), CacheFormatError> {
         match layer.attn.state() {
             LayerState::Kv { head_dim, .. } => {
                 let f = self.cache_format;
@@ -293,18 +329,7 @@ impl Decoder {
         segs: &mut [Segment<'_>],
     ) {
         for (l, layer) in self.layers.iter().enumerate() {
-            layer.attn_norm.forward(x, h);
-            layer.attn.forward_segments(h, l, segs, t);
-            if let Some(norm) = &layer.post_attn_norm {
-                norm.forward_inplace(t);
-            }
-            residual_add(x, t, self.config.residual_multiplier);
-            layer.ffn_norm.forward(x, h);
-            layer.ffn.forward(h, n, t);
-            if let Some(norm) = &layer.post_ffn_norm {
-                norm.forward_inplace(t);
-            }
-            residual_add(x, t, self.config.residual_multiplier);
+            layer.forward(x, h, t, n, l, segs, self.config.residual_multiplier);
         }
     }
 

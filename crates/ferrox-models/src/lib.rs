@@ -13,6 +13,7 @@ pub mod encoder;
 pub mod engine;
 pub mod generate;
 pub mod load;
+pub mod mtp;
 pub mod params;
 pub mod perplexity;
 pub mod sampling;

@@ -321,6 +321,17 @@ impl Bound {
         global: &[TensorSpec],
         per_layer: &[TensorSpec],
     ) -> Result<Bound, LoadError> {
+        Self::bind_layers(src, resolve, 0..n_layers, global, per_layer)
+    }
+
+    /// [`bind`](Self::bind) for the layers of `layers` only (`global`'s `{}`, if any, stays).
+    pub fn bind_layers(
+        src: &dyn WeightSource,
+        resolve: &dyn Fn(Dim) -> usize,
+        layers: std::ops::Range<usize>,
+        global: &[TensorSpec],
+        per_layer: &[TensorSpec],
+    ) -> Result<Bound, LoadError> {
         let mut map = HashMap::new();
         let mut names = HashMap::new();
         let mut one = |spec: &TensorSpec, layer: Option<usize>| -> Result<(), LoadError> {
@@ -371,7 +382,7 @@ impl Bound {
         for spec in global {
             one(spec, None)?;
         }
-        for l in 0..n_layers {
+        for l in layers {
             for spec in per_layer {
                 one(spec, Some(l))?;
             }

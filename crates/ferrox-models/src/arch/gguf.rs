@@ -258,6 +258,7 @@ impl GgufMeta {
             interleaved,
         };
         let mut cfg = ModelConfig::new(arch, dims, rope);
+        cfg.mtp_layers = nextn;
         cfg.max_seq_len = self.opt_usize(&keys::CONTEXT)?.unwrap_or(4096);
         cfg.norm_eps = self.opt_f32(&keys::NORM_EPS)?.unwrap_or(1e-6);
         cfg.tie_embeddings = self.file.tensor("output.weight").is_none();

@@ -186,6 +186,7 @@ impl<'a> HfConfig<'a> {
         }
         cfg.max_seq_len = max_pos;
         cfg.norm_eps = self.f32(&keys::NORM_EPS)?.unwrap_or(1e-6);
+        cfg.mtp_layers = self.usize(&keys::NEXTN_LAYERS)?.unwrap_or(0);
         cfg.activation = self.activation()?;
         cfg.qkv_bias = self.bool(&keys::ATTENTION_BIAS)?.unwrap_or(false);
         cfg.tie_embeddings = self.bool(&keys::TIE_EMBEDDINGS)?.unwrap_or(false);

@@ -319,8 +319,9 @@ keys! {
         .count(|c| Some(c.hidden_dim), At(1), At(MAX_DIM));
     LAYERS = Key::new("n_layers", "block_count", &["num_hidden_layers"])
         .count(|c| Some(c.n_layers), At(1), At(MAX_LAYERS));
-    /// Appended NextN/MTP blocks that `block_count` includes (skipped).
-    NEXTN_LAYERS = Key::new("n_layers", "nextn_predict_layers", &[]);
+    /// MTP (NextN) blocks after the decoder's layers: GGUF's `block_count` includes them,
+    /// the Hub's `num_hidden_layers` does not.
+    NEXTN_LAYERS = Key::new("mtp_layers", "nextn_predict_layers", &["num_nextn_predict_layers"]);
     HEADS = Key::new("n_heads", "attention.head_count", &["num_attention_heads"])
         .count(|c| Some(c.n_heads), At(1), At(MAX_HEADS));
     KV_HEADS = Key::new("n_kv_heads", "attention.head_count_kv", &["num_key_value_heads"])

@@ -74,6 +74,46 @@ const fn o(gguf: &'static str, hf: &'static str, shape: &'static [Dim]) -> Tenso
     opt(gguf, hf, shape)
 }
 
+pub fn hidden2(c: &ModelConfig) -> usize {
+    2 * c.hidden_dim
+}
+
+/// An MTP (NextN) block's own tensors, beside its decoder layer's at index `n_layers`
+/// (llama.cpp `LLM_TENSOR_NEXTN_*`; the Hub's DeepSeek-V3 / GLM-4.5 names). The embedding and
+/// head copies are optional: the decoder's serve when they are absent.
+pub const MTP: &[TensorSpec] = &[
+    req(
+        "blk.{}.nextn.eh_proj.weight",
+        "model.layers.{}.eh_proj.weight",
+        &[Hidden, Of(hidden2)],
+    ),
+    req(
+        "blk.{}.nextn.enorm.weight",
+        "model.layers.{}.enorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.nextn.hnorm.weight",
+        "model.layers.{}.hnorm.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.nextn.shared_head_norm.weight",
+        "model.layers.{}.shared_head.norm.weight",
+        &[Hidden],
+    ),
+    o(
+        "blk.{}.nextn.shared_head_head.weight",
+        "model.layers.{}.shared_head.head.weight",
+        &[Vocab, Hidden],
+    ),
+    o(
+        "blk.{}.nextn.embed_tokens.weight",
+        "model.layers.{}.embed_tokens.weight",
+        &[Vocab, Hidden],
+    ),
+];
+
 /// Tensors of every model outside the layers.
 pub const GLOBAL: &[TensorSpec] = &[
     req(

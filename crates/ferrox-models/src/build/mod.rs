@@ -4,7 +4,7 @@
 //! and table rows, not code paths (compare llama.cpp's `llm_build_*` graphs over one
 //! `llama_layer` struct).
 
-use crate::arch::tables::{ExpertNames, GLOBAL};
+use crate::arch::tables::{ExpertNames, GLOBAL, MTP};
 use crate::arch::Architecture;
 use crate::blocks::deltanet::{DeltaNetWeights, GatedDeltaNet, QkvzProj};
 use crate::blocks::dsa::Indexer;
@@ -15,11 +15,12 @@ use crate::blocks::{AttentionBlock, FfnBlock, GatedMlp, RmsNorm, Rope, StandardA
 use crate::config::{AttnKind, IndexerKind, ModelConfig, NormKind, RopeConfig, RopeScaling};
 use crate::decoder::{Decoder, Layer};
 use crate::distributed::Share;
+use crate::mtp::Mtp;
 pub use crate::weights::{resolver, split_rows, split_rows_at};
 mod experts;
 pub use experts::build_experts;
 
-use crate::weights::{Bound, LoadError, Naming, WeightSource};
+use crate::weights::{Bound, LoadError, Naming, TensorSpec, WeightSource};
 use ferrox_core::matmul::WeightMatrix;
 
 /// A grouped-query attention layer's switches.
@@ -228,13 +229,15 @@ pub fn build_share(
         layers.push(parts.layer(l, &LayerPlan::of(&cfg, l))?);
     }
     let output_norm = parts.norm("output_norm.weight")?;
-    Ok(Decoder::from_parts(
-        cfg,
-        embed,
-        layers,
-        output_norm,
-        lm_head,
-    ))
+    // The MTP block drafts for the whole model: only a process that runs all of it keeps one.
+    let whole = share.layers.is_none() && share.experts.is_none() && share.driver;
+    let mtp = match whole {
+        true => parts.mtp(&table)?,
+        false => None,
+    };
+    let mut decoder = Decoder::from_parts(cfg, embed, layers, output_norm, lm_head);
+    decoder.mtp = mtp;
+    Ok(decoder)
 }
 
 /// What building one layer reads from.
@@ -296,6 +299,49 @@ impl Parts<'_> {
                 .ok_or_else(|| mismatch("rope_freqs.weight", f.len())),
             None => Ok(rope),
         }
+    }
+
+    /// The first MTP block the file carries (at layer index `n_layers`), if any: a config
+    /// that counts one whose tensors the file lacks (a converter dropped them) has none.
+    fn mtp(&self, table: &[TensorSpec]) -> Result<Option<Mtp>, LoadError> {
+        let l = self.cfg.n_layers;
+        let probe = match self.src.naming() {
+            Naming::Gguf => MTP[0].gguf,
+            Naming::HuggingFace => MTP[0].hf,
+        };
+        if self.cfg.mtp_layers == 0
+            || self
+                .src
+                .tensor(&probe.replace("{}", &l.to_string()))
+                .is_none()
+        {
+            return Ok(None);
+        }
+        let per_layer = [table, MTP].concat();
+        let b = Bound::bind_layers(self.src, &resolver(self.cfg), l..l + 1, &[], &per_layer)?;
+        let parts = Parts {
+            b: &b,
+            rope_factors: self.rope_factors.clone(),
+            rope_long: self.rope_long.clone(),
+            ..*self
+        };
+        let n = |s: &str| format!("blk.{l}.nextn.{s}");
+        let mut mtp = Mtp::new(
+            parts.norm(&n("enorm.weight"))?,
+            parts.norm(&n("hnorm.weight"))?,
+            b.matrix(&n("eh_proj.weight"))?,
+            parts.layer(l, &LayerPlan::of(self.cfg, l))?,
+            parts.norm(&n("shared_head_norm.weight"))?,
+        );
+        mtp.embed = match b.get(&n("embed_tokens.weight")) {
+            Some(_) => Some(b.plain_matrix(&n("embed_tokens.weight"))?),
+            None => None,
+        };
+        mtp.head = match b.get(&n("shared_head_head.weight")) {
+            Some(_) => Some(b.matrix(&n("shared_head_head.weight"))?),
+            None => None,
+        };
+        Ok(Some(mtp))
     }
 
     fn layer(&self, l: usize, plan: &LayerPlan) -> Result<Layer, LoadError> {
