@@ -6,54 +6,17 @@
 //! Every forward processes a batch of consecutive positions; a single token is the batch of
 //! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
 
-use crate::blocks::norm::PAR_ELEMS;
-use crate::blocks::{AttentionBlock, FfnBlock, PassState, RmsNorm, Segment};
+use crate::blocks::{PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
+use crate::layer::grow;
+pub use crate::layer::Layer;
+use crate::mtp::{Main, Mtp, MtpOut};
 use crate::state::LayerState;
 use ferrox_core::cache::{CacheFormat, CacheFormatError, KvCache};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_tokenizer::TokenId;
 use std::sync::{Arc, Mutex};
-
-pub struct Layer {
-    pub attn_norm: RmsNorm,
-    pub attn: Box<dyn AttentionBlock>,
-    /// Norm of the attention output before the residual add (Gemma 3, GLM-4).
-    pub post_attn_norm: Option<RmsNorm>,
-    pub ffn_norm: RmsNorm,
-    pub ffn: Box<dyn FfnBlock>,
-    pub post_ffn_norm: Option<RmsNorm>,
-}
-
-impl Layer {
-    /// The layer over the `n` rows of the residual stream `x`, in place (`h`, `t`: scratch of
-    /// its size); `l` indexes the segments' caches; `m` scales the residual adds.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn forward(
-        &self,
-        x: &mut [f32],
-        h: &mut [f32],
-        t: &mut [f32],
-        n: usize,
-        l: usize,
-        segs: &mut [Segment<'_>],
-        m: f32,
-    ) {
-        self.attn_norm.forward(x, h);
-        self.attn.forward_segments(h, l, segs, t);
-        if let Some(norm) = &self.post_attn_norm {
-            norm.forward_inplace(t);
-        }
-        residual_add(x, t, m);
-        self.ffn_norm.forward(x, h);
-        self.ffn.forward(h, n, t);
-        if let Some(norm) = &self.post_ffn_norm {
-            norm.forward_inplace(t);
-        }
-        residual_add(x, t, m);
-    }
-}
 
 /// Facts about where the model came from, for tokenizer and template lookup.
 #[derive(Debug, Clone, Default)]
@@ -76,7 +39,7 @@ pub struct Decoder {
     /// The GGUF file the weights live in (tokenizer and template metadata), if any.
     pub gguf: Option<std::sync::Arc<ferrox_format::gguf::GgufFile>>,
     /// The checkpoint's MTP (NextN) block, a drafter for speculation, when it ships one.
-    pub mtp: Option<crate::mtp::Mtp>,
+    pub mtp: Option<Mtp>,
     /// How per-head attention layers store keys and values and multiply them
     /// (`--cache-type-k/-v`, `--attn-bf16`); f32 unless set.
     cache_format: CacheFormat,
@@ -145,31 +108,10 @@ fn segment<'a>(seq: &'a mut SeqBatch<'_>, state: &'a mut PassState) -> Segment<'
     }
 }
 
-/// `x += m · t` (`m == 1`: a plain add, so unscaled models round exactly as before), long
-/// blocks in parallel pieces.
-fn residual_add(x: &mut [f32], t: &[f32], m: f32) {
-    assert_eq!(x.len(), t.len(), "residual_add: shapes");
-    ferrox_core::pool::for_each_chunk_mut(x, PAR_ELEMS, |i, x| {
-        let t = &t[i * PAR_ELEMS..][..x.len()];
-        if m == 1.0 {
-            x.iter_mut().zip(t).for_each(|(a, &b)| *a += b);
-        } else {
-            x.iter_mut().zip(t).for_each(|(a, &b)| *a += m * b);
-        }
-    });
-}
-
 /// The key layout the attention kernel reads fastest for `format`'s keys in heads `head_dim`
 /// wide.
 fn key_layout(format: CacheFormat, head_dim: usize) -> ferrox_core::cache::RowLayout {
     ferrox_core::kernels::key_layout(format.k, head_dim)
-}
-
-pub(crate) fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-    &mut v[..n]
 }
 
 impl Decoder {
@@ -264,6 +206,64 @@ impl Decoder {
             }
             LayerState::Latent { .. } | LayerState::Recurrent { .. } => Ok(()),
         }
+    }
+
+    /// An empty cache for the MTP block's layer (`None`: the model has no block).
+    pub fn new_mtp_cache(&self) -> Option<KvCache> {
+        let mtp = self.mtp.as_ref()?;
+        let mut c = mtp.layer.attn.state().new_cache();
+        self.format_cache(&mtp.layer, &mut c)
+            .expect("set_cache_format checked the format against every layer");
+        Some(c)
+    }
+
+    /// The MTP block (`crate::mtp`) over rows `i = pos..pos + n`: `hidden` holds `h_i`
+    /// (`[n, hidden]`, this model's normed final states, or the block's own `g` when
+    /// chaining), `tokens` holds `t_{i+1}`. `cache` (from
+    /// [`new_mtp_cache`](Self::new_mtp_cache)) drops positions at or after `pos` first.
+    /// Logits for rows `first_logit_row..` go to `out.logits`.
+    ///
+    /// # Panics
+    /// When the model has no MTP block (see [`Decoder::mtp`]).
+    pub fn mtp_forward(
+        &self,
+        hidden: &[f32],
+        tokens: &[TokenId],
+        pos: usize,
+        cache: &mut KvCache,
+        first_logit_row: usize,
+        out: &mut MtpOut,
+    ) -> Result<(), ForwardError> {
+        let mtp = self
+            .mtp
+            .as_ref()
+            .expect("mtp_forward on a model without an MTP block");
+        let embed = mtp.embed.as_ref().unwrap_or(&self.embed);
+        if let Some(&id) = tokens.iter().find(|&&t| t >= embed.rows()) {
+            let vocab = embed.rows();
+            return Err(ForwardError::Token { id, vocab });
+        }
+        let state = mtp.layer.attn.state();
+        state
+            .shape(cache)
+            .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
+        if pos == 0 {
+            cache.truncate(0);
+            self.format_cache(&mtp.layer, cache)?;
+        }
+        if cache.len() < pos {
+            let len = cache.len();
+            return Err(ForwardError::PastCache { pos, len });
+        }
+        cache.truncate(pos);
+        let main = Main {
+            config: &self.config,
+            embed: &self.embed,
+            embed_scale: self.embed_scale,
+            lm_head: &self.lm_head,
+        };
+        mtp.forward(&main, hidden, tokens, pos, cache, first_logit_row, out);
+        Ok(())
     }
 
     /// Logits for one token at position `pos`.
@@ -384,7 +384,19 @@ impl Decoder {
     /// # Panics
     /// On a sequence [`prepare_seq`](Self::prepare_seq) refuses.
     pub fn forward_multi(&self, seqs: &mut [SeqBatch<'_>], logits: &mut Vec<f32>) {
-        self.forward_head(seqs, logits, Head::Logits);
+        self.forward_head(seqs, logits, Head::Logits, None);
+    }
+
+    /// [`forward_multi`](Self::forward_multi) that also writes to `hidden` the final hidden
+    /// states (after the output norm) of every row of every sequence, `[rows, hidden]` in
+    /// order: what a drafter reading the model's states ([`crate::mtp`]) takes in.
+    pub fn forward_multi_hidden(
+        &self,
+        seqs: &mut [SeqBatch<'_>],
+        logits: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
+    ) {
+        self.forward_head(seqs, logits, Head::Logits, Some(hidden));
     }
 
     /// The final hidden states — after the output norm, before the LM head (what llama.cpp
@@ -405,12 +417,18 @@ impl Decoder {
             key: OWN_CACHES,
         }];
         let mut out = Vec::new();
-        self.forward_head(&mut seq, &mut out, Head::Hidden);
+        self.forward_head(&mut seq, &mut out, Head::Hidden, None);
         out
     }
 
     /// The forward of `forward_multi`, ending in logits or in the normed hidden states.
-    fn forward_head(&self, seqs: &mut [SeqBatch<'_>], out: &mut Vec<f32>, head: Head) {
+    fn forward_head(
+        &self,
+        seqs: &mut [SeqBatch<'_>],
+        out: &mut Vec<f32>,
+        head: Head,
+        all_hidden: Option<&mut Vec<f32>>,
+    ) {
         for seq in seqs.iter_mut() {
             if let Err(e) = self.prepare_seq(seq) {
                 panic!("{e}");
@@ -418,6 +436,10 @@ impl Decoder {
         }
         out.clear();
         if let Some(stages) = &self.stages {
+            // The final states stay with the last stage: nothing for a drafter here.
+            if let Some(all) = all_hidden {
+                all.clear();
+            }
             return self.forward_pipelined(&**stages, seqs, out, head);
         }
         let d = self.config.hidden_dim;
@@ -427,6 +449,11 @@ impl Decoder {
         let (x, h, t) = (grow(x, n * d), grow(h, n * d), grow(t, n * d));
         self.embed_rows(seqs, x);
         self.run_layers(seqs, states, x, h, t);
+        if let Some(all) = all_hidden {
+            all.clear();
+            all.resize(n * d, 0.0);
+            self.output_norm.forward(x, all);
+        }
         self.head_rows(seqs, x, h, out, head);
     }
 

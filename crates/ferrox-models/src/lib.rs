@@ -12,6 +12,7 @@ pub mod embedding;
 pub mod encoder;
 pub mod engine;
 pub mod generate;
+pub mod layer;
 pub mod load;
 pub mod mtp;
 pub mod params;

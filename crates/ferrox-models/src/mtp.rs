@@ -16,7 +16,8 @@
 //! inside these equations).
 
 use crate::blocks::{PassState, RmsNorm, Segment};
-use crate::decoder::{grow, Decoder, ForwardError, Layer};
+use crate::config::ModelConfig;
+use crate::layer::{grow, Layer};
 use ferrox_core::cache::KvCache;
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_tokenizer::TokenId;
@@ -78,59 +79,38 @@ impl Mtp {
     }
 }
 
-impl Decoder {
-    /// An empty cache for the MTP block's layer (`None`: the model has no block).
-    pub fn new_mtp_cache(&self) -> Option<KvCache> {
-        let mtp = self.mtp.as_ref()?;
-        let mut c = mtp.layer.attn.state().new_cache();
-        self.format_cache(&mtp.layer, &mut c)
-            .expect("set_cache_format checked the format against every layer");
-        Some(c)
-    }
+/// What the block shares with the model it drafts for.
+pub struct Main<'a> {
+    pub config: &'a ModelConfig,
+    /// The model's embedding (scaled by `embed_scale`) and LM head, used where the block
+    /// stores no copy of its own.
+    pub embed: &'a WeightMatrix,
+    pub embed_scale: f32,
+    pub lm_head: &'a WeightMatrix,
+}
 
-    /// The MTP block over rows `i = pos..pos + n`: `hidden` holds `h_i` (`[n, hidden]`, the
-    /// main model's normed final states, or the block's own `g` when chaining), `tokens` holds
-    /// `t_{i+1}`. `cache` (from [`new_mtp_cache`](Self::new_mtp_cache)) drops positions at or
-    /// after `pos` first. Logits for rows `first_logit_row..` go to `out.logits`.
-    ///
-    /// # Panics
-    /// When the model has no MTP block (check [`Decoder::mtp`]).
-    pub fn mtp_forward(
+impl Mtp {
+    /// The block over `tokens.len()` rows at `pos..` (see `Decoder::mtp_forward`, which checks
+    /// the tokens and readies `cache`: its length is `pos`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn forward(
         &self,
+        main: &Main<'_>,
         hidden: &[f32],
         tokens: &[TokenId],
         pos: usize,
         cache: &mut KvCache,
         first_logit_row: usize,
         out: &mut MtpOut,
-    ) -> Result<(), ForwardError> {
-        let mtp = self
-            .mtp
-            .as_ref()
-            .expect("mtp_forward on a model without an MTP block");
-        let (d, n) = (self.config.hidden_dim, tokens.len());
-        assert_eq!(hidden.len(), n * d, "mtp_forward: one hidden row per token");
-        let embed = mtp.embed.as_ref().unwrap_or(&self.embed);
-        if let Some(&id) = tokens.iter().find(|&&t| t >= embed.rows()) {
-            let vocab = embed.rows();
-            return Err(ForwardError::Token { id, vocab });
-        }
-        mtp.layer
-            .attn
-            .state()
-            .shape(cache)
-            .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
-        if pos == 0 {
-            cache.truncate(0);
-            self.format_cache(&mtp.layer, cache)?;
-        }
-        if cache.len() < pos {
-            let len = cache.len();
-            return Err(ForwardError::PastCache { pos, len });
-        }
-        cache.truncate(pos);
-
-        let mut guard = mtp.scratch.lock().unwrap_or_else(|e| e.into_inner());
+    ) {
+        let (d, n) = (main.config.hidden_dim, tokens.len());
+        assert_eq!(
+            hidden.len(),
+            n * d,
+            "Mtp::forward: one hidden row per token"
+        );
+        let embed = self.embed.as_ref().unwrap_or(main.embed);
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let Scratch {
             e,
             cat,
@@ -143,16 +123,16 @@ impl Decoder {
             embed
                 .dequantize_row(tok, row)
                 .expect("embedding rows validated at load");
-            if self.embed_scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= self.embed_scale);
+            if main.embed_scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= main.embed_scale);
             }
         }
         // `[enorm(e); hnorm(h)]` row by row, then the projection back to the model width.
         let cat = grow(cat, n * 2 * d);
         let h = grow(h, n * d);
         let t = grow(t, n * d);
-        mtp.enorm.forward(e, h);
-        mtp.hnorm.forward(hidden, t);
+        self.enorm.forward(e, h);
+        self.hnorm.forward(hidden, t);
         for (i, row) in cat.chunks_exact_mut(2 * d).enumerate() {
             row[..d].copy_from_slice(&h[i * d..(i + 1) * d]);
             row[d..].copy_from_slice(&t[i * d..(i + 1) * d]);
@@ -160,7 +140,7 @@ impl Decoder {
         out.hidden.clear();
         out.hidden.resize(n * d, 0.0);
         let x = &mut out.hidden[..];
-        mtp.eh_proj.gemm(cat, n, x);
+        self.eh_proj.gemm(cat, n, x);
 
         state.topk.clear();
         state.topk_width = 0;
@@ -170,28 +150,27 @@ impl Decoder {
             caches: std::slice::from_mut(cache),
             state,
         }];
-        mtp.layer
-            .forward(x, h, t, n, 0, &mut seg, self.config.residual_multiplier);
+        let m = main.config.residual_multiplier;
+        self.layer.forward(x, h, t, n, 0, &mut seg, m);
 
         out.logits.clear();
         let first = first_logit_row.min(n);
         let rows = n - first;
         if rows == 0 {
-            return Ok(());
+            return;
         }
-        mtp.head_norm.forward(&x[first * d..], &mut h[..rows * d]);
-        let head = mtp.head.as_ref().unwrap_or(&self.lm_head);
+        self.head_norm.forward(&x[first * d..], &mut h[..rows * d]);
+        let head = self.head.as_ref().unwrap_or(main.lm_head);
         out.logits.resize(rows * head.rows(), 0.0);
         head.gemm(&h[..rows * d], rows, &mut out.logits);
-        if self.config.logit_divisor != 1.0 {
-            let div = self.config.logit_divisor;
+        if main.config.logit_divisor != 1.0 {
+            let div = main.config.logit_divisor;
             out.logits.iter_mut().for_each(|l| *l /= div);
         }
-        if let Some(cap) = self.config.final_logit_softcap {
+        if let Some(cap) = main.config.final_logit_softcap {
             out.logits
                 .iter_mut()
                 .for_each(|l| *l = cap * (*l / cap).tanh());
         }
-        Ok(())
     }
 }

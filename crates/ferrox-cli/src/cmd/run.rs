@@ -7,8 +7,8 @@ use ferrox_models::engine::DEFAULT_RECALL_TOKENS;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
-    Drafter, LongestMatchDrafter, PromptLookupSpeculator, RecallDrafter, RecallIndex, SharedRecall,
-    Speculation,
+    Drafter, LongestMatchDrafter, MtpDrafter, PromptLookupSpeculator, RecallDrafter, RecallIndex,
+    SharedRecall, Speculation,
 };
 use ferrox_models::structured::{Grammar, GrammarCompiler};
 use ferrox_tokenizer::fim::FimInput;
@@ -54,7 +54,7 @@ pub struct GenFlags {
     #[arg(long = "no-spec")]
     pub no_spec: bool,
     /// Drafter for speculative decoding.
-    #[arg(long, value_enum, default_value_t = DrafterKind::Longest)]
+    #[arg(long, value_enum, default_value_t = DrafterKind::Auto)]
     pub drafter: DrafterKind,
     /// Longest draft verified per forward call.
     #[arg(long = "draft-max", default_value_t = DEFAULT_DRAFT_MAX)]
@@ -67,6 +67,9 @@ pub const DEFAULT_DRAFT_MAX: usize = 16;
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DrafterKind {
+    /// The model's MTP (NextN) block where it ships one, with `longest` beside it; `longest`
+    /// alone otherwise.
+    Auto,
     /// Suffix automaton: continuation of the longest earlier match of the context.
     Longest,
     /// The seed's prompt lookup: continuation of the latest earlier 3-gram.
@@ -81,6 +84,7 @@ impl DrafterKind {
     /// feeds (shared by the generations that should learn from each other).
     pub fn build(self, recall: &SharedRecall) -> Box<dyn Drafter> {
         match self {
+            DrafterKind::Auto => Box::new(MtpDrafter::new(Box::new(LongestMatchDrafter::new(2)))),
             DrafterKind::Longest => Box::new(LongestMatchDrafter::new(2)),
             DrafterKind::Ngram => Box::new(PromptLookupSpeculator::new(3, DEFAULT_DRAFT_MAX)),
             DrafterKind::Recall => Box::new(RecallDrafter::new(recall.clone())),

@@ -16,6 +16,8 @@
 //! each live in one place.
 
 mod guard;
+#[cfg(test)]
+mod mtp_tests;
 mod prefix;
 mod prefix_block;
 pub mod prefix_disk;
@@ -30,7 +32,9 @@ pub use stop::{GenerateParams, StopReason};
 
 use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
-use crate::speculative::{AdaptiveDraft, RecallDrafter, RecallIndex, SharedRecall, Speculation};
+use crate::speculative::{
+    AdaptiveDraft, MtpDrafter, RecallDrafter, RecallIndex, SharedRecall, Speculation,
+};
 use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
@@ -104,6 +108,9 @@ const MAX_DRAFT: usize = 12;
 /// by default: ~4 MB with the index, a few hundred agent turns.
 pub const DEFAULT_RECALL_TOKENS: usize = 1 << 18;
 
+/// Most cached positions re-evaluated on a slot's reuse to keep its drafter in step.
+const RESUME_LAG: usize = 1;
+
 /// Fewest prompt tokens worth copying from another slot rather than evaluating.
 const FORK_MIN: usize = 16;
 
@@ -114,6 +121,8 @@ pub struct BatchEngine<'m> {
     slots: Vec<Slot<'m>>,
     /// Every step's logits, reused.
     logits: Vec<f32>,
+    /// Every step's final hidden states, all rows, when a slot's drafter reads them.
+    hidden: Vec<f32>,
     /// Prompt tokens one slot evaluates per step (bounds the latency others see).
     pub prefill_chunk: usize,
     /// Most draft tokens per slot and step; 0 disables speculation.
@@ -136,7 +145,9 @@ impl<'m> BatchEngine<'m> {
         let recall = Self::recall_store(DEFAULT_RECALL_TOKENS);
         let slots = (0..slots.max(1))
             .map(|_| {
-                let drafter = Box::new(RecallDrafter::new(recall.clone()));
+                let drafter = Box::new(MtpDrafter::new(Box::new(RecallDrafter::new(
+                    recall.clone(),
+                ))));
                 Slot::new(
                     decoder.new_caches(),
                     Some(Speculation::new(drafter, MAX_DRAFT)),
@@ -178,6 +189,7 @@ impl<'m> BatchEngine<'m> {
             ctx_size,
             slots,
             logits: Vec::new(),
+            hidden: Vec::new(),
             prefill_chunk: usize::MAX,
             max_draft: usize::MAX,
             max_rows: usize::MAX,
@@ -206,7 +218,9 @@ impl<'m> BatchEngine<'m> {
     pub fn set_recall(&mut self, tokens: usize) {
         let recall = Self::recall_store(tokens);
         for spec in self.slots.iter_mut().filter_map(|s| s.spec.as_mut()) {
-            spec.drafter = Box::new(RecallDrafter::new(recall.clone()));
+            spec.drafter = Box::new(MtpDrafter::new(Box::new(RecallDrafter::new(
+                recall.clone(),
+            ))));
         }
     }
 
@@ -329,11 +343,21 @@ impl<'m> BatchEngine<'m> {
         }
         s.stashed = false;
         // The last prompt token is always evaluated: its logits are the first sample's.
-        let mut fed = s.common_prefix(prompt).min(prompt.len() - 1);
+        let own = s.common_prefix(prompt).min(prompt.len() - 1);
+        let mut fed = own;
+        // A drafter with per-position state of its own (an MTP block's pairs lag the model's
+        // cache by a position) stays in step for the price of a position re-evaluated.
+        let limit = s
+            .spec
+            .as_ref()
+            .map_or(usize::MAX, |p| p.drafter.resume_limit());
+        if own.saturating_sub(limit) <= RESUME_LAG {
+            fed = own.min(limit);
+        }
         if self.prefix.enabled() {
             let path = self.prefix.lookup(&prompt[..prompt.len() - 1]);
             let len = path.len() * prefix_block::BLOCK;
-            if len > fed {
+            if len > own {
                 // Keep the slot's own whole blocks, append the rest from the tree.
                 let keep = fed / prefix_block::BLOCK;
                 s.truncate(keep * prefix_block::BLOCK);
@@ -461,13 +485,22 @@ impl<'m> BatchEngine<'m> {
         self.stats.steps += 1;
         self.stats.rows += rows as u64;
         let vocab = self.decoder.vocab_size();
-        let mut at = 0;
+        let d = self.decoder.config.hidden_dim;
+        let (mut at, mut row) = (0, 0);
         for slot in &mut self.slots {
             let n = slot.logit_rows();
             let logits = &self.logits[at * vocab..(at + n) * vocab];
             at += n;
+            let (pos, rows) = (slot.history.len(), slot.input_rows());
+            let hidden = self.hidden.get(row * d..(row + rows) * d).unwrap_or(&[]);
+            row += rows;
+            let dec = self.decoder;
             let c = guard::per_slot(slot, sink, guard::nothing_committed(), |s, sink| {
-                s.commit(logits, vocab, secs, alone, sink)
+                let c = s.commit(logits, vocab, secs, alone, sink);
+                if !hidden.is_empty() {
+                    s.observe(dec, pos, hidden, max_draft);
+                }
+                c
             });
             self.stats.drafted += c.drafted as u64;
             self.stats.accepted += c.accepted as u64;
@@ -499,15 +532,24 @@ impl<'m> BatchEngine<'m> {
         let t = Instant::now();
         let alone = self.slots.iter().filter(|s| s.feeds()).count() == 1;
         let fault = self.fault;
+        let want_hidden =
+            self.decoder.mtp.is_some() && self.slots.iter().any(|s| s.feeds() && s.wants_hidden());
+        self.hidden.clear();
+        let dec = self.decoder;
+        let (logits, hidden) = (&mut self.logits, &mut self.hidden);
+        let mut run = |seqs: &mut [SeqBatch<'_>]| match want_hidden {
+            true => dec.forward_multi_hidden(seqs, logits, hidden),
+            false => dec.forward_multi(seqs, logits),
+        };
         if alone {
             // The common lone-sequence step: no list to allocate.
             let seq = self.slots.iter_mut().find_map(Slot::seq);
             let mut one: [SeqBatch<'_>; 1] = [seq.expect("one active slot")];
-            self.decoder.forward_multi(&mut one, &mut self.logits);
+            run(&mut one);
             guard::injected(fault, &one);
         } else {
             let mut seqs: Vec<SeqBatch<'_>> = self.slots.iter_mut().filter_map(Slot::seq).collect();
-            self.decoder.forward_multi(&mut seqs, &mut self.logits);
+            run(&mut seqs);
             guard::injected(fault, &seqs);
         }
         (t.elapsed().as_secs_f64(), alone)

@@ -4,9 +4,9 @@
 
 use super::sink::{JobEnd, Sink};
 use super::stop::{StopReason, StopRules};
-use crate::decoder::SeqBatch;
+use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{logprob, Sampler, TokenLogprob};
-use crate::speculative::{verify_rows_constrained, Speculation};
+use crate::speculative::{verify_rows_constrained, Observation, Speculation};
 use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
@@ -185,6 +185,44 @@ impl<'t> Slot<'t> {
             first_logit_row: job.first_logit_row,
             key: self.key,
         })
+    }
+
+    /// Rows this slot feeds to the step's forward.
+    pub fn input_rows(&self) -> usize {
+        self.job.as_ref().map_or(0, |j| j.input.len())
+    }
+
+    /// Whether this slot's drafter reads the model's final hidden states.
+    pub fn wants_hidden(&self) -> bool {
+        self.spec.as_ref().is_some_and(|s| s.drafter.wants_hidden())
+    }
+
+    /// After [`commit`](Self::commit): hands the drafter the forward's hidden states of this
+    /// slot's rows (fed from `pos`) and asks for the next step's draft, at most `max_draft`.
+    pub fn observe(&mut self, dec: &Decoder, pos: usize, hidden: &[f32], max_draft: usize) {
+        let Some(spec) = self.spec.as_mut().filter(|s| s.drafter.wants_hidden()) else {
+            return;
+        };
+        // A generation that just ended still hands over its rows: the drafter then lags the
+        // cache by one position only, and a next turn in this slot resumes it.
+        let job = self.job.as_ref();
+        let next = job.and_then(|j| j.next);
+        let following =
+            next.or_else(|| job.and_then(|j| j.prompt.get(self.history.len()).copied()));
+        let draft = match next {
+            Some(_) => spec.adaptive.next_len().min(max_draft),
+            None => 0,
+        };
+        spec.drafter.observe(
+            dec,
+            Observation {
+                pos,
+                hidden,
+                history: &self.history,
+                following,
+                draft,
+            },
+        );
     }
 
     /// Rows of logits this slot gets from the forward.

@@ -19,6 +19,7 @@ mod adaptive;
 mod decode;
 mod longest;
 mod lookup;
+mod mtp;
 mod recall;
 mod speculation;
 mod verify;
@@ -27,8 +28,9 @@ pub use adaptive::AdaptiveDraft;
 pub use decode::{speculative_decode, SpeculativeDecodeResult};
 pub use longest::LongestMatchDrafter;
 pub use lookup::PromptLookupSpeculator;
+pub use mtp::MtpDrafter;
 pub use recall::{RecallDrafter, RecallIndex, SharedRecall, PROMPT_TAIL};
-pub use speculation::{Drafter, SpecStats, Speculation};
+pub use speculation::{Drafter, Observation, SpecStats, Speculation};
 pub use verify::{verify, verify_rows, verify_rows_constrained, Verdict};
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! counters. The engine runs the forward and verifies; this drafts and keeps the books.
 
 use super::AdaptiveDraft;
+use crate::decoder::Decoder;
 use crate::TokenId;
 
 /// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
@@ -23,6 +24,37 @@ pub trait Drafter: Send {
     fn finished(&mut self, _history: &[TokenId], _prompt_len: usize) {}
     /// Short name for statistics and benchmarks.
     fn name(&self) -> &'static str;
+    /// Whether this drafter reads the model's final hidden states through
+    /// [`observe`](Drafter::observe) (the engine computes them only then).
+    fn wants_hidden(&self) -> bool {
+        false
+    }
+    /// After each forward of the sequence, once its rows are verified: what the model
+    /// computed (see [`Observation`]).
+    fn observe(&mut self, _dec: &Decoder, _o: Observation<'_>) {}
+    /// Most cached positions of a sequence this drafter can go on from when its slot is
+    /// reused for a new prompt (a drafter keeping per-position state of its own may lag the
+    /// model's cache by a position).
+    fn resume_limit(&self) -> usize {
+        usize::MAX
+    }
+}
+
+/// One forward of a sequence as a drafter that reads hidden states sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    /// Position of the first row fed.
+    pub pos: usize,
+    /// Normed final hidden states of the rows fed, `[rows, hidden]` (rows past the
+    /// verified ones included).
+    pub hidden: &'a [f32],
+    /// The tokens now in the cache: the fed rows verification kept are its last ones.
+    pub history: &'a [TokenId],
+    /// The token that follows `history`, when known: the one just sampled, or the next
+    /// prompt token during a prefill.
+    pub following: Option<TokenId>,
+    /// Draft tokens wanted after `following` (0 during a prefill).
+    pub draft: usize,
 }
 
 /// Counters of a speculative run.
