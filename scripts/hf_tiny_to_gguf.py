@@ -434,7 +434,10 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
         raise SystemExit(f"{src}: model_type {mt!r} is not handled")
     arch = getattr(gguf.MODEL_ARCH, ARCHS[mt])
     n_layers = h["num_hidden_layers"]
-    tmap = gguf.get_tensor_name_map(arch, n_layers)
+    # Glm4MoeModel keeps the MTP (NextN) blocks as further blocks (`blk.N.nextn.*` beside the
+    # block's own tensors) and counts them in block_count; DeepseekV2Model drops them.
+    blocks = n_layers + (h.get("num_nextn_predict_layers") or 0 if mt == "glm4_moe" else 0)
+    tmap = gguf.get_tensor_name_map(arch, blocks)
     tensors = load_file(str(src / "model.safetensors"))
     # llama.cpp's qwen3moe has no dense-FFN tensors, so its converter refuses `mlp_only_layers`;
     # those layers are written under the standard dense names (`blk.N.ffn_{gate,up,down}`).
@@ -459,6 +462,8 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
     n_kv = h.get("num_key_value_heads")
     for name in sorted(tensors):
         t = tensors[name].astype(np.float32)
+        if (m := re.match(r"model\.layers\.(\d+)\.", name)) and int(m.group(1)) >= blocks:
+            continue  # an MTP block this converter drops
         if h.get("tie_word_embeddings") and name == "lm_head.weight":
             continue
         if mt == "gpt_oss":
@@ -534,7 +539,7 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
     else:
         if mt == "granitemoe":
             h.pop("head_dim", None)  # GraniteModel ignores head_dim
-        write_common(w, gguf, h, n_layers)
+        write_common(w, gguf, h, blocks)
         write_arch_params(w, gguf, mt, h)
     write_vocab(w, gguf, h["vocab_size"])
     for name, t in out_tensors:
@@ -595,6 +600,9 @@ def main() -> None:
         print(f"wrote {dst / 'qwen3_moe_fused.gguf'}")
         convert(FIXTURES / "hf-tiny/gpt_oss", dst / "gpt_oss_mxfp4.gguf", gguf, mxfp4_experts=True)
         print(f"wrote {dst / 'gpt_oss_mxfp4.gguf'}")
+        for name in ("glm4_moe", "deepseek_v3"):
+            convert(FIXTURES / "hf-tiny-mtp" / name, dst / f"{name}_mtp.gguf", gguf)
+            print(f"wrote {dst / (name + '_mtp.gguf')}")
     elif a.src and a.out:
         convert(a.src, a.out, gguf, a.fuse_gate_up_exps, a.mxfp4_experts)
     else:

@@ -14,8 +14,13 @@ use ferrox_models::speculative::{AdaptiveDraft, Drafter, MtpDrafter, Speculation
 
 fn check_mtp(arch: &str) {
     let dir = fixture(&format!("hf-tiny-mtp/{arch}"));
-    check_tiny_logits(&dir, &dir);
-    let dec = Decoder::load(&dir).unwrap();
+    check_mtp_of(&dir, &dir, arch);
+}
+
+/// The block of `model` (a checkpoint directory or a GGUF file) against `dir`'s reference.
+fn check_mtp_of(model: &std::path::Path, dir: &std::path::Path, arch: &str) {
+    check_tiny_logits(model, dir);
+    let dec = Decoder::load(model).unwrap();
     assert!(dec.mtp.is_some(), "{arch}: the MTP block was not loaded");
     let input = ids(&read_json(&dir.join("input_ids.json")));
     let (d, t) = (dec.config.hidden_dim, input.len());
@@ -80,6 +85,22 @@ fn deepseek_v3_mtp_matches_the_reference() {
 #[test]
 fn glm4_moe_mtp_matches_the_reference() {
     check_mtp("glm4_moe");
+}
+
+/// llama.cpp's GLM-4.5 conversion keeps the block (`blk.3.nextn.*` beside `blk.3`'s own
+/// tensors, `block_count` 4, `nextn_predict_layers` 1: `scripts/hf_tiny_to_gguf.py`); its
+/// DeepSeek-V3 conversion drops it, and the file loads without one.
+#[test]
+fn gguf_conversions_carry_the_block_as_llama_cpp_writes_them() {
+    let dir = fixture("hf-tiny-mtp/glm4_moe");
+    check_mtp_of(
+        &fixture("gguf-tiny/glm4_moe_mtp.gguf"),
+        &dir,
+        "glm4_moe (GGUF)",
+    );
+    let file = fixture("gguf-tiny/deepseek_v3_mtp.gguf");
+    check_tiny_logits(&file, &fixture("hf-tiny-mtp/deepseek_v3"));
+    assert!(Decoder::load(&file).unwrap().mtp.is_none());
 }
 
 /// A checkpoint whose config counts no MTP block loads none, and one whose file lacks the

@@ -136,10 +136,14 @@ pub fn load_with(
     trim_heap();
     if verbose {
         eprintln!(
-            "loaded {} ({:?}, {} layers, vocab {}) in {:.2} s",
+            "loaded {} ({:?}, {} layers{}, vocab {}) in {:.2} s",
             path.display(),
             decoder.config.arch,
             decoder.config.n_layers,
+            match decoder.mtp {
+                Some(_) => " + an MTP block (drafts with --drafter auto)",
+                None => "",
+            },
             decoder.vocab_size(),
             t0.elapsed().as_secs_f64()
         );
