@@ -36,6 +36,8 @@ pub struct Mtp {
     /// copies); the decoder's otherwise.
     pub embed: Option<WeightMatrix>,
     pub head: Option<WeightMatrix>,
+    /// Chained drafts read the state after `head_norm` (Qwen3-Next) instead of before it.
+    pub chain_normed: bool,
     scratch: Mutex<Scratch>,
 }
 
@@ -51,8 +53,9 @@ struct Scratch {
 /// What [`Decoder::mtp_forward`] computes for its rows.
 #[derive(Debug, Default, Clone)]
 pub struct MtpOut {
-    /// `g` of every row (`[rows, hidden]`, before the head's norm): the stand-in for the
-    /// main model's hidden state when drafting further.
+    /// `g` of every row (`[rows, hidden]`; before the head's norm, or after it for a block
+    /// that chains on normed states): the stand-in for the main model's hidden state when
+    /// drafting further.
     pub hidden: Vec<f32>,
     /// Logits of rows `first_logit_row..` (`[rows, vocab]`).
     pub logits: Vec<f32>,
@@ -74,6 +77,7 @@ impl Mtp {
             head_norm,
             embed: None,
             head: None,
+            chain_normed: false,
             scratch: Mutex::new(Scratch::default()),
         }
     }
@@ -157,12 +161,20 @@ impl Mtp {
         let first = first_logit_row.min(n);
         let rows = n - first;
         if rows == 0 {
+            if self.chain_normed {
+                self.head_norm.forward_inplace(x);
+            }
             return;
         }
-        self.head_norm.forward(&x[first * d..], &mut h[..rows * d]);
         let head = self.head.as_ref().unwrap_or(main.lm_head);
         out.logits.resize(rows * head.rows(), 0.0);
-        head.gemm(&h[..rows * d], rows, &mut out.logits);
+        if self.chain_normed {
+            self.head_norm.forward_inplace(x);
+            head.gemm(&x[first * d..], rows, &mut out.logits);
+        } else {
+            self.head_norm.forward(&x[first * d..], &mut h[..rows * d]);
+            head.gemm(&h[..rows * d], rows, &mut out.logits);
+        }
         if main.config.logit_divisor != 1.0 {
             let div = main.config.logit_divisor;
             out.logits.iter_mut().for_each(|l| *l /= div);

@@ -67,6 +67,21 @@ pub struct Architecture {
     pub tensors: fn(&ModelConfig) -> Vec<TensorSpec>,
     /// Hub names of per-expert tensors (MoE families).
     pub hf_experts: ExpertNames,
+    /// How its checkpoints store an MTP block, when they carry one.
+    pub mtp: MtpFormat,
+}
+
+/// How a family's checkpoints store their MTP (NextN) block (`crate::mtp`).
+#[derive(Debug, Clone, Copy)]
+pub struct MtpFormat {
+    /// The block's own tensors (logical names `blk.{}.nextn.*`, `{}` = `n_layers`).
+    pub tensors: &'static [TensorSpec],
+    /// Where the Hub keeps the block's decoder layer when not as layer `n_layers`
+    /// (`model.layers.{n}.`): Qwen3-Next's `mtp.layers.0.`.
+    pub hf_layer: Option<&'static str>,
+    /// Chained drafts read the block's state after its head norm (Qwen3-Next, as vLLM's
+    /// `qwen3_next_mtp.py` returns it) instead of before (DeepSeek-V3's `shared_head`).
+    pub chain_normed: bool,
 }
 
 type HfReader = fn(&HfConfig) -> Result<ModelConfig, LoadError>;
@@ -90,6 +105,11 @@ impl Architecture {
             config_from_gguf,
             tensors,
             hf_experts: tables::HF_EXPERTS,
+            mtp: MtpFormat {
+                tensors: tables::MTP,
+                hf_layer: None,
+                chain_normed: false,
+            },
         }
     }
     pub const fn hf(mut self, model_types: &'static [&'static str]) -> Self {
@@ -102,6 +122,10 @@ impl Architecture {
     }
     pub const fn experts(mut self, names: ExpertNames) -> Self {
         self.hf_experts = names;
+        self
+    }
+    pub const fn mtp(mut self, format: MtpFormat) -> Self {
+        self.mtp = format;
         self
     }
     /// Claims only the GGUFs of its strings that meet every one of `conditions`.

@@ -17,15 +17,45 @@
 
 use super::common_qwen;
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
-use super::tables::{ATTN_NORM, DENSE_FFN, FFN_NORM, GATED_SHARED_EXPERT, ROUTED_FFN};
-use super::{keys, Architecture, GgufMeta, HfConfig};
+use super::tables::{hidden2, ATTN_NORM, DENSE_FFN, FFN_NORM, GATED_SHARED_EXPERT, ROUTED_FFN};
+use super::{keys, Architecture, GgufMeta, HfConfig, MtpFormat};
 use crate::config::{AttnKind, LinearAttnConfig, ModelConfig, NormKind};
-use crate::weights::{table, Dim::*, LoadError, TensorSpec};
+use crate::weights::{req, table, Dim::*, LoadError, TensorSpec};
 
 pub static ARCH: Architecture =
     Architecture::new("qwen3_next", config_from_hf, config_from_gguf, tensors)
         .hf(&["qwen3_next"])
-        .gguf(&["qwen3next"]);
+        .gguf(&["qwen3next"])
+        .mtp(MtpFormat {
+            tensors: MTP,
+            hf_layer: Some("mtp.layers.0."),
+            chain_normed: true,
+        });
+
+/// Its MTP block's own tensors (vLLM `qwen3_next_mtp.py`): the embedding and head are the
+/// model's.
+const MTP: &[TensorSpec] = &[
+    req(
+        "blk.{}.nextn.eh_proj.weight",
+        "mtp.fc.weight",
+        &[Hidden, Of(hidden2)],
+    ),
+    req(
+        "blk.{}.nextn.enorm.weight",
+        "mtp.pre_fc_norm_embedding.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.nextn.hnorm.weight",
+        "mtp.pre_fc_norm_hidden.weight",
+        &[Hidden],
+    ),
+    req(
+        "blk.{}.nextn.shared_head_norm.weight",
+        "mtp.norm.weight",
+        &[Hidden],
+    ),
+];
 
 fn lin(c: &ModelConfig) -> LinearAttnConfig {
     c.linear.unwrap_or(LinearAttnConfig {
@@ -129,6 +159,9 @@ fn by_interval(n_layers: usize, interval: usize) -> Vec<bool> {
 
 fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
     let mut cfg = c.base("qwen3_next", false)?;
+    // The Hub configs do not count the block its checkpoints carry (vLLM assumes one); the
+    // loader keeps it only when its tensors are there.
+    cfg.mtp_layers = c.usize(&keys::NEXTN_LAYERS)?.unwrap_or(1);
     cfg.norm = NormKind::RmsOffsetOne;
     cfg.qk_norm = true;
     cfg.attn_output_gate = true;

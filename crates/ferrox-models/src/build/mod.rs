@@ -4,8 +4,8 @@
 //! and table rows, not code paths (compare llama.cpp's `llm_build_*` graphs over one
 //! `llama_layer` struct).
 
-use crate::arch::tables::{ExpertNames, GLOBAL, MTP};
-use crate::arch::Architecture;
+use crate::arch::tables::{ExpertNames, GLOBAL};
+use crate::arch::{Architecture, MtpFormat};
 use crate::blocks::deltanet::{DeltaNetWeights, GatedDeltaNet, QkvzProj};
 use crate::blocks::dsa::Indexer;
 use crate::blocks::mla::{KvB, Mla, MlaWeights};
@@ -20,7 +20,7 @@ pub use crate::weights::{resolver, split_rows, split_rows_at};
 mod experts;
 pub use experts::build_experts;
 
-use crate::weights::{Bound, LoadError, Naming, TensorSpec, WeightSource};
+use crate::weights::{Bound, LoadError, Naming, TensorRef, TensorSpec, WeightSource};
 use ferrox_core::matmul::WeightMatrix;
 
 /// A grouped-query attention layer's switches.
@@ -232,7 +232,7 @@ pub fn build_share(
     // The MTP block drafts for the whole model: only a process that runs all of it keeps one.
     let whole = share.layers.is_none() && share.experts.is_none() && share.driver;
     let mtp = match whole {
-        true => parts.mtp(&table)?,
+        true => parts.mtp(&table, &arch.mtp)?,
         false => None,
     };
     let mut decoder = Decoder::from_parts(cfg, embed, layers, output_norm, lm_head);
@@ -301,26 +301,32 @@ impl Parts<'_> {
         }
     }
 
-    /// The first MTP block the file carries (at layer index `n_layers`), if any: a config
-    /// that counts one whose tensors the file lacks (a converter dropped them) has none.
-    fn mtp(&self, table: &[TensorSpec]) -> Result<Option<Mtp>, LoadError> {
+    /// The first MTP block the file carries (as layer `n_layers`, in `format`'s names), if
+    /// any: a config that counts one whose tensors the file lacks (a converter dropped them)
+    /// has none.
+    fn mtp(&self, table: &[TensorSpec], format: &MtpFormat) -> Result<Option<Mtp>, LoadError> {
         let l = self.cfg.n_layers;
         let probe = match self.src.naming() {
-            Naming::Gguf => MTP[0].gguf,
-            Naming::HuggingFace => MTP[0].hf,
+            Naming::Gguf => format.tensors[0].gguf,
+            Naming::HuggingFace => format.tensors[0].hf,
         };
-        if self.cfg.mtp_layers == 0
-            || self
-                .src
-                .tensor(&probe.replace("{}", &l.to_string()))
-                .is_none()
-        {
+        let present = |name: &str| self.src.tensor(&name.replace("{}", &l.to_string()));
+        if self.cfg.mtp_layers == 0 || format.tensors.is_empty() || present(probe).is_none() {
             return Ok(None);
         }
-        let per_layer = [table, MTP].concat();
-        let b = Bound::bind_layers(self.src, &resolver(self.cfg), l..l + 1, &[], &per_layer)?;
+        let relayered = Relayered {
+            inner: self.src,
+            from: format!("model.layers.{l}."),
+            to: match self.src.naming() {
+                Naming::HuggingFace => format.hf_layer,
+                Naming::Gguf => None,
+            },
+        };
+        let per_layer = [table, format.tensors].concat();
+        let b = Bound::bind_layers(&relayered, &resolver(self.cfg), l..l + 1, &[], &per_layer)?;
         let parts = Parts {
             b: &b,
+            src: &relayered,
             rope_factors: self.rope_factors.clone(),
             rope_long: self.rope_long.clone(),
             ..*self
@@ -333,6 +339,7 @@ impl Parts<'_> {
             parts.layer(l, &LayerPlan::of(self.cfg, l))?,
             parts.norm(&n("shared_head_norm.weight"))?,
         );
+        mtp.chain_normed = format.chain_normed;
         mtp.embed = match b.get(&n("embed_tokens.weight")) {
             Some(_) => Some(b.plain_matrix(&n("embed_tokens.weight"))?),
             None => None,
@@ -555,5 +562,28 @@ impl Parts<'_> {
             _ => None,
         };
         Ok(Mla::new(cfg, l, w, indexer))
+    }
+}
+
+/// A source whose layer `from` (`model.layers.{n}.`) is stored under the prefix `to`, when
+/// given (the Hub's Qwen3-Next keeps its MTP layer as `mtp.layers.0.`).
+struct Relayered<'a> {
+    inner: &'a dyn WeightSource,
+    from: String,
+    to: Option<&'static str>,
+}
+
+impl WeightSource for Relayered<'_> {
+    fn naming(&self) -> Naming {
+        self.inner.naming()
+    }
+    fn tensor(&self, name: &str) -> Option<TensorRef> {
+        match (self.to, name.strip_prefix(self.from.as_str())) {
+            (Some(to), Some(rest)) => self.inner.tensor(&format!("{to}{rest}")),
+            _ => self.inner.tensor(name),
+        }
+    }
+    fn names(&self) -> Vec<String> {
+        self.inner.names()
     }
 }
