@@ -172,8 +172,9 @@ impl Sampler {
     }
 }
 
-/// The first index of the largest logit (as `argmax_cands` over the unpenalized logits).
-fn argmax(logits: &[f32]) -> TokenId {
+/// The first index of the largest logit (as `argmax_cands` over the unpenalized logits): the
+/// greedy choice.
+pub(crate) fn argmax(logits: &[f32]) -> TokenId {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {

@@ -11,6 +11,7 @@
 use super::{Drafter, Observation};
 use crate::decoder::Decoder;
 use crate::mtp::MtpOut;
+use crate::sampling::argmax;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 
@@ -80,7 +81,7 @@ impl MtpDrafter {
         if o.draft == 0 {
             return Some(());
         }
-        let mut tok = first_max(&self.out.logits);
+        let mut tok = argmax(&self.out.logits);
         self.draft.push(tok);
         for j in 1..o.draft {
             self.row.clear();
@@ -89,23 +90,12 @@ impl MtpDrafter {
             let pos = end + j - 1;
             dec.mtp_forward(&self.row, &[tok], pos, cache, 0, &mut self.out)
                 .ok()?;
-            tok = first_max(&self.out.logits);
+            tok = argmax(&self.out.logits);
             self.draft.push(tok);
         }
         self.draft_for = c + 1;
         Some(())
     }
-}
-
-/// The greedy choice: the first index of the largest logit (as the sampler's).
-fn first_max(logits: &[f32]) -> TokenId {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 impl Drafter for MtpDrafter {
