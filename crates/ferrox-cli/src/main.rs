@@ -39,6 +39,9 @@ enum Command {
     Perplexity(cmd::perplexity::Args),
     /// Sentence embeddings (or rerank scores) of texts with an encoder model, as JSON lines.
     Embed(cmd::embed::Args),
+    /// Collect a draft head's training data from text: tokens, the model's greedy choices
+    /// and final hidden states, as .npy files.
+    SpecData(cmd::spec_data::Args),
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(cmd::serve_args::Args),
     /// Measure prompt and generation speed (llama-bench's table and JSON).
@@ -76,6 +79,7 @@ fn main() -> anyhow::Result<()> {
         Command::Chat(a) => cmd::chat::run(a),
         Command::Logits(a) => cmd::logits::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::SpecData(a) => cmd::spec_data::run(a),
         Command::Embed(a) => cmd::embed::run(a),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Bench(a) => cmd::bench::run(a),

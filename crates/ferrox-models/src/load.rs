@@ -36,12 +36,64 @@ pub fn load(path: &Path) -> Result<Decoder, LoadError> {
     load_share(path, &Share::whole())
 }
 
-/// [`load`] keeping only `share` resident (one place of a model spread over processes).
+/// [`load`] keeping only `share` resident (one place of a model spread over processes). A
+/// whole model without an MTP block takes the draft head beside it, if there is one
+/// ([`draft_head_path`]).
 pub fn load_share(path: &Path, share: &Share) -> Result<Decoder, LoadError> {
     let opened = open(path, false)?;
     let mut dec = crate::build::build_share(opened.arch, opened.cfg.clone(), &*opened.src, share)?;
+    let head = draft_head_path(path);
+    let whole = share.layers.is_none() && share.experts.is_none() && share.driver;
+    if whole && dec.mtp.is_none() && head.is_file() {
+        let model = opened.gguf.is_some().then_some(&*opened.src);
+        dec.mtp = Some(draft_head(opened.arch, &opened.cfg, &head, model)?);
+    }
     opened.finish(&mut dec);
     Ok(dec)
+}
+
+/// Where a model's trained draft head lives: `NAME.draft-head.gguf` beside `NAME.gguf`, or
+/// `draft-head.gguf` inside a Hugging Face directory.
+pub fn draft_head_path(model: &Path) -> std::path::PathBuf {
+    match model.is_dir() {
+        true => model.join("draft-head.gguf"),
+        false => model.with_extension("draft-head.gguf"),
+    }
+}
+
+impl Decoder {
+    /// Takes the draft head in `path` (see [`draft_head_path`]) as this model's MTP block.
+    pub fn load_draft_head(&mut self, path: &Path) -> Result<(), LoadError> {
+        let arch = crate::arch::by_name(self.config.arch)
+            .ok_or_else(|| LoadError::Config(format!("no family {}", self.config.arch)))?;
+        let model = self.gguf.clone().map(|file| GgufSource {
+            file,
+            dequantize: false,
+        });
+        let model = model.as_ref().map(|m| m as &dyn WeightSource);
+        self.mtp = Some(draft_head(arch, &self.config, path, model)?);
+        Ok(())
+    }
+}
+
+fn draft_head(
+    arch: &'static Architecture,
+    cfg: &ModelConfig,
+    path: &Path,
+    model: Option<&dyn WeightSource>,
+) -> Result<crate::mtp::Mtp, LoadError> {
+    let file = GgufFile::open(path).map_err(|e| LoadError::Format {
+        path: path.to_path_buf(),
+        msg: e.to_string(),
+    })?;
+    let head = GgufSource {
+        file: Arc::new(file),
+        dequantize: false,
+    };
+    crate::build::build_draft_head(arch, cfg, &head, model).map_err(|e| LoadError::Format {
+        path: path.to_path_buf(),
+        msg: format!("draft head: {e}"),
+    })
 }
 
 /// A GGUF model with every weight dequantized to F32 at load: the exact-arithmetic reference

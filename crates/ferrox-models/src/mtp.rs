@@ -38,6 +38,9 @@ pub struct Mtp {
     pub head: Option<WeightMatrix>,
     /// Chained drafts read the state after `head_norm` (Qwen3-Next) instead of before it.
     pub chain_normed: bool,
+    /// The token id of each row of `head`, when it covers a sub-vocabulary (a draft head
+    /// trained here, FR-Spec's frequent tokens); `None`: row = token id.
+    pub vocab: Option<Vec<TokenId>>,
     scratch: Mutex<Scratch>,
 }
 
@@ -78,8 +81,16 @@ impl Mtp {
             embed: None,
             head: None,
             chain_normed: false,
+            vocab: None,
             scratch: Mutex::new(Scratch::default()),
         }
+    }
+}
+
+impl Mtp {
+    /// The token a row of the head's logits stands for.
+    pub fn token(&self, row: usize) -> TokenId {
+        self.vocab.as_ref().map_or(row, |v| v[row])
     }
 }
 

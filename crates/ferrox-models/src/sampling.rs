@@ -174,7 +174,7 @@ impl Sampler {
 
 /// The first index of the largest logit (as `argmax_cands` over the unpenalized logits): the
 /// greedy choice.
-pub(crate) fn argmax(logits: &[f32]) -> TokenId {
+pub fn argmax(logits: &[f32]) -> TokenId {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {

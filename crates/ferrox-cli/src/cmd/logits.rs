@@ -5,7 +5,6 @@
 use super::engine;
 use anyhow::Context;
 use ferrox_tokenizer::TokenId;
-use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -64,7 +63,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     super::dist::report(eng.cluster.as_ref(), dec.config.hidden_dim);
     super::dist::save_load(&args.dist, dec)?;
     let rows = ids.len() - first;
-    write_npy(&args.output, &[rows, width], &out)
+    super::npy::write_f32(&args.output, &[rows, width], &out)
         .with_context(|| format!("writing {}", args.output.display()))?;
     eprintln!(
         "wrote {} [{rows}, {width}] for {} tokens",
@@ -72,27 +71,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ids.len()
     );
     Ok(())
-}
-
-/// NumPy format 1.0, little-endian float32, C order.
-pub fn write_npy(path: &std::path::Path, shape: &[usize], data: &[f32]) -> std::io::Result<()> {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape_str = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_str}, }}");
-    // Magic (6) + version (2) + length (2) + header + '\n' is a multiple of 64.
-    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
-    header.push_str(&" ".repeat(pad));
-    header.push('\n');
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    f.write_all(b"\x93NUMPY\x01\x00")?;
-    f.write_all(&(header.len() as u16).to_le_bytes())?;
-    f.write_all(header.as_bytes())?;
-    for v in data {
-        f.write_all(&v.to_le_bytes())?;
-    }
-    f.flush()
 }

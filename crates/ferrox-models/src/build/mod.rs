@@ -240,6 +240,79 @@ pub fn build_share(
     Ok(decoder)
 }
 
+/// A draft head trained for a model that ships no MTP block (`scripts/train_draft_head.py`):
+/// an MTP block in `head`'s tensors (layer `n_layers` of `cfg`, the model's config), with its
+/// sub-vocabulary head (`blk.N.nextn.draft_head` rows for the token ids in
+/// `blk.N.nextn.draft_vocab`); `model` (the model's own file, when a GGUF) supplies RoPE
+/// frequency factors the layer shares with the model's.
+pub fn build_draft_head(
+    arch: &Architecture,
+    cfg: &ModelConfig,
+    head: &dyn WeightSource,
+    model: Option<&dyn WeightSource>,
+) -> Result<Mtp, LoadError> {
+    let mut cfg = cfg.clone();
+    cfg.mtp_layers = 1;
+    let l = cfg.n_layers;
+    let globals = Bound::bind_layers(model.unwrap_or(head), &resolver(&cfg), 0..0, GLOBAL, &[])
+        .or_else(|_| Bound::bind_layers(head, &resolver(&cfg), 0..0, &[], &[]))?;
+    let factors = |name: &str| globals.opt_vector(name);
+    let parts = Parts {
+        cfg: &cfg,
+        b: &globals,
+        src: head,
+        experts: &arch.hf_experts,
+        rope_factors: match &cfg.rope_freq_factors {
+            Some(f) => Some(f.clone()),
+            None => factors("rope_freqs.weight")?.or(factors("rope_factors_short.weight")?),
+        },
+        rope_long: match &cfg.rope_long_factors {
+            Some(f) => Some(f.clone()),
+            None => factors("rope_factors_long.weight")?,
+        },
+        share: &Share::whole(),
+    };
+    let table = (arch.tensors)(&cfg);
+    let format = MtpFormat {
+        chain_normed: false,
+        ..arch.mtp
+    };
+    let missing = || LoadError::MissingTensor(format!("blk.{l}.nextn.eh_proj.weight"));
+    let mut mtp = parts.mtp(&table, &format)?.ok_or_else(missing)?;
+    let name = |s: &str| format!("blk.{l}.nextn.{s}");
+    if let Some(rows) = head.tensor(&name("draft_head.weight")) {
+        let vocab = head
+            .tensor(&name("draft_vocab"))
+            .ok_or_else(|| LoadError::MissingTensor(name("draft_vocab")))?;
+        let bad = |msg: String| LoadError::Tensor {
+            name: name("draft_vocab"),
+            msg,
+        };
+        let ids: Vec<usize> = vocab
+            .to_f32()?
+            .into_iter()
+            .map(|v| {
+                let ok = v >= 0.0 && v.fract() == 0.0 && (v as usize) < cfg.vocab_size;
+                ok.then_some(v as usize)
+                    .ok_or_else(|| bad(format!("{v} is not a token id below {}", cfg.vocab_size)))
+            })
+            .collect::<Result<_, _>>()?;
+        let rows = rows.matrix()?;
+        if rows.rows() != ids.len() || rows.cols() != cfg.hidden_dim {
+            return Err(bad(format!(
+                "{} ids for a {}x{} head (width {})",
+                ids.len(),
+                rows.rows(),
+                rows.cols(),
+                cfg.hidden_dim
+            )));
+        }
+        mtp.head = Some(rows);
+        mtp.vocab = Some(ids);
+    }
+    Ok(mtp)
+}
+
 /// What building one layer reads from.
 struct Parts<'a> {
     cfg: &'a ModelConfig,

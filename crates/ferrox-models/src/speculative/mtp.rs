@@ -81,7 +81,8 @@ impl MtpDrafter {
         if o.draft == 0 {
             return Some(());
         }
-        let mut tok = argmax(&self.out.logits);
+        let block = dec.mtp.as_ref()?;
+        let mut tok = block.token(argmax(&self.out.logits));
         self.draft.push(tok);
         for j in 1..o.draft {
             self.row.clear();
@@ -90,7 +91,7 @@ impl MtpDrafter {
             let pos = end + j - 1;
             dec.mtp_forward(&self.row, &[tok], pos, cache, 0, &mut self.out)
                 .ok()?;
-            tok = argmax(&self.out.logits);
+            tok = block.token(argmax(&self.out.logits));
             self.draft.push(tok);
         }
         self.draft_for = c + 1;

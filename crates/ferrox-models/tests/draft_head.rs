@@ -1,0 +1,182 @@
+//! A draft head trained for a model that ships no MTP block (`scripts/train_draft_head.py`)
+//! loads from `NAME.draft-head.gguf` beside `NAME.gguf` as the model's MTP block, with its
+//! sub-vocabulary head; speculation drafting with it gives plain decoding's tokens; a head
+//! file that does not fit the model is refused, naming what is wrong.
+//!
+//! The head here is built from the tiny Llama's own tensors (its last layer again, `eh_proj`
+//! the identity on the hidden half, the output rows of the even token ids): what the trainer
+//! starts from, in the file layout it writes.
+
+mod common;
+use common::{fixture, ids, read_json};
+use ferrox_core::quant::GgmlType;
+use ferrox_format::gguf::{to_bytes, GgufFile, MetaValue, TensorOut};
+use ferrox_models::decoder::Decoder;
+use ferrox_models::generate::{GenerateParams, Session};
+use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::speculative::{AdaptiveDraft, Drafter, MtpDrafter, Speculation};
+use std::path::Path;
+
+fn f32_tensor(name: &str, dims: &[u64], v: &[f32]) -> TensorOut {
+    TensorOut {
+        name: name.into(),
+        ty: GgmlType::F32,
+        dims: dims.to_vec(),
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    }
+}
+
+/// The head's tensors for the tiny Llama (2 layers, width 64, vocabulary 512), sub-vocabulary
+/// `ids`, with `edit` applied before writing.
+fn head_file(dir: &Path, ids: &[f32], edit: impl FnOnce(&mut Vec<TensorOut>)) {
+    let model = GgufFile::open(&fixture("gguf-tiny/llama.gguf")).unwrap();
+    let all = model.tensors_out();
+    let (h, n) = (64usize, 2);
+    let f32s = |t: &TensorOut| -> Vec<f32> {
+        assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
+        t.data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    };
+    let last = format!("blk.{}.", n - 1);
+    let mut out: Vec<TensorOut> = all
+        .iter()
+        .filter(|t| t.name.starts_with(&last))
+        .map(|t| TensorOut {
+            name: t.name.replacen(&last, &format!("blk.{n}."), 1),
+            ..t.clone()
+        })
+        .collect();
+    let nx = |s: &str| format!("blk.{n}.nextn.{s}");
+    let mut eh = vec![0f32; h * 2 * h];
+    for r in 0..h {
+        eh[r * 2 * h + h + r] = 1.0;
+    }
+    let find = |name: &str| all.iter().find(|t| t.name == name).unwrap();
+    let output = f32s(find("output.weight"));
+    // (An id past the vocabulary, for the refusal test, takes some row: the id is the fault.)
+    let rows: Vec<f32> = ids
+        .iter()
+        .map(|&id| id as usize % 512)
+        .flat_map(|id| output[id * h..(id + 1) * h].to_vec())
+        .collect();
+    out.extend([
+        f32_tensor(&nx("enorm.weight"), &[h as u64], &vec![1.0; h]),
+        f32_tensor(&nx("hnorm.weight"), &[h as u64], &vec![1.0; h]),
+        f32_tensor(&nx("eh_proj.weight"), &[2 * h as u64, h as u64], &eh),
+        f32_tensor(
+            &nx("shared_head_norm.weight"),
+            &[h as u64],
+            &f32s(find("output_norm.weight")),
+        ),
+        f32_tensor(
+            &nx("draft_head.weight"),
+            &[h as u64, ids.len() as u64],
+            &rows,
+        ),
+        f32_tensor(&nx("draft_vocab"), &[ids.len() as u64], ids),
+    ]);
+    edit(&mut out);
+    let meta = vec![(
+        "general.architecture".to_string(),
+        MetaValue::String("llama".into()),
+    )];
+    std::fs::write(dir.join("model.draft-head.gguf"), to_bytes(&meta, &out)).unwrap();
+}
+
+fn with_head(ids: &[f32], edit: impl FnOnce(&mut Vec<TensorOut>)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        fixture("gguf-tiny/llama.gguf"),
+        dir.path().join("model.gguf"),
+    )
+    .unwrap();
+    head_file(dir.path(), ids, edit);
+    dir
+}
+
+struct Nothing;
+
+impl Drafter for Nothing {
+    fn propose_into(&mut self, _: &[usize], _: usize, _: &mut Vec<usize>) {}
+    fn name(&self) -> &'static str {
+        "nothing"
+    }
+}
+
+fn even_ids() -> Vec<f32> {
+    (0..256).map(|i| (2 * i) as f32).collect()
+}
+
+#[test]
+fn a_draft_head_beside_the_model_drafts_and_speculation_equals_plain() {
+    let dir = with_head(&even_ids(), |_| {});
+    let dec = Decoder::load(dir.path().join("model.gguf")).unwrap();
+    let mtp = dec.mtp.as_ref().expect("the draft head was not loaded");
+    assert_eq!(mtp.vocab.as_ref().map(Vec::len), Some(256));
+    assert_eq!(mtp.token(3), 6);
+
+    let prompt = ids(&read_json(&fixture("hf-tiny/llama/input_ids.json")));
+    let sampled = SamplerConfig {
+        temperature: 0.8,
+        seed: 11,
+        ..SamplerConfig::default()
+    };
+    for cfg in [SamplerConfig::greedy(), sampled] {
+        let params = GenerateParams {
+            max_tokens: 32,
+            ignore_eog: true,
+            ..GenerateParams::default()
+        };
+        let mut plain = Session::without_tokenizer(&dec, 256);
+        let want = plain.generate(&prompt, &params, &mut Sampler::new(cfg.clone()), |_| true);
+        let mut spec = Speculation::new(Box::new(MtpDrafter::new(Box::new(Nothing))), 3);
+        spec.adaptive = AdaptiveDraft::fixed(3);
+        let mut s = Session::without_tokenizer(&dec, 256);
+        s.set_speculation(Some(spec));
+        let got = s.generate(&prompt, &params, &mut Sampler::new(cfg.clone()), |_| true);
+        assert_eq!(got.tokens, want.tokens, "{cfg:?}");
+        assert!(got.spec.drafted > 0, "{:?}", got.spec);
+        eprintln!("{cfg:?}: {:?}", got.spec);
+    }
+}
+
+#[test]
+fn a_head_that_does_not_fit_the_model_is_refused_by_name() {
+    let load = |dir: &tempfile::TempDir| {
+        Decoder::load(dir.path().join("model.gguf"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    let mut ids = even_ids();
+    ids[7] = 512.0;
+    let e = load(&with_head(&ids, |_| {}));
+    assert!(e.contains("draft_vocab") && e.contains("512"), "{e}");
+
+    let e = load(&with_head(&even_ids(), |t| {
+        t.retain(|t| !t.name.ends_with("draft_vocab"));
+    }));
+    assert!(e.contains("draft_vocab"), "{e}");
+
+    let e = load(&with_head(&even_ids(), |t| {
+        t.retain(|t| !t.name.ends_with("nextn.eh_proj.weight"));
+    }));
+    assert!(e.contains("eh_proj"), "{e}");
+
+    let e = load(&with_head(&even_ids()[..100], |t| {
+        let v = t
+            .iter_mut()
+            .find(|t| t.name.ends_with("draft_vocab"))
+            .unwrap();
+        v.dims = vec![50];
+        v.data.truncate(200);
+    }));
+    assert!(e.contains("draft_vocab") && e.contains("50 ids"), "{e}");
+
+    let dir = with_head(&even_ids(), |_| {});
+    std::fs::write(dir.path().join("model.draft-head.gguf"), b"not a gguf").unwrap();
+    let e = load(&dir);
+    assert!(e.contains("draft-head.gguf"), "{e}");
+}
