@@ -39,7 +39,7 @@ use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
-use sink::{JobEnd, Sink};
+use sink::{Events, Sink};
 use slot::{Fork, Job, Slot};
 use std::time::Instant;
 use stop::StopRules;
@@ -585,38 +585,5 @@ impl<'m> BatchEngine<'m> {
             .zip(caches)
             .for_each(|(a, b)| std::mem::swap(a, b));
         s.history.clear();
-    }
-}
-
-/// The public step's sink: text and completions as [`BatchEvent`]s.
-struct Events<F>(F);
-
-impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
-    fn token(&mut self, id: u64, _: usize, lp: Option<TokenLogprob>, text: String) -> bool {
-        if let Some(lp) = lp {
-            (self.0)(id, BatchEvent::Logprob(lp));
-        }
-        if !text.is_empty() {
-            (self.0)(id, BatchEvent::Text(text));
-        }
-        true
-    }
-
-    fn done(&mut self, id: u64, end: JobEnd) {
-        if !end.text.is_empty() {
-            (self.0)(id, BatchEvent::Text(end.text));
-        }
-        if let Some(e) = end.error {
-            (self.0)(id, BatchEvent::Error(e));
-        }
-        (self.0)(
-            id,
-            BatchEvent::Done {
-                stop: end.stop,
-                tokens: end.tokens,
-                stop_string: end.stop_string,
-                cached_tokens: end.cached_tokens,
-            },
-        );
     }
 }

@@ -2,6 +2,7 @@
 //! finished generation's summary ([`JobEnd`]) with it.
 
 use super::stop::StopReason;
+use super::BatchEvent;
 use crate::sampling::{Sampler, TokenLogprob};
 use crate::structured::Constraint;
 
@@ -32,4 +33,37 @@ pub(crate) trait Sink {
     /// false cancels the generation after it.
     fn token(&mut self, id: u64, token: usize, lp: Option<TokenLogprob>, text: String) -> bool;
     fn done(&mut self, id: u64, end: JobEnd);
+}
+
+/// The public step's sink: text and completions as [`BatchEvent`]s.
+pub(super) struct Events<F>(pub F);
+
+impl<F: FnMut(u64, BatchEvent)> Sink for Events<F> {
+    fn token(&mut self, id: u64, _: usize, lp: Option<TokenLogprob>, text: String) -> bool {
+        if let Some(lp) = lp {
+            (self.0)(id, BatchEvent::Logprob(lp));
+        }
+        if !text.is_empty() {
+            (self.0)(id, BatchEvent::Text(text));
+        }
+        true
+    }
+
+    fn done(&mut self, id: u64, end: JobEnd) {
+        if !end.text.is_empty() {
+            (self.0)(id, BatchEvent::Text(end.text));
+        }
+        if let Some(e) = end.error {
+            (self.0)(id, BatchEvent::Error(e));
+        }
+        (self.0)(
+            id,
+            BatchEvent::Done {
+                stop: end.stop,
+                tokens: end.tokens,
+                stop_string: end.stop_string,
+                cached_tokens: end.cached_tokens,
+            },
+        );
+    }
 }
