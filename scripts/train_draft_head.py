@@ -18,7 +18,7 @@ Writes a GGUF of the model's architecture holding `blk.N.*` (the layer) and `blk
 loads it with the model and drafts with it (`--drafter auto`, the server's slots).
 
 Usage: train_draft_head.py --model MODEL.gguf --data SPEC_DATA_DIR --out HEAD.gguf
-       [--vocab 32768] [--epochs 2] [--lr 3e-4] [--batch 4] [--held-out 0.05]
+       [--vocab 32768] [--epochs 2] [--lr 3e-4] [--batch 4] [--held-out 0.05] [--type q8_0]
 Needs torch, numpy and gguf (pip).
 """
 
@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import gguf
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
 
 
 def load_model(path: Path):
@@ -138,6 +138,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--held-out", type=float, default=0.05)
+    ap.add_argument("--type", choices=["q8_0", "f16"], default="q8_0", help="the matrices' type")
     a = ap.parse_args()
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
@@ -204,8 +205,13 @@ def main():
     out[f"blk.{L}.nextn.draft_vocab"] = torch.from_numpy(vocab_ids.astype(np.float32))
     for name, v in out.items():
         v = v.detach().float().numpy()
-        # Matrices as float16 (half the bytes to read per draft), vectors as float32.
-        w.add_tensor(name, v.astype(np.float16) if v.ndim == 2 else v)
+        # Matrices as Q8_0 (a quarter of float32's bytes to read per draft: drafting must be
+        # nearly free) or float16; vectors as float32.
+        if v.ndim == 2 and a.type == "q8_0" and v.shape[-1] % 32 == 0:
+            q = quantize(v, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(name, v.astype(np.float16) if v.ndim == 2 else v)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

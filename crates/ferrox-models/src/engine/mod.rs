@@ -473,9 +473,11 @@ impl<'m> BatchEngine<'m> {
         let share = self.max_rows.saturating_sub(decoding) / decoding.max(1);
         let max_draft = self.max_draft.min(share);
         let mut rows = 0;
-        let (ctx, chunk) = (self.ctx_size, self.prefill_chunk);
+        let (ctx, chunk, dec) = (self.ctx_size, self.prefill_chunk, self.decoder);
         for slot in &mut self.slots {
-            rows += guard::per_slot(slot, sink, 0, |s, sink| s.plan(ctx, chunk, max_draft, sink));
+            rows += guard::per_slot(slot, sink, 0, |s, sink| {
+                s.plan(dec, ctx, chunk, max_draft, sink)
+            });
         }
         // A request's bad input or a panic on it fails that request only (`guard`).
         if rows == 0 || !self.refuse_bad_input(sink) {
@@ -498,7 +500,7 @@ impl<'m> BatchEngine<'m> {
             let c = guard::per_slot(slot, sink, guard::nothing_committed(), |s, sink| {
                 let c = s.commit(logits, vocab, secs, alone, sink);
                 if !hidden.is_empty() {
-                    s.observe(dec, pos, hidden, max_draft);
+                    s.observe(dec, pos, hidden);
                 }
                 c
             });

@@ -126,6 +126,7 @@ impl<'t> Slot<'t> {
     /// ends the generation here.
     pub fn plan(
         &mut self,
+        dec: &Decoder,
         ctx: usize,
         chunk: usize,
         max_draft: usize,
@@ -158,7 +159,7 @@ impl<'t> Slot<'t> {
                 .min(ctx - self.history.len() - 1);
             // The drafter continues the history through the token being fed.
             self.history.push(next);
-            spec.draft_into(&self.history, room, &mut job.input);
+            spec.draft_into(dec, &self.history, room, &mut job.input);
             self.history.pop();
             // A draft token the grammar forbids cannot be accepted: no row for it or after it.
             // (The fed token is already in the grammar's state.)
@@ -198,8 +199,8 @@ impl<'t> Slot<'t> {
     }
 
     /// After [`commit`](Self::commit): hands the drafter the forward's hidden states of this
-    /// slot's rows (fed from `pos`) and asks for the next step's draft, at most `max_draft`.
-    pub fn observe(&mut self, dec: &Decoder, pos: usize, hidden: &[f32], max_draft: usize) {
+    /// slot's rows (fed from `pos`).
+    pub fn observe(&mut self, dec: &Decoder, pos: usize, hidden: &[f32]) {
         let Some(spec) = self.spec.as_mut().filter(|s| s.drafter.wants_hidden()) else {
             return;
         };
@@ -209,18 +210,14 @@ impl<'t> Slot<'t> {
         let next = job.and_then(|j| j.next);
         let following =
             next.or_else(|| job.and_then(|j| j.prompt.get(self.history.len()).copied()));
-        let draft = match next {
-            Some(_) => spec.adaptive.next_len().min(max_draft),
-            None => 0,
-        };
-        spec.drafter.observe(
+        spec.observe(
             dec,
             Observation {
                 pos,
                 hidden,
                 history: &self.history,
                 following,
-                draft,
+                decoding: next.is_some(),
             },
         );
     }
@@ -294,6 +291,8 @@ impl<'t> Slot<'t> {
                 // A verify's cost is only this slot's when it ran alone.
                 if alone {
                     spec.record_cost(n_draft + 1, secs);
+                } else {
+                    spec.drop_draft_time();
                 }
             }
         }

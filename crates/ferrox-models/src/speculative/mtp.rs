@@ -4,9 +4,11 @@
 //! then chains greedily from the token just sampled: its output state stands in for the
 //! model's at the next position.
 //!
-//! A lookup drafter runs beside it: long verbatim copies (code edits) are the lookup's, so its
-//! draft is taken when it starts with the block's first token and is at least as long;
-//! otherwise the block's. Verification is the engine's, exact whatever is drafted.
+//! The block's first token comes with feeding the verified rows; the rest of its draft is only
+//! chained when asked for. A lookup drafter runs beside it: long verbatim copies (code edits)
+//! are the lookup's, so its draft is taken, and the chain skipped, when it starts with the
+//! block's first token; otherwise the block drafts. Verification is the engine's, exact
+//! whatever is drafted.
 
 use super::{Drafter, Observation};
 use crate::decoder::Decoder;
@@ -23,14 +25,15 @@ pub struct MtpDrafter {
     /// Positions of `cache` that hold committed pairs (chained drafts lie beyond).
     fed: usize,
     out: MtpOut,
+    /// The block's state for its first draft token (what a chain continues from).
     row: Vec<f32>,
-    /// The block's draft and the history length (through the sampled token) it follows.
-    draft: Vec<TokenId>,
-    draft_for: usize,
+    /// The block's first draft token and the history length (through the sampled token) it
+    /// follows.
+    first: Option<(TokenId, usize)>,
 }
 
 impl MtpDrafter {
-    /// The block's drafts, with `fallback`'s where they agree and copy further.
+    /// The block's drafts, with `fallback`'s where they agree with its first token.
     pub fn new(fallback: Box<dyn Drafter>) -> MtpDrafter {
         MtpDrafter {
             fallback,
@@ -38,14 +41,13 @@ impl MtpDrafter {
             fed: 0,
             out: MtpOut::default(),
             row: Vec::new(),
-            draft: Vec::new(),
-            draft_for: usize::MAX,
+            first: None,
         }
     }
 
-    /// Feeds the pairs of `o`'s verified rows and chains `o.draft` tokens; `None` when the
-    /// block cannot follow (its cache lags what `o` starts from: a prefix restored or copied
-    /// from elsewhere, which it has no pairs for).
+    /// Feeds the pairs of `o`'s verified rows and, when decoding, takes the block's first
+    /// draft token; `None` when the block cannot follow (its cache lags what `o` starts from:
+    /// a prefix restored or copied from elsewhere, which it has no pairs for).
     fn advance(&mut self, dec: &Decoder, o: Observation<'_>) -> Option<()> {
         let d = dec.config.hidden_dim;
         if self.cache.is_none() {
@@ -57,7 +59,6 @@ impl MtpDrafter {
         // Pair i needs token i + 1: the last row's is `following`, when known.
         let end = if o.following.is_some() { c } else { c - 1 };
         if o.pos > self.fed.min(cache.len()) || end <= o.pos || (end - o.pos) * d > o.hidden.len() {
-            self.fed = self.fed.min(o.pos);
             return None;
         }
         let tokens: Vec<TokenId> = (o.pos..end)
@@ -67,51 +68,66 @@ impl MtpDrafter {
             })
             .collect();
         let k = tokens.len();
-        let first_logit = if o.draft > 0 { k - 1 } else { k };
-        dec.mtp_forward(
-            &o.hidden[..k * d],
-            &tokens,
-            o.pos,
-            cache,
-            first_logit,
-            &mut self.out,
-        )
-        .ok()?;
+        let first_logit = if o.decoding { k - 1 } else { k };
+        let (hidden, out) = (&o.hidden[..k * d], &mut self.out);
+        dec.mtp_forward(hidden, &tokens, o.pos, cache, first_logit, out)
+            .ok()?;
         self.fed = end;
-        if o.draft == 0 {
-            return Some(());
-        }
-        let block = dec.mtp.as_ref()?;
-        let mut tok = block.token(argmax(&self.out.logits));
-        self.draft.push(tok);
-        for j in 1..o.draft {
+        if o.decoding {
+            let block = dec.mtp.as_ref()?;
+            self.first = Some((block.token(argmax(&self.out.logits)), c + 1));
             self.row.clear();
-            self.row
-                .extend_from_slice(&self.out.hidden[(self.out.hidden.len() - d)..]);
-            let pos = end + j - 1;
-            dec.mtp_forward(&self.row, &[tok], pos, cache, 0, &mut self.out)
-                .ok()?;
-            tok = block.token(argmax(&self.out.logits));
-            self.draft.push(tok);
+            self.row.extend_from_slice(&self.out.hidden[(k - 1) * d..]);
         }
-        self.draft_for = c + 1;
         Some(())
+    }
+
+    /// The block's draft after `first`: `max` tokens in all, chained from its state.
+    fn chain(&mut self, dec: &Decoder, first: TokenId, max: usize, out: &mut Vec<TokenId>) {
+        let (Some(cache), Some(block)) = (self.cache.as_mut(), dec.mtp.as_ref()) else {
+            return;
+        };
+        out.push(first);
+        let mut tok = first;
+        for j in 1..max {
+            // Token `fed + j` follows the state of position `fed + j - 1`.
+            let pos = self.fed + j - 1;
+            if dec
+                .mtp_forward(&self.row, &[tok], pos, cache, 0, &mut self.out)
+                .is_err()
+            {
+                return;
+            }
+            tok = block.token(argmax(&self.out.logits));
+            out.push(tok);
+            self.row.clear();
+            self.row.extend_from_slice(&self.out.hidden);
+        }
     }
 }
 
 impl Drafter for MtpDrafter {
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
+        self.fallback.propose_into(history, max, out);
+    }
+
+    fn propose_with(
+        &mut self,
+        dec: &Decoder,
+        history: &[TokenId],
+        max: usize,
+        out: &mut Vec<TokenId>,
+    ) {
         let start = out.len();
         self.fallback.propose_into(history, max, out);
-        if self.draft_for != history.len() || self.draft.is_empty() {
+        let Some((first, _)) = self.first.take().filter(|&(_, at)| at == history.len()) else {
             return;
-        }
-        let copy = &out[start..];
-        if copy.first() == self.draft.first() && copy.len() >= self.draft.len() {
+        };
+        if out.get(start) == Some(&first) {
             return;
         }
         out.truncate(start);
-        out.extend(self.draft.iter().take(max));
+        self.chain(dec, first, max, out);
     }
 
     fn finished(&mut self, history: &[TokenId], prompt_len: usize) {
@@ -131,10 +147,9 @@ impl Drafter for MtpDrafter {
     }
 
     fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
-        self.draft.clear();
-        self.draft_for = usize::MAX;
+        self.first = None;
         if dec.mtp.is_some() && self.advance(dec, o).is_none() {
-            self.draft.clear();
+            self.first = None;
         }
     }
 

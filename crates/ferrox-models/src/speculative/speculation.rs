@@ -19,6 +19,17 @@ pub trait Drafter: Send {
     /// [`propose`](Drafter::propose) appended to `out`, which the decode loop reuses to spare
     /// an allocation per step.
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>);
+    /// [`propose_into`](Drafter::propose_into) for a drafter that runs part of the model
+    /// (an MTP block): the engine's decode loop drafts through this.
+    fn propose_with(
+        &mut self,
+        _dec: &Decoder,
+        history: &[TokenId],
+        max: usize,
+        out: &mut Vec<TokenId>,
+    ) {
+        self.propose_into(history, max, out);
+    }
     /// A generation ended normally: `history` is its prompt (the first `prompt_len` tokens)
     /// and output. Drafters that learn across requests keep what they need of it.
     fn finished(&mut self, _history: &[TokenId], _prompt_len: usize) {}
@@ -53,8 +64,8 @@ pub struct Observation<'a> {
     /// The token that follows `history`, when known: the one just sampled, or the next
     /// prompt token during a prefill.
     pub following: Option<TokenId>,
-    /// Draft tokens wanted after `following` (0 during a prefill).
-    pub draft: usize,
+    /// Whether a draft will be asked for after `following` (decoding, not a prefill).
+    pub decoding: bool,
 }
 
 /// Counters of a speculative run.
@@ -95,6 +106,9 @@ pub struct Speculation {
     pub drafter: Box<dyn Drafter>,
     pub adaptive: AdaptiveDraft,
     pub stats: SpecStats,
+    /// Time spent drafting for the coming verify (a drafter running model weights costs
+    /// time the cost model must see).
+    draft_secs: f64,
 }
 
 impl Speculation {
@@ -103,26 +117,52 @@ impl Speculation {
             drafter,
             adaptive: AdaptiveDraft::new(max_draft),
             stats: SpecStats::default(),
+            draft_secs: 0.0,
         }
     }
 
     /// Appends the draft to verify after `history` (whose last token is the one being fed) to
     /// `out`: at most `room` tokens (what the budget and the context still allow).
-    pub fn draft_into(&mut self, history: &[TokenId], room: usize, out: &mut Vec<TokenId>) {
+    pub fn draft_into(
+        &mut self,
+        dec: &Decoder,
+        history: &[TokenId],
+        room: usize,
+        out: &mut Vec<TokenId>,
+    ) {
         let want = self.adaptive.next_len().min(room);
         if want == 0 {
             return;
         }
         let start = out.len();
-        self.drafter.propose_into(history, want, out);
+        let t = std::time::Instant::now();
+        self.drafter.propose_with(dec, history, want, out);
+        if self.drafter.wants_hidden() {
+            self.draft_secs += t.elapsed().as_secs_f64();
+        }
         // A draft past the room would be verified beyond the budget or the context.
         out.truncate(start + want);
     }
 
+    /// Hands the drafter what a forward computed ([`Drafter::observe`]); its time counts
+    /// toward the next verify's cost.
+    pub fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
+        let t = std::time::Instant::now();
+        self.drafter.observe(dec, o);
+        self.draft_secs += t.elapsed().as_secs_f64();
+    }
+
     /// Feeds back the wall time of the forward that fed `rows` rows (token plus draft), for the
-    /// draft-length cost model. Optional: without it the controller assumes cheap batches.
+    /// draft-length cost model, with the drafting time that draft took. Optional: without it
+    /// the controller assumes cheap batches.
     pub fn record_cost(&mut self, rows: usize, secs: f64) {
-        self.adaptive.record_cost(rows, secs);
+        self.adaptive.record_cost(rows, secs + self.draft_secs);
+        self.draft_secs = 0.0;
+    }
+
+    /// Forgets drafting time no verify was measured with (a step shared with other slots).
+    pub fn drop_draft_time(&mut self) {
+        self.draft_secs = 0.0;
     }
 
     /// A generation ended normally (see [`Drafter::finished`]).
