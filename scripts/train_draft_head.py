@@ -131,7 +131,7 @@ def batches(windows, tokens, choices, hidden, batch, rng):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, required=True)
-    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--data", type=Path, required=True, action="append", help="a spec-data directory (repeatable)")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vocab", type=int, default=32768)
     ap.add_argument("--epochs", type=int, default=2)
@@ -146,10 +146,16 @@ def main():
     cfg, t = load_model(a.model)
     if cfg["arch"] not in ("qwen2", "llama", "qwen3"):
         raise SystemExit(f"{cfg['arch']}: only qwen2/llama-shaped layers are handled")
-    tokens = np.load(a.data / "tokens.npy")
-    choices = np.load(a.data / "choices.npy")
-    hidden = np.load(a.data / "hidden.npy", mmap_mode="r")
-    windows = [tuple(w) for w in np.load(a.data / "windows.npy")]
+    # Several `spec-data` directories are one data set (their windows renumbered).
+    tokens, choices, hidden, windows, base = [], [], [], [], 0
+    for d in a.data:
+        tokens.append(np.load(d / "tokens.npy"))
+        choices.append(np.load(d / "choices.npy"))
+        hidden.append(np.load(d / "hidden.npy"))
+        windows += [(int(s) + base, int(n)) for s, n in np.load(d / "windows.npy")]
+        base += len(tokens[-1])
+    tokens, choices, hidden = np.concatenate(tokens), np.concatenate(choices), np.concatenate(hidden)
+    np.random.default_rng(2).shuffle(windows)
     # FR-Spec: the model's most frequent choices; rows whose target is outside are not scored.
     counts = np.bincount(choices, minlength=t["token_embd.weight"].shape[0])
     vocab_ids = np.sort(np.argsort(-counts, kind="stable")[: a.vocab])

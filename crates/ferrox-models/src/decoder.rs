@@ -11,7 +11,7 @@ use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
 use crate::layer::grow;
 pub use crate::layer::Layer;
-use crate::mtp::{Main, Mtp, MtpOut};
+use crate::mtp::{Main, Mtp, MtpOut, Rows};
 use crate::state::LayerState;
 use ferrox_core::cache::{CacheFormat, CacheFormatError, KvCache};
 use ferrox_core::matmul::WeightMatrix;
@@ -262,7 +262,13 @@ impl Decoder {
             embed_scale: self.embed_scale,
             lm_head: &self.lm_head,
         };
-        mtp.forward(&main, hidden, tokens, pos, cache, first_logit_row, out);
+        let rows = Rows {
+            hidden,
+            tokens,
+            pos,
+            first_logit_row,
+        };
+        mtp.forward(&main, rows, cache, out);
         Ok(())
     }
 

@@ -82,10 +82,7 @@ fn draft_head(
     path: &Path,
     model: Option<&dyn WeightSource>,
 ) -> Result<crate::mtp::Mtp, LoadError> {
-    let file = GgufFile::open(path).map_err(|e| LoadError::Format {
-        path: path.to_path_buf(),
-        msg: e.to_string(),
-    })?;
+    let file = open_gguf(path)?;
     let head = GgufSource {
         file: Arc::new(file),
         dequantize: false,
@@ -159,10 +156,7 @@ fn open(path: &Path, dequantize: bool) -> Result<Opened, LoadError> {
             path: path.to_path_buf(),
         });
     }
-    let file = GgufFile::open(path).map_err(|e| LoadError::Format {
-        path: path.to_path_buf(),
-        msg: e.to_string(),
-    })?;
+    let file = open_gguf(path)?;
     let g = GgufMeta {
         file: Arc::new(file),
     };
@@ -182,4 +176,12 @@ fn open(path: &Path, dequantize: bool) -> Result<Opened, LoadError> {
 /// Reads `dir/config.json`.
 pub fn load_hf_config(dir: &Path) -> Result<ModelConfig, LoadError> {
     Ok(parse_hf_config(&read_to_string(&dir.join("config.json"))?)?.1)
+}
+
+/// A GGUF file, its refusal naming the path.
+fn open_gguf(path: &Path) -> Result<GgufFile, LoadError> {
+    GgufFile::open(path).map_err(|e| LoadError::Format {
+        path: path.to_path_buf(),
+        msg: e.to_string(),
+    })
 }

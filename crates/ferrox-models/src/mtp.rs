@@ -94,6 +94,15 @@ impl Mtp {
     }
 }
 
+/// The rows one [`Mtp::forward`] runs: states `h_i` and tokens `t_{i+1}` for `i = pos..`,
+/// logits wanted from `first_logit_row` on.
+pub(crate) struct Rows<'a> {
+    pub hidden: &'a [f32],
+    pub tokens: &'a [TokenId],
+    pub pos: usize,
+    pub first_logit_row: usize,
+}
+
 /// What the block shares with the model it drafts for.
 pub struct Main<'a> {
     pub config: &'a ModelConfig,
@@ -105,19 +114,21 @@ pub struct Main<'a> {
 }
 
 impl Mtp {
-    /// The block over `tokens.len()` rows at `pos..` (see `Decoder::mtp_forward`, which checks
-    /// the tokens and readies `cache`: its length is `pos`).
-    #[allow(clippy::too_many_arguments)]
+    /// The block over `rows` (see `Decoder::mtp_forward`, which checks the tokens and readies
+    /// `cache`: its length is `rows.pos`).
     pub(crate) fn forward(
         &self,
         main: &Main<'_>,
-        hidden: &[f32],
-        tokens: &[TokenId],
-        pos: usize,
+        rows: Rows<'_>,
         cache: &mut KvCache,
-        first_logit_row: usize,
         out: &mut MtpOut,
     ) {
+        let Rows {
+            hidden,
+            tokens,
+            pos,
+            first_logit_row,
+        } = rows;
         let (d, n) = (main.config.hidden_dim, tokens.len());
         assert_eq!(
             hidden.len(),

@@ -31,6 +31,10 @@ pub struct Args {
     /// Tokens per window (each prefilled from an empty cache).
     #[arg(long, default_value_t = 512)]
     pub window: usize,
+    /// Read special-token text (`<|im_start|>`, ...) as those tokens: chat transcripts
+    /// written out through the model's template.
+    #[arg(long)]
+    pub special: bool,
     /// Stop after this many positions.
     #[arg(long = "max-tokens", default_value_t = 200_000)]
     pub max_tokens: usize,
@@ -58,7 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut total = 0;
     'files: for f in &args.files {
         let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        let ids = tok.encode(&String::from_utf8_lossy(&bytes), false, false);
+        let ids = tok.encode(&String::from_utf8_lossy(&bytes), false, args.special);
         for w in ids.chunks(args.window) {
             let w = &w[..w.len().min(args.max_tokens - total)];
             if w.len() < MIN_WINDOW {
