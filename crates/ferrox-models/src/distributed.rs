@@ -309,28 +309,6 @@ mod tests {
     }
 
     #[test]
-    fn layer_ranges_are_contiguous_and_keep_shared_indexers_with_their_source() {
-        let mut cfg = crate::config::glm_5_2();
-        cfg.n_layers = 7;
-        let r = layer_ranges(&cfg, 2);
-        assert_eq!(r.first().unwrap().start, 0);
-        assert_eq!(r.last().unwrap().end, 7);
-        assert!(r.windows(2).all(|w| w[0].end == w[1].start));
-        let dsa = cfg.dsa.as_ref().unwrap();
-        for range in layer_ranges(&cfg, 3).iter().chain(&r) {
-            let first = dsa.indexer_types.get(range.start);
-            assert!(
-                range.is_empty() || first != Some(&crate::config::IndexerKind::Shared),
-                "{range:?}"
-            );
-        }
-        cfg.dsa = None;
-        cfg.n_layers = 3;
-        assert_eq!(layer_ranges(&cfg, 4), vec![0..0, 0..1, 1..2, 2..3]);
-        assert_eq!(layer_ranges(&cfg, 1), vec![0..3]);
-    }
-
-    #[test]
     fn weighted_ranges_follow_load() {
         // Half the load on expert 0: it gets a place of its own.
         let p = ExpertPlacement::weighted(&[7.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], 2).unwrap();

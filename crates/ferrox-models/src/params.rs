@@ -98,7 +98,7 @@ pub fn param_counts(c: &ModelConfig) -> ParamCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::glm_5_2;
+    use crate::arch::glm_moe_dsa::glm_5_2;
     use crate::load::load_hf_config;
     use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! Speculation equals plain decoding token for token: greedy (penalties included) and sampled
 //! with a fixed seed.
 
-use ferrox_models::config::glm_5_2_tiny;
+use ferrox_models::arch::glm_moe_dsa::glm_5_2_tiny;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::generate::{GenerateParams, Session};
 use ferrox_models::sampling::{draw, Candidate, Sampler, SamplerConfig};

@@ -8,7 +8,7 @@ use ferrox_core::cache::KvCache;
 
 /// glm_5_2() shrunk the way the seed's tests shrink it: tiny width and MoE, GLM-5 MLA/DSA.
 fn shrunk() -> ModelConfig {
-    crate::config::glm_5_2_tiny()
+    crate::arch::glm_moe_dsa::glm_5_2_tiny()
 }
 
 fn seed_caches(d: &Decoder, n: usize) -> Vec<KvCache> {

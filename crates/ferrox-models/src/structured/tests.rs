@@ -2,7 +2,7 @@
 //! on a random model of that vocabulary, constrained decoding with and without drafts.
 
 use super::*;
-use crate::config::glm_5_2_tiny;
+use crate::arch::glm_moe_dsa::glm_5_2_tiny;
 use crate::decoder::Decoder;
 use crate::generate::{GenerateParams, Session, StopReason};
 use crate::sampling::{Sampler, SamplerConfig};
