@@ -554,6 +554,5 @@ impl Decoder {
     }
 }
 
-#[path = "decoder_pipeline.rs"]
 mod pipeline;
 pub use pipeline::StageRows;

@@ -468,5 +468,4 @@ pub(crate) fn unpack_row_iq4xs(group: &[u8], cols: usize, lane: usize, dst: &mut
 }
 
 #[cfg(test)]
-#[path = "repack_k_tests.rs"]
 mod tests;
