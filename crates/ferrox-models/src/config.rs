@@ -285,6 +285,18 @@ impl MoeConfig {
 }
 
 impl ModelConfig {
+    /// The family's last transforms of raw head logits (Granite's divisor, Gemma 2's
+    /// soft-cap), in place: the decoder's head and an MTP block's.
+    pub fn finish_logits(&self, logits: &mut [f32]) {
+        if self.logit_divisor != 1.0 {
+            let div = self.logit_divisor;
+            logits.iter_mut().for_each(|l| *l /= div);
+        }
+        if let Some(cap) = self.final_logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
+    }
+
     /// A plain pre-norm GQA + SwiGLU decoder (Llama's recipe) of these dimensions: the one
     /// literal every reader starts from and then changes what its format says.
     pub fn new(arch: &'static str, d: Dims, rope: RopeConfig) -> Self {

@@ -5,6 +5,7 @@
 
 use crate::arch::{gguf_config, parse_hf_config, Architecture, GgufMeta};
 use crate::blocks::moe::MoeBlock;
+use crate::build::DraftHead;
 use crate::config::ModelConfig;
 use crate::decoder::{Decoder, ModelSource};
 use crate::distributed::{ExpertSplit, Share};
@@ -41,13 +42,20 @@ pub fn load(path: &Path) -> Result<Decoder, LoadError> {
 /// ([`draft_head_path`]).
 pub fn load_share(path: &Path, share: &Share) -> Result<Decoder, LoadError> {
     let opened = open(path, false)?;
-    let mut dec = crate::build::build_share(opened.arch, opened.cfg.clone(), &*opened.src, share)?;
-    let head = draft_head_path(path);
-    let whole = share.layers.is_none() && share.experts.is_none() && share.driver;
-    if whole && dec.mtp.is_none() && head.is_file() {
-        let model = opened.gguf.is_some().then_some(&*opened.src);
-        dec.mtp = Some(draft_head(opened.arch, &opened.cfg, &head, model)?);
-    }
+    let head_path = draft_head_path(path);
+    let head_src = match head_path.is_file() {
+        true => Some(GgufSource {
+            file: Arc::new(open_gguf(&head_path)?),
+            dequantize: false,
+        }),
+        false => None,
+    };
+    let head = head_src.as_ref().map(|src| DraftHead {
+        src,
+        path: &head_path,
+    });
+    let (arch, cfg, src) = (opened.arch, opened.cfg.clone(), &*opened.src);
+    let mut dec = crate::build::build_with_head(arch, cfg, src, share, head)?;
     opened.finish(&mut dec);
     Ok(dec)
 }
@@ -59,38 +67,6 @@ pub fn draft_head_path(model: &Path) -> std::path::PathBuf {
         true => model.join("draft-head.gguf"),
         false => model.with_extension("draft-head.gguf"),
     }
-}
-
-impl Decoder {
-    /// Takes the draft head in `path` (see [`draft_head_path`]) as this model's MTP block.
-    pub fn load_draft_head(&mut self, path: &Path) -> Result<(), LoadError> {
-        let arch = crate::arch::by_name(self.config.arch)
-            .ok_or_else(|| LoadError::Config(format!("no family {}", self.config.arch)))?;
-        let model = self.gguf.clone().map(|file| GgufSource {
-            file,
-            dequantize: false,
-        });
-        let model = model.as_ref().map(|m| m as &dyn WeightSource);
-        self.mtp = Some(draft_head(arch, &self.config, path, model)?);
-        Ok(())
-    }
-}
-
-fn draft_head(
-    arch: &'static Architecture,
-    cfg: &ModelConfig,
-    path: &Path,
-    model: Option<&dyn WeightSource>,
-) -> Result<crate::mtp::Mtp, LoadError> {
-    let file = open_gguf(path)?;
-    let head = GgufSource {
-        file: Arc::new(file),
-        dequantize: false,
-    };
-    crate::build::build_draft_head(arch, cfg, &head, model).map_err(|e| LoadError::Format {
-        path: path.to_path_buf(),
-        msg: format!("draft head: {e}"),
-    })
 }
 
 /// A GGUF model with every weight dequantized to F32 at load: the exact-arithmetic reference

@@ -15,7 +15,7 @@
 //! Reference: `tests/fixtures/hf-tiny-mtp/make.py` (transformers' decoder layer of the family
 //! inside these equations).
 
-use crate::blocks::{PassState, RmsNorm, Segment};
+use crate::blocks::{embed_tokens, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::layer::{grow, Layer};
 use ferrox_core::cache::KvCache;
@@ -145,14 +145,7 @@ impl Mtp {
             state,
         } = &mut *guard;
         let e = grow(e, n * d);
-        for (row, &tok) in e.chunks_exact_mut(d).zip(tokens) {
-            embed
-                .dequantize_row(tok, row)
-                .expect("embedding rows validated at load");
-            if main.embed_scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= main.embed_scale);
-            }
-        }
+        embed_tokens(embed, main.embed_scale, tokens.iter().copied(), e);
         // `[enorm(e); hnorm(h)]` row by row, then the projection back to the model width.
         let cat = grow(cat, n * 2 * d);
         let h = grow(h, n * d);
@@ -182,29 +175,20 @@ impl Mtp {
         out.logits.clear();
         let first = first_logit_row.min(n);
         let rows = n - first;
+        // A block chaining on normed states hands those out; the head reads them either way.
+        let normed: &[f32] = if self.chain_normed {
+            self.head_norm.forward_inplace(x);
+            &x[first * d..]
+        } else {
+            self.head_norm.forward(&x[first * d..], &mut h[..rows * d]);
+            &h[..rows * d]
+        };
         if rows == 0 {
-            if self.chain_normed {
-                self.head_norm.forward_inplace(x);
-            }
             return;
         }
         let head = self.head.as_ref().unwrap_or(main.lm_head);
         out.logits.resize(rows * head.rows(), 0.0);
-        if self.chain_normed {
-            self.head_norm.forward_inplace(x);
-            head.gemm(&x[first * d..], rows, &mut out.logits);
-        } else {
-            self.head_norm.forward(&x[first * d..], &mut h[..rows * d]);
-            head.gemm(&h[..rows * d], rows, &mut out.logits);
-        }
-        if main.config.logit_divisor != 1.0 {
-            let div = main.config.logit_divisor;
-            out.logits.iter_mut().for_each(|l| *l /= div);
-        }
-        if let Some(cap) = main.config.final_logit_softcap {
-            out.logits
-                .iter_mut()
-                .for_each(|l| *l = cap * (*l / cap).tanh());
-        }
+        head.gemm(normed, rows, &mut out.logits);
+        main.config.finish_logits(&mut out.logits);
     }
 }

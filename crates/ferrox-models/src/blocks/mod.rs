@@ -11,6 +11,25 @@ pub mod moe;
 pub mod norm;
 pub mod rope;
 
+/// Rows of `embed` for `tokens`, each scaled by `scale`, back to back into `x`
+/// (`[tokens, hidden]`): the decoder's input, and an MTP block's.
+pub(crate) fn embed_tokens(
+    embed: &ferrox_core::matmul::WeightMatrix,
+    scale: f32,
+    tokens: impl Iterator<Item = crate::TokenId>,
+    x: &mut [f32],
+) {
+    let d = embed.cols();
+    for (row, tok) in x.chunks_exact_mut(d).zip(tokens) {
+        embed
+            .dequantize_row(tok, row)
+            .expect("embedding rows validated at load");
+        if scale != 1.0 {
+            row.iter_mut().for_each(|v| *v *= scale);
+        }
+    }
+}
+
 pub use attention::StandardAttention;
 pub use mlp::GatedMlp;
 pub use norm::RmsNorm;

@@ -20,7 +20,7 @@ mod experts;
 mod mtp;
 mod plan;
 pub use experts::build_experts;
-pub use mtp::build_draft_head;
+pub use mtp::DraftHead;
 pub use plan::{AttnPlan, FfnPlan, GqaPlan, LayerPlan};
 
 use crate::weights::{Bound, LoadError, Naming, WeightSource};
@@ -43,6 +43,18 @@ pub fn build_share(
     cfg: ModelConfig,
     src: &dyn WeightSource,
     share: &Share,
+) -> Result<Decoder, LoadError> {
+    build_with_head(arch, cfg, src, share, None)
+}
+
+/// [`build_share`]; a model that carries no MTP block of its own takes `draft_head` (one
+/// trained for it) as its block, when the whole model is here.
+pub fn build_with_head(
+    arch: &Architecture,
+    cfg: ModelConfig,
+    src: &dyn WeightSource,
+    share: &Share,
+    draft_head: Option<DraftHead<'_>>,
 ) -> Result<Decoder, LoadError> {
     let table = (arch.tensors)(&cfg);
     let b = Bound::bind(src, &resolver(&cfg), cfg.n_layers, GLOBAL, &table)?;
@@ -102,7 +114,12 @@ pub fn build_share(
     // The MTP block drafts for the whole model: only a process that runs all of it keeps one.
     let whole = share.layers.is_none() && share.experts.is_none() && share.driver;
     let mtp = match whole {
-        true => parts.mtp(&table, &arch.mtp)?,
+        true => match parts.mtp(&table, &arch.mtp)? {
+            Some(own) => Some(own),
+            None => draft_head
+                .map(|h| parts.draft_head(&table, &arch.mtp, h))
+                .transpose()?,
+        },
         false => None,
     };
     let mut decoder = Decoder::from_parts(cfg, embed, layers, output_norm, lm_head);

@@ -3,55 +3,77 @@
 //! file beside the model. Both are built as layer `n_layers` of the model's own plan.
 
 use super::{resolver, LayerPlan, Parts};
-use crate::arch::tables::GLOBAL;
-use crate::arch::{Architecture, MtpFormat};
-use crate::config::ModelConfig;
-use crate::distributed::Share;
+use crate::arch::MtpFormat;
 use crate::mtp::Mtp;
 use crate::weights::{Bound, LoadError, Naming, TensorRef, TensorSpec, WeightSource};
+use std::path::Path;
 
 /// A draft head trained for a model that ships no MTP block (`scripts/train_draft_head.py`):
-/// an MTP block in `head`'s tensors (layer `n_layers` of `cfg`, the model's config), with its
-/// sub-vocabulary head (`blk.N.nextn.draft_head` rows for the token ids in
-/// `blk.N.nextn.draft_vocab`); `model` (the model's own file, when a GGUF) supplies RoPE
-/// frequency factors the layer shares with the model's.
-pub fn build_draft_head(
-    arch: &Architecture,
-    cfg: &ModelConfig,
-    head: &dyn WeightSource,
-    model: Option<&dyn WeightSource>,
-) -> Result<Mtp, LoadError> {
-    let mut cfg = cfg.clone();
-    cfg.mtp_layers = 1;
-    let l = cfg.n_layers;
-    let globals = Bound::bind_layers(model.unwrap_or(head), &resolver(&cfg), 0..0, GLOBAL, &[])
-        .or_else(|_| Bound::bind_layers(head, &resolver(&cfg), 0..0, &[], &[]))?;
-    let factors = |name: &str| globals.opt_vector(name);
-    let parts = Parts {
-        cfg: &cfg,
-        b: &globals,
-        src: head,
-        experts: &arch.hf_experts,
-        rope_factors: match &cfg.rope_freq_factors {
-            Some(f) => Some(f.clone()),
-            None => factors("rope_freqs.weight")?.or(factors("rope_factors_short.weight")?),
-        },
-        rope_long: match &cfg.rope_long_factors {
-            Some(f) => Some(f.clone()),
-            None => factors("rope_factors_long.weight")?,
-        },
-        share: &Share::whole(),
-    };
-    let table = (arch.tensors)(&cfg);
-    let format = MtpFormat {
-        chain_normed: false,
-        ..arch.mtp
-    };
-    let missing = || LoadError::MissingTensor(format!("blk.{l}.nextn.eh_proj.weight"));
-    let mut mtp = parts.mtp(&table, &format)?.ok_or_else(missing)?;
-    let name = |s: &str| format!("blk.{l}.nextn.{s}");
-    if let Some(rows) = head.tensor(&name("draft_head.weight")) {
-        let vocab = head
+/// an MTP block in `src`'s tensors as layer `n_layers` of the model, with its sub-vocabulary
+/// head (`blk.N.nextn.draft_head` rows for the token ids in `blk.N.nextn.draft_vocab`).
+#[derive(Clone, Copy)]
+pub struct DraftHead<'a> {
+    pub src: &'a dyn WeightSource,
+    /// Where it came from, for errors.
+    pub path: &'a Path,
+}
+
+impl Parts<'_> {
+    /// The first MTP block the file carries (as layer `n_layers`, in `format`'s names), if
+    /// any: a config that counts one whose tensors the file lacks (a converter dropped them)
+    /// has none.
+    pub(super) fn mtp(
+        &self,
+        table: &[TensorSpec],
+        format: &MtpFormat,
+    ) -> Result<Option<Mtp>, LoadError> {
+        let l = self.cfg.n_layers;
+        let probe = match self.src.naming() {
+            Naming::Gguf => format.tensors[0].gguf,
+            Naming::HuggingFace => format.tensors[0].hf,
+        };
+        let present = |name: &str| self.src.tensor(&name.replace("{}", &l.to_string()));
+        if self.cfg.mtp_layers == 0 || format.tensors.is_empty() || present(probe).is_none() {
+            return Ok(None);
+        }
+        self.block(table, format).map(Some)
+    }
+
+    /// `head` as the model's MTP block: built as a carried block is, in the head file's GGUF
+    /// names, the RoPE factors the model's; its sub-vocabulary checked against the model.
+    pub(super) fn draft_head(
+        &self,
+        table: &[TensorSpec],
+        format: &MtpFormat,
+        head: DraftHead<'_>,
+    ) -> Result<Mtp, LoadError> {
+        let refused = |e: LoadError| LoadError::Format {
+            path: head.path.to_path_buf(),
+            msg: format!("draft head: {e}"),
+        };
+        let parts = Parts {
+            src: head.src,
+            rope_factors: self.rope_factors.clone(),
+            rope_long: self.rope_long.clone(),
+            ..*self
+        };
+        let format = MtpFormat {
+            chain_normed: false,
+            ..*format
+        };
+        let mut mtp = parts.block(table, &format).map_err(refused)?;
+        self.sub_vocabulary(head.src, &mut mtp).map_err(refused)?;
+        Ok(mtp)
+    }
+
+    /// A draft head's `draft_head` rows and `draft_vocab` ids as `mtp`'s head, when it has them.
+    fn sub_vocabulary(&self, src: &dyn WeightSource, mtp: &mut Mtp) -> Result<(), LoadError> {
+        let (l, cfg) = (self.cfg.n_layers, self.cfg);
+        let name = |s: &str| format!("blk.{l}.nextn.{s}");
+        let Some(rows) = src.tensor(&name("draft_head.weight")) else {
+            return Ok(());
+        };
+        let vocab = src
             .tensor(&name("draft_vocab"))
             .ok_or_else(|| LoadError::MissingTensor(name("draft_vocab")))?;
         let bad = |msg: String| LoadError::Tensor {
@@ -79,28 +101,12 @@ pub fn build_draft_head(
         }
         mtp.head = Some(rows);
         mtp.vocab = Some(ids);
+        Ok(())
     }
-    Ok(mtp)
-}
 
-impl Parts<'_> {
-    /// The first MTP block the file carries (as layer `n_layers`, in `format`'s names), if
-    /// any: a config that counts one whose tensors the file lacks (a converter dropped them)
-    /// has none.
-    pub(super) fn mtp(
-        &self,
-        table: &[TensorSpec],
-        format: &MtpFormat,
-    ) -> Result<Option<Mtp>, LoadError> {
+    /// The block at layer `n_layers` in `format`'s names, from `self.src`.
+    fn block(&self, table: &[TensorSpec], format: &MtpFormat) -> Result<Mtp, LoadError> {
         let l = self.cfg.n_layers;
-        let probe = match self.src.naming() {
-            Naming::Gguf => format.tensors[0].gguf,
-            Naming::HuggingFace => format.tensors[0].hf,
-        };
-        let present = |name: &str| self.src.tensor(&name.replace("{}", &l.to_string()));
-        if self.cfg.mtp_layers == 0 || format.tensors.is_empty() || present(probe).is_none() {
-            return Ok(None);
-        }
         let relayered = Relayered {
             inner: self.src,
             from: format!("model.layers.{l}."),
@@ -135,7 +141,7 @@ impl Parts<'_> {
             Some(_) => Some(b.matrix(&n("shared_head_head.weight"))?),
             None => None,
         };
-        Ok(Some(mtp))
+        Ok(mtp)
     }
 }
 

@@ -6,7 +6,7 @@
 //! Every forward processes a batch of consecutive positions; a single token is the batch of
 //! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
 
-use crate::blocks::{PassState, RmsNorm, Segment};
+use crate::blocks::{embed_tokens, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
 use crate::layer::grow;
@@ -243,18 +243,7 @@ impl Decoder {
             let vocab = embed.rows();
             return Err(ForwardError::Token { id, vocab });
         }
-        let state = mtp.layer.attn.state();
-        state
-            .shape(cache)
-            .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
-        if pos == 0 {
-            cache.truncate(0);
-            self.format_cache(&mtp.layer, cache)?;
-        }
-        if cache.len() < pos {
-            let len = cache.len();
-            return Err(ForwardError::PastCache { pos, len });
-        }
+        self.check_cache(&mtp.layer, pos, cache)?;
         cache.truncate(pos);
         let main = Main {
             config: &self.config,
@@ -361,24 +350,36 @@ impl Decoder {
             });
         }
         for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            layer
-                .attn
-                .state()
-                .shape(cache)
-                .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
-            if pos == 0 {
-                cache.truncate(0);
-                self.format_cache(layer, cache)?;
-            }
-            if cache.len() < pos {
-                let len = cache.len();
-                return Err(ForwardError::PastCache { pos, len });
-            }
-            if !cache.restorable(pos) {
-                return Err(ForwardError::Unrestorable { pos });
-            }
+            self.check_cache(layer, pos, cache)?;
         }
         caches.iter_mut().for_each(|c| c.truncate(pos));
+        Ok(())
+    }
+
+    /// `cache` checked against `layer` and `pos` (shape, length, a bounded cache's window),
+    /// emptied and given the decoder's format when `pos` is 0; not yet cut at `pos`.
+    fn check_cache(
+        &self,
+        layer: &Layer,
+        pos: usize,
+        cache: &mut KvCache,
+    ) -> Result<(), ForwardError> {
+        layer
+            .attn
+            .state()
+            .shape(cache)
+            .map_err(|e| ForwardError::CacheShape(e.to_string()))?;
+        if pos == 0 {
+            cache.truncate(0);
+            self.format_cache(layer, cache)?;
+        }
+        if cache.len() < pos {
+            let len = cache.len();
+            return Err(ForwardError::PastCache { pos, len });
+        }
+        if !cache.restorable(pos) {
+            return Err(ForwardError::Unrestorable { pos });
+        }
         Ok(())
     }
 
@@ -465,16 +466,8 @@ impl Decoder {
 
     /// The embeddings of `seqs`' tokens, back to back, into `x`.
     fn embed_rows(&self, seqs: &[SeqBatch<'_>], x: &mut [f32]) {
-        let d = self.config.hidden_dim;
-        let toks = seqs.iter().flat_map(|q| q.tokens.iter());
-        for (row, &tok) in x.chunks_exact_mut(d).zip(toks) {
-            self.embed
-                .dequantize_row(tok, row)
-                .expect("embedding rows validated at load");
-            if self.embed_scale != 1.0 {
-                row.iter_mut().for_each(|v| *v *= self.embed_scale);
-            }
-        }
+        let toks = seqs.iter().flat_map(|q| q.tokens.iter().copied());
+        embed_tokens(&self.embed, self.embed_scale, toks, x);
     }
 
     /// This decoder's layers over `seqs`' rows in `x` (`h`, `t`: scratch of its size).
@@ -544,13 +537,7 @@ impl Decoder {
         out.resize(start + out_rows * self.vocab_size(), 0.0);
         let logits = &mut out[start..];
         self.lm_head.gemm(&h[..out_rows * d], out_rows, logits);
-        if self.config.logit_divisor != 1.0 {
-            let div = self.config.logit_divisor;
-            logits.iter_mut().for_each(|l| *l /= div);
-        }
-        if let Some(cap) = self.config.final_logit_softcap {
-            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
-        }
+        self.config.finish_logits(logits);
     }
 }
 

@@ -496,7 +496,6 @@ impl<'m> BatchEngine<'m> {
             let (pos, rows) = (slot.history.len(), slot.input_rows());
             let hidden = self.hidden.get(row * d..(row + rows) * d).unwrap_or(&[]);
             row += rows;
-            let dec = self.decoder;
             let c = guard::per_slot(slot, sink, guard::nothing_committed(), |s, sink| {
                 let c = s.commit(logits, vocab, secs, alone, sink);
                 if !hidden.is_empty() {

@@ -25,6 +25,8 @@ pub struct MtpDrafter {
     /// Positions of `cache` that hold committed pairs (chained drafts lie beyond).
     fed: usize,
     out: MtpOut,
+    /// The tokens of the pairs being fed (reused step to step).
+    tokens: Vec<TokenId>,
     /// The block's state for its first draft token (what a chain continues from).
     row: Vec<f32>,
     /// The block's first draft token and the history length (through the sampled token) it
@@ -40,13 +42,14 @@ impl MtpDrafter {
             cache: None,
             fed: 0,
             out: MtpOut::default(),
+            tokens: Vec::new(),
             row: Vec::new(),
             first: None,
         }
     }
 
     /// Feeds the pairs of `o`'s verified rows and, when decoding, takes the block's first
-    /// draft token; `None` when the block cannot follow (its cache lags what `o` starts from:
+    /// draft token; `None` (nothing taken) when the block cannot follow (its cache lags what `o` starts from:
     /// a prefix restored or copied from elsewhere, which it has no pairs for).
     fn advance(&mut self, dec: &Decoder, o: Observation<'_>) -> Option<()> {
         let d = dec.config.hidden_dim;
@@ -61,16 +64,15 @@ impl MtpDrafter {
         if o.pos > self.fed.min(cache.len()) || end <= o.pos || (end - o.pos) * d > o.hidden.len() {
             return None;
         }
-        let tokens: Vec<TokenId> = (o.pos..end)
-            .map(|i| match o.history.get(i + 1) {
-                Some(&t) => t,
-                None => o.following.expect("end < c without a following token"),
-            })
-            .collect();
-        let k = tokens.len();
+        // Tokens pos + 1 .. end: the history's, then `following` for the last row.
+        self.tokens.clear();
+        self.tokens.extend_from_slice(&o.history[o.pos + 1..]);
+        self.tokens.extend(o.following);
+        self.tokens.truncate(end - o.pos);
+        let k = self.tokens.len();
         let first_logit = if o.decoding { k - 1 } else { k };
         let (hidden, out) = (&o.hidden[..k * d], &mut self.out);
-        dec.mtp_forward(hidden, &tokens, o.pos, cache, first_logit, out)
+        dec.mtp_forward(hidden, &self.tokens, o.pos, cache, first_logit, out)
             .ok()?;
         self.fed = end;
         if o.decoding {
@@ -147,9 +149,10 @@ impl Drafter for MtpDrafter {
     }
 
     fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
+        // No first token unless this feed gives one (a block that cannot follow drafts none).
         self.first = None;
-        if dec.mtp.is_some() && self.advance(dec, o).is_none() {
-            self.first = None;
+        if dec.mtp.is_some() {
+            self.advance(dec, o);
         }
     }
 
