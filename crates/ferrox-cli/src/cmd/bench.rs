@@ -35,11 +35,8 @@ pub enum Sub {
 
 #[derive(clap::Args)]
 pub struct ModelArgs {
-    /// Model file or catalog name.
-    #[arg(short = 'm', long = "model")]
-    pub model: Option<String>,
     #[command(flatten)]
-    pub cache: super::engine::CacheArgs,
+    pub model: super::engine::ModelFlags,
     #[command(flatten)]
     pub dist: super::dist::DistArgs,
     /// Prompt lengths, comma-separated (0 skips the prompt test).
@@ -285,8 +282,7 @@ fn time_gen(
 fn run_model(a: ModelArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.reps > 0, "-r must be at least 1");
     let pool = pool(a.threads)?;
-    let mut eng = engine::load_with(a.model.as_deref(), a.output == Format::Md, &a.dist)?;
-    a.cache.apply(&mut eng)?;
+    let eng = a.model.load(a.output == Format::Md, &a.dist)?;
     let dec = &eng.decoder;
     let sizes = model_sizes(dec);
     let results = pool.install(|| run_tests(dec, &a));
@@ -340,7 +336,7 @@ struct Model {
 /// llama-bench's JSON rows, plus the decode bandwidth and roofline fraction.
 fn print_json(model: &Model, results: &[TestResult], a: &ModelArgs) -> anyhow::Result<()> {
     let sizes = &model.sizes;
-    let (type_k, type_v) = a.cache.types();
+    let (type_k, type_v) = a.model.cache.types();
     let rows: Vec<_> = results
         .iter()
         .map(|r| {

@@ -10,10 +10,8 @@ use std::io::{BufRead, Write};
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(short = 'm', long = "model")]
-    pub model: Option<String>,
     #[command(flatten)]
-    pub cache: super::engine::CacheArgs,
+    pub model: super::engine::ModelFlags,
     /// System prompt.
     #[arg(long)]
     pub system: Option<String>,
@@ -23,8 +21,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.gen.threads);
-    let mut eng = engine::load(args.model.as_deref(), args.gen.verbose)?;
-    args.cache.apply(&mut eng)?;
+    let eng = args.model.load(args.gen.verbose, &Default::default())?;
     let tok = eng.tokenizer()?;
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
     // The drafter indexes the whole conversation: later turns draft from earlier ones.

@@ -9,6 +9,27 @@ use ferrox_tokenizer::Tokenizer;
 use std::path::PathBuf;
 use std::time::Instant;
 
+/// The model a command loads and the KV cache it runs with: `-m` and the cache flags, the
+/// same for `run`, `chat`, `logits`, `perplexity` and `bench`.
+#[derive(clap::Args)]
+pub struct ModelFlags {
+    /// Model: a catalog name, a path (GGUF file or Hugging Face directory) or
+    /// hf:OWNER/REPO/FILE.gguf (default: the catalog default).
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<String>,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+impl ModelFlags {
+    /// The model, spread over an MPI job as `dist` asks, its caches in the flags' format.
+    pub fn load(&self, verbose: bool, dist: &super::dist::DistArgs) -> anyhow::Result<LoadedModel> {
+        let mut eng = load_with(self.model.as_deref(), verbose, dist)?;
+        self.cache.apply(&mut eng)?;
+        Ok(eng)
+    }
+}
+
 /// The KV cache's element types (llama.cpp's `--cache-type-k/-v`).
 #[derive(clap::Args, Clone, Debug)]
 pub struct CacheArgs {

@@ -9,11 +9,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model: a path (GGUF file or Hugging Face directory) or a model name.
-    #[arg(short = 'm', long = "model")]
-    pub model: Option<String>,
     #[command(flatten)]
-    pub cache: super::engine::CacheArgs,
+    pub model: super::engine::ModelFlags,
     /// Token ids, comma-separated (instead of text).
     #[arg(long, value_delimiter = ',', conflicts_with = "text")]
     pub ids: Option<Vec<TokenId>>,
@@ -37,8 +34,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
-    let mut eng = engine::load_with(args.model.as_deref(), false, &args.dist)?;
-    args.cache.apply(&mut eng)?;
+    let eng = args.model.load(false, &args.dist)?;
     let ids: Vec<TokenId> = match (&args.ids, &args.text) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => eng.tokenizer()?.encode(text, true, true),

@@ -11,10 +11,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    #[arg(short = 'm', long = "model")]
-    pub model: Option<String>,
     #[command(flatten)]
-    pub cache: super::engine::CacheArgs,
+    pub model: super::engine::ModelFlags,
     /// Text file to score.
     #[arg(short = 'f', long = "file")]
     pub file: PathBuf,
@@ -30,8 +28,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
-    let mut eng = engine::load(args.model.as_deref(), true)?;
-    args.cache.apply(&mut eng)?;
+    let eng = args.model.load(true, &Default::default())?;
     let tok = eng.tokenizer()?;
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;

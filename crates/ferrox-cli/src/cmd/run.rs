@@ -134,11 +134,8 @@ impl GenFlags {
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model: a catalog name, a path or hf:OWNER/REPO/FILE.gguf (default: the catalog default).
-    #[arg(short = 'm', long = "model")]
-    pub model: Option<String>,
     #[command(flatten)]
-    pub cache: super::engine::CacheArgs,
+    pub model: super::engine::ModelFlags,
     /// The prompt; without one, standard input is read to its end (`echo hi | ferrox run`).
     pub prompt: Option<String>,
     /// Send the prompt as is, without the chat template.
@@ -233,8 +230,7 @@ pub fn report(out: &GenerateOutput) {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.gen.threads);
-    let mut eng = engine::load_with(args.model.as_deref(), args.gen.verbose, &args.dist)?;
-    args.cache.apply(&mut eng)?;
+    let eng = args.model.load(args.gen.verbose, &args.dist)?;
     let tok = eng.tokenizer()?;
     let prompt = match &args.prompt {
         Some(p) => p.clone(),

@@ -39,18 +39,9 @@ fn put_u32(out: &mut Vec<u8>, x: usize) {
     out.extend_from_slice(&(x as u32).to_le_bytes());
 }
 
-fn type_id(t: KvType) -> u8 {
-    match t {
-        KvType::F32 => 0,
-        KvType::F16 => 1,
-        KvType::Bf16 => 2,
-        KvType::Q8_0 => 3,
-    }
-}
-
 impl RowStore {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.push(type_id(self.ty()));
+        out.push(self.ty().file_id());
         out.push(u8::from(self.tiled));
         put_u32(out, self.rows);
         put_u32(out, self.stored_units());
@@ -70,13 +61,8 @@ impl RowStore {
 
     fn decode(b: &mut &[u8], rows: usize, width: usize) -> Result<RowStore, RowsDecodeError> {
         let head = take(b, 10)?;
-        let ty = match head[0] {
-            0 => KvType::F32,
-            1 => KvType::F16,
-            2 => KvType::Bf16,
-            3 => KvType::Q8_0,
-            _ => return Err(RowsDecodeError::Invalid("unknown element type")),
-        };
+        let ty = KvType::from_file_id(head[0])
+            .ok_or(RowsDecodeError::Invalid("unknown element type"))?;
         let tiled = match head[1] {
             0 => false,
             1 if ty.tileable() => true,

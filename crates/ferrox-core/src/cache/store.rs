@@ -41,6 +41,24 @@ impl KvType {
         }
     }
 
+    /// The type's id in ferrox's cache files (saved rows, prefix-cache and slot headers):
+    /// fixed, since files outlive the build that wrote them.
+    pub fn file_id(self) -> u8 {
+        match self {
+            KvType::F32 => 0,
+            KvType::F16 => 1,
+            KvType::Bf16 => 2,
+            KvType::Q8_0 => 3,
+        }
+    }
+
+    /// [`KvType::file_id`] read back; `None` for an id no type has.
+    pub fn from_file_id(id: u8) -> Option<KvType> {
+        [KvType::F32, KvType::F16, KvType::Bf16, KvType::Q8_0]
+            .into_iter()
+            .find(|t| t.file_id() == id)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             KvType::F32 => "f32",

@@ -7,6 +7,7 @@
 // purpose (they inline into one loop nest).
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
+use super::avx2_k::bytes_from_bits;
 use super::ActBuf;
 use super::BlockArgs;
 use crate::quant::blocks::*;
@@ -138,21 +139,6 @@ fn load32<T>(p: &[T]) -> __m256i {
     // SAFETY: callers pass slices of at least 32 bytes (debug-checked); loadu has no alignment
     // requirement.
     unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
-}
-
-/// Bit j of `x` → byte j = 0xFF or 0x00.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn bytes_from_bits(x: u32) -> __m256i {
-    let shuf = _mm256_set_epi64x(
-        0x0303_0303_0303_0303,
-        0x0202_0202_0202_0202,
-        0x0101_0101_0101_0101,
-        0,
-    );
-    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
-    let v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
-    _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1))
 }
 
 // ---- 32-element blocks against Q8_0 --------------------------------------------------------

@@ -244,22 +244,26 @@ const KSIGNS64: [u64; 128] = {
     t
 };
 
+/// Bit j of `x` → byte j = 0xFF or 0x00.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn bytes_from_bits(x: u32) -> __m256i {
+    let shuf = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let v = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
+    let v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+    _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1))
+}
+
 /// Bit j of `x` → byte j = −1 if set, else +1.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn signs_from_bits(x: u32) -> __m256i {
-    {
-        let shuf = _mm256_set_epi64x(
-            0x0303_0303_0303_0303,
-            0x0202_0202_0202_0202,
-            0x0101_0101_0101_0101,
-            0,
-        );
-        let v = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
-        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-        let set = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-        _mm256_or_si256(set, _mm256_set1_epi8(1))
-    }
+    _mm256_or_si256(bytes_from_bits(x), _mm256_set1_epi8(1))
 }
 
 #[inline(always)]

@@ -261,16 +261,8 @@ pub fn dot_block(
     let row_bytes = ty
         .row_bytes(acts.cols())
         .expect("activation width fits the type");
-    if !check_block(ty, row_bytes, w, acts, t0, nt, out) {
+    let Some(a) = check_block(ty, row_bytes, w, acts, t0, nt, out) else {
         return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    let a = BlockArgs {
-        ty,
-        w,
-        acts,
-        t0,
-        nt,
     };
     match isa.kernel(ty) {
         #[cfg(target_arch = "x86_64")]
@@ -293,16 +285,17 @@ pub fn dot_block(
 }
 
 /// The shape checks of a block product: `ty`'s activation format, tokens inside `acts`, `w`
-/// whole rows of `row_bytes`, `out` one value per row and token. `false`: nothing to do.
-fn check_block(
+/// whole rows of `row_bytes`, `out` one value per row and token; the checked operands, or
+/// `None` when there is nothing to do.
+fn check_block<'a>(
     ty: GgmlType,
     row_bytes: usize,
-    w: &[u8],
-    acts: &ActBuf,
+    w: &'a [u8],
+    acts: &'a ActBuf,
     t0: usize,
     nt: usize,
     out: &[f32],
-) -> bool {
+) -> Option<BlockArgs<'a>> {
     assert_eq!(ty.act_type(), acts.act_type(), "activation format");
     assert!(t0 + nt <= acts.rows(), "token range");
     assert!(
@@ -310,14 +303,20 @@ fn check_block(
         "whole weight rows"
     );
     assert_eq!(out.len(), w.len() / row_bytes * nt, "output shape");
-    nt > 0
+    (nt > 0).then_some(BlockArgs {
+        ty,
+        w,
+        acts,
+        t0,
+        nt,
+    })
 }
 
 /// The operands of one SIMD `dot_block` kernel call, shapes checked by [`dot_block`]: `w` is
 /// whole rows of `ty` matching `acts.cols()`, `acts` holds rows `t0..t0 + nt`, and the kernel
 /// writes `out[r * nt + k] = dot(row r of w, activation row t0 + k)`.
-#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct BlockArgs<'a> {
     ty: GgmlType,
     w: &'a [u8],
@@ -395,18 +394,13 @@ pub(crate) fn dot_block_converted(
         "no {conv:?} kernel for {ty:?} on {isa:?}"
     );
     let row_bytes = conv.target(ty, acts.cols()).1;
-    if !check_block(ty, row_bytes, w, acts, t0, nt, out) {
+    let Some(a) = check_block(ty, row_bytes, w, acts, t0, nt, out) else {
         return;
-    }
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = a;
     #[cfg(target_arch = "x86_64")]
     {
-        let a = BlockArgs {
-            ty,
-            w,
-            acts,
-            t0,
-            nt,
-        };
         // SAFETY: AVX-512 F/BW/VL and AVX2/FMA/F16C checked by `conversion`; shapes and the
         // (Q8_K) activation format checked above.
         unsafe { avx512_q8k::dot_block_converted(a, out, conv) }
@@ -622,17 +616,24 @@ pub fn dot_f32(isa: Isa, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     out[0]
 }
 
+/// The AVX2 kernel `$simd` where `isa` allows it and the CPU has it, else the scalar
+/// reference `$scalar` (the same bits); the caller checks the operands' lengths.
+macro_rules! avx2_or_scalar {
+    ($isa:expr, $simd:path, $scalar:path, $($arg:expr),*) => {{
+        #[cfg(target_arch = "x86_64")]
+        if $isa != Isa::Scalar && $isa.supported() {
+            // SAFETY: AVX2/FMA/F16C presence checked by `supported`; lengths by the caller.
+            return unsafe { $simd($($arg),*) };
+        }
+        let _ = $isa;
+        $scalar($($arg),*)
+    }};
+}
+
 /// Q8_0 activation quantization, bit-identical to `quant::act::quantize_row_q8_0`.
 pub fn quantize_row_q8_0(isa: Isa, x: &[f32], out: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), out.len() * 32, "quantize_row_q8_0: length");
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && isa.supported() {
-        // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
-        unsafe { avx2::quantize_row_q8_0(x, out) };
-        return;
-    }
-    let _ = isa;
-    act::quantize_row_q8_0(x, out)
+    avx2_or_scalar!(isa, avx2::quantize_row_q8_0, act::quantize_row_q8_0, x, out)
 }
 
 /// Q8_K activation quantization, bit-identical to `quant::act::quantize_row_q8_k`.
@@ -642,14 +643,7 @@ pub fn quantize_row_q8_k(isa: Isa, x: &[f32], out: &mut [BlockQ8K]) {
         out.len() * crate::quant::blocks::QK_K,
         "quantize_row_q8_k: length"
     );
-    #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Scalar && isa.supported() {
-        // SAFETY: AVX2/FMA/F16C presence checked; lengths checked above.
-        unsafe { avx2::quantize_row_q8_k(x, out) };
-        return;
-    }
-    let _ = isa;
-    act::quantize_row_q8_k(x, out)
+    avx2_or_scalar!(isa, avx2::quantize_row_q8_k, act::quantize_row_q8_k, x, out)
 }
 
 /// Σ a[i]·b[i] over f32 slices of equal length (attention scores). The summation order

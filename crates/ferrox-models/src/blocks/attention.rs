@@ -143,12 +143,7 @@ impl StandardAttention {
         let att = grow(&mut s.att, n * qd);
         let mut r0 = 0;
         for seg in segs.iter_mut() {
-            let cache = &mut seg.caches[layer];
-            assert_eq!(
-                cache.len(),
-                seg.pos,
-                "KV cache length must equal the start position"
-            );
+            let cache = super::segment_cache(seg.caches, layer, seg.pos);
             // Per row: the head norms, then RoPE at the row's position (a long block's rows
             // in parallel pieces, each row as alone).
             let (qs, ks) = (

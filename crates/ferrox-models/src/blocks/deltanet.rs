@@ -444,12 +444,7 @@ impl GatedDeltaNet {
         let core = grow(&mut s.core, n * vd);
         let mut r0 = 0;
         for seg in segs.iter_mut() {
-            let cache = &mut seg.caches[layer];
-            assert_eq!(
-                cache.len(),
-                seg.pos,
-                "cache length must equal the start position"
-            );
+            let cache = super::segment_cache(seg.caches, layer, seg.pos);
             for i in r0..r0 + seg.n {
                 cache.append(
                     &mixed[i * cd..(i + 1) * cd],

@@ -134,6 +134,18 @@ pub struct Segment<'a> {
     pub state: &'a mut PassState,
 }
 
+/// Layer `layer`'s cache of a segment starting at `pos`, which must hold exactly the positions
+/// before it: the decoder cuts caches at the start position (truncation happens there only).
+pub fn segment_cache(caches: &mut [KvCache], layer: usize, pos: usize) -> &mut KvCache {
+    let cache = &mut caches[layer];
+    assert_eq!(
+        cache.len(),
+        pos,
+        "layer {layer}: cache length must equal the start position"
+    );
+    cache
+}
+
 /// Attention sublayer over a batch of `n` consecutive positions starting at `pos`. A block
 /// implements `forward` or `forward_segments` (or both): each defaults to the other.
 pub trait AttentionBlock: Send + Sync {

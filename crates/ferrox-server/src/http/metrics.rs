@@ -94,37 +94,18 @@ fn kv_usage(s: &Shared) -> f64 {
 /// queries and hits in tokens.
 fn gateway_metrics(s: &Shared, out: &mut String) {
     let m = &s.scheduler.metrics;
+    let waiting = m.queue_depth.load(Ordering::SeqCst).to_string();
+    let running = m.busy_slots.load(Ordering::SeqCst).to_string();
+    let queries = m.prefix_queries.load(Ordering::Relaxed).to_string();
+    let hits = m.prefix_hits.load(Ordering::Relaxed).to_string();
+    let usage = format!("{:.4}", kv_usage(s));
     let rows = [
-        (
-            "vllm:num_requests_waiting",
-            "gauge",
-            m.queue_depth.load(Ordering::SeqCst).to_string(),
-        ),
-        (
-            "vllm:num_requests_running",
-            "gauge",
-            m.busy_slots.load(Ordering::SeqCst).to_string(),
-        ),
-        (
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            format!("{:.4}", kv_usage(s)),
-        ),
-        (
-            "vllm:gpu_cache_usage_perc",
-            "gauge",
-            format!("{:.4}", kv_usage(s)),
-        ),
-        (
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            m.prefix_queries.load(Ordering::Relaxed).to_string(),
-        ),
-        (
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            m.prefix_hits.load(Ordering::Relaxed).to_string(),
-        ),
+        ("vllm:num_requests_waiting", "gauge", waiting),
+        ("vllm:num_requests_running", "gauge", running),
+        ("vllm:kv_cache_usage_perc", "gauge", usage.clone()),
+        ("vllm:gpu_cache_usage_perc", "gauge", usage),
+        ("vllm:prefix_cache_queries_total", "counter", queries),
+        ("vllm:prefix_cache_hits_total", "counter", hits),
     ];
     for (name, kind, v) in rows {
         out.push_str(&format!("# TYPE {name} {kind}\n{name} {v}\n"));

@@ -81,15 +81,6 @@ pub enum DiskError {
     Rows(#[from] RowsDecodeError),
 }
 
-fn type_id(t: KvType) -> u8 {
-    match t {
-        KvType::F32 => 0,
-        KvType::F16 => 1,
-        KvType::Bf16 => 2,
-        KvType::Q8_0 => 3,
-    }
-}
-
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
@@ -121,8 +112,8 @@ pub fn encode_as(kind: Kind, key: &CacheKey, tokens: &[TokenId], rows: &[CacheRo
     out.extend_from_slice(kind.magic());
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&key.model);
-    out.push(type_id(key.k));
-    out.push(type_id(key.v));
+    out.push(key.k.file_id());
+    out.push(key.v.file_id());
     out.extend_from_slice(&(BLOCK as u16).to_le_bytes());
     out.extend_from_slice(&(tokens.len() as u32).to_le_bytes());
     out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
@@ -158,7 +149,7 @@ pub fn decode_as(kind: Kind, bytes: &[u8], key: &CacheKey) -> Result<BlockFile, 
     if Sha256::digest(body).as_slice() != sum {
         return Err(DiskError::Checksum);
     }
-    if body[12..44] != key.model || body[44] != type_id(key.k) || body[45] != type_id(key.v) {
+    if body[12..44] != key.model || body[44] != key.k.file_id() || body[45] != key.v.file_id() {
         return Err(DiskError::Foreign);
     }
     if usize::from(u16::from_le_bytes([body[46], body[47]])) != BLOCK {
@@ -212,7 +203,7 @@ impl PrefixHasher {
     pub fn new(key: &CacheKey) -> PrefixHasher {
         let mut h = Sha256::new();
         h.update(key.model);
-        h.update([type_id(key.k), type_id(key.v)]);
+        h.update([key.k.file_id(), key.v.file_id()]);
         PrefixHasher(h)
     }
 
