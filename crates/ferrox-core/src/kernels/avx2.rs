@@ -7,7 +7,7 @@
 // purpose (they inline into one loop nest).
 #![allow(clippy::needless_range_loop, clippy::too_many_arguments)]
 
-use super::avx2_k::bytes_from_bits;
+use super::avx2_k::{bytes_from_bits, hsum};
 use super::ActBuf;
 use super::BlockArgs;
 use crate::quant::blocks::*;
@@ -112,15 +112,6 @@ fn group<const NT: usize>(a: BlockArgs<'_>, t: usize, out: &mut [f32]) {
 }
 
 // ---- helpers ------------------------------------------------------------------------------
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn hsum_ps(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
-}
 
 /// An f16 scale as f32 (F16C; exact, as `f16_to_f32`).
 #[inline]
@@ -231,7 +222,7 @@ macro_rules! q8_family {
             }
         }
         for t in 0..NT {
-            $out[t] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1]));
+            $out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
         }
     }};
 }
@@ -383,7 +374,7 @@ fn q_1<const NT: usize, B>(
         }
     }
     for t in 0..NT {
-        out[t] = hsum_ps(acc[t]) + macc[t];
+        out[t] = hsum(acc[t]) + macc[t];
     }
 }
 
@@ -461,7 +452,7 @@ impl KAcc {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     fn total(self) -> f32 {
-        hsum_ps(self.s) - hsum_ps128(self.m)
+        hsum(self.s) - hsum_ps128(self.m)
     }
 }
 
@@ -646,7 +637,7 @@ fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
         }
     }
-    *out = std::array::from_fn(|t| hsum_ps(acc[t]));
+    *out = std::array::from_fn(|t| hsum(acc[t]));
 }
 
 // ---- float weights against f32 activations -------------------------------------------------
@@ -729,7 +720,7 @@ fn float<const NT: usize, const KIND: u8>(w: &[u8], x: [&[f32]; NT], out: &mut [
     }
     for t in 0..NT {
         let a = &acc[t];
-        let mut s = hsum_ps(_mm256_add_ps(
+        let mut s = hsum(_mm256_add_ps(
             _mm256_add_ps(a[0], a[1]),
             _mm256_add_ps(a[2], a[3]),
         ));
@@ -889,7 +880,7 @@ pub(super) unsafe fn f32_dot(a: &[f32], b: &[f32]) -> f32 {
         acc[0] = _mm256_fmadd_ps(load8(a, i), load8(b, i), acc[0]);
         i += 8;
     }
-    let mut s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+    let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
     for j in i..n {
         s += a[j] * b[j];
     }

@@ -312,9 +312,9 @@ fn check_block<'a>(
     })
 }
 
-/// The operands of one SIMD `dot_block` kernel call, shapes checked by [`dot_block`]: `w` is
-/// whole rows of `ty` matching `acts.cols()`, `acts` holds rows `t0..t0 + nt`, and the kernel
-/// writes `out[r * nt + k] = dot(row r of w, activation row t0 + k)`.
+/// The operands of one SIMD kernel call, shapes checked by [`dot_block`] (or [`gemm_x16`]):
+/// `w` is whole rows of `ty` matching `acts.cols()` (interleaved for `gemm_x16`), `acts` holds
+/// rows `t0..t0 + nt`, and the kernel writes `dot(row r of w, activation row t0 + k)` for each.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct BlockArgs<'a> {
@@ -486,7 +486,19 @@ pub(crate) unsafe fn gemm_x16(
     if isa == Isa::Avx2 {
         // SAFETY: AVX2/FMA/F16C checked by `interleaves`; shapes checked here and by the
         // caller.
-        unsafe { gemm_x16_avx2(ty, w, acts, t0, nt, y, ld) };
+        unsafe {
+            gemm_x16_avx2(
+                BlockArgs {
+                    ty,
+                    w,
+                    acts,
+                    t0,
+                    nt,
+                },
+                y,
+                ld,
+            )
+        };
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -560,15 +572,14 @@ fn q8_0_acts(acts: &ActBuf, t0: usize, nt: usize) -> x16::Acts<'_, BlockQ8_0> {
 /// # Safety
 /// As [`gemm_x16`], with `isa` AVX2 and `x16_avx2::has_kernel(ty)`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn gemm_x16_avx2(
-    ty: GgmlType,
-    w: &[u8],
-    acts: &ActBuf,
-    t0: usize,
-    nt: usize,
-    y: *mut f32,
-    ld: usize,
-) {
+unsafe fn gemm_x16_avx2(a: BlockArgs<'_>, y: *mut f32, ld: usize) {
+    let BlockArgs {
+        ty,
+        w,
+        acts,
+        t0,
+        nt,
+    } = a;
     let cols = acts.cols();
     match ty {
         GgmlType::Q4K | GgmlType::Q6K => {
