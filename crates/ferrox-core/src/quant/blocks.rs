@@ -3,8 +3,6 @@
 //! Half-precision fields are stored as `[u8; 2]` (little-endian) so every weight block has
 //! alignment 1 and a GGUF row can be viewed as `&[Block]` wherever it sits in the map.
 
-use super::GgmlType;
-
 pub const QK_K: usize = 256;
 
 #[inline]
@@ -23,7 +21,6 @@ pub fn f32_to_f16(v: f32) -> [u8; 2] {
 /// Implementors must be `#[repr(C)]`, have alignment 1, no padding, and accept every bit
 /// pattern (only integer / byte-array fields).
 pub unsafe trait Block: Copy + 'static {
-    const TYPE: GgmlType;
     /// Elements per block.
     const QK: usize;
 }
@@ -49,7 +46,7 @@ pub fn blocks_as_bytes<B: Block>(blocks: &[B]) -> &[u8] {
 }
 
 macro_rules! block {
-    ($(#[$m:meta])* $name:ident, $ty:expr, $qk:expr, $size:expr, { $($f:ident: $t:ty),* $(,)? }) => {
+    ($(#[$m:meta])* $name:ident, $qk:expr, $size:expr, { $($f:ident: $t:ty),* $(,)? }) => {
         $(#[$m])*
         #[repr(C)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +54,6 @@ macro_rules! block {
         const _: () = assert!(std::mem::size_of::<$name>() == $size);
         // SAFETY: repr(C), only u8 / i8 arrays: alignment 1, no padding, any bit pattern.
         unsafe impl Block for $name {
-            const TYPE: GgmlType = $ty;
             const QK: usize = $qk;
         }
     };
@@ -65,91 +61,91 @@ macro_rules! block {
 
 block!(
     /// 4-bit, scale only: x = d * (q - 8).
-    BlockQ4_0, GgmlType::Q4_0, 32, 18, { d: [u8; 2], qs: [u8; 16] });
+    BlockQ4_0, 32, 18, { d: [u8; 2], qs: [u8; 16] });
 block!(
     /// 4-bit with min: x = d * q + m.
-    BlockQ4_1, GgmlType::Q4_1, 32, 20, { d: [u8; 2], m: [u8; 2], qs: [u8; 16] });
+    BlockQ4_1, 32, 20, { d: [u8; 2], m: [u8; 2], qs: [u8; 16] });
 block!(
     /// 5-bit, scale only: x = d * (q - 16); bit 4 of element j is bit j of `qh`.
-    BlockQ5_0, GgmlType::Q5_0, 32, 22, { d: [u8; 2], qh: [u8; 4], qs: [u8; 16] });
+    BlockQ5_0, 32, 22, { d: [u8; 2], qh: [u8; 4], qs: [u8; 16] });
 block!(
     /// 5-bit with min.
-    BlockQ5_1, GgmlType::Q5_1, 32, 24, { d: [u8; 2], m: [u8; 2], qh: [u8; 4], qs: [u8; 16] });
+    BlockQ5_1, 32, 24, { d: [u8; 2], m: [u8; 2], qh: [u8; 4], qs: [u8; 16] });
 block!(
     /// 8-bit, scale only (weights and the activation side of Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4).
     #[derive(Default)]
-    BlockQ8_0, GgmlType::Q8_0, 32, 34, { d: [u8; 2], qs: [i8; 32] });
+    BlockQ8_0, 32, 34, { d: [u8; 2], qs: [i8; 32] });
 block!(
     /// 8-bit with `s = d * sum(qs)` (activation side of Q4_1/Q5_1).
     #[derive(Default)]
-    BlockQ8_1, GgmlType::Q8_1, 32, 36, { d: [u8; 2], s: [u8; 2], qs: [i8; 32] });
+    BlockQ8_1, 32, 36, { d: [u8; 2], s: [u8; 2], qs: [i8; 32] });
 block!(
     /// 2-bit K-quant: 16 sub-blocks of 16, 4-bit scale and min each.
-    BlockQ2K, GgmlType::Q2K, QK_K, 84,
+    BlockQ2K, QK_K, 84,
     { scales: [u8; 16], qs: [u8; 64], d: [u8; 2], dmin: [u8; 2] });
 block!(
     /// 3-bit K-quant: 16 sub-blocks of 16, 6-bit signed scales.
-    BlockQ3K, GgmlType::Q3K, QK_K, 110,
+    BlockQ3K, QK_K, 110,
     { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: [u8; 2] });
 block!(
     /// 4-bit K-quant: 8 sub-blocks of 32, 6-bit scale and min each.
-    BlockQ4K, GgmlType::Q4K, QK_K, 144,
+    BlockQ4K, QK_K, 144,
     { d: [u8; 2], dmin: [u8; 2], scales: [u8; 12], qs: [u8; 128] });
 block!(
     /// 5-bit K-quant.
-    BlockQ5K, GgmlType::Q5K, QK_K, 176,
+    BlockQ5K, QK_K, 176,
     { d: [u8; 2], dmin: [u8; 2], scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] });
 block!(
     /// 6-bit K-quant: 16 sub-blocks of 16, 8-bit signed scales.
-    BlockQ6K, GgmlType::Q6K, QK_K, 210,
+    BlockQ6K, QK_K, 210,
     { ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: [u8; 2] });
 block!(
     /// 4-bit non-linear (codebook `IQ4NL_VALUES`), 32 per block.
-    BlockIQ4NL, GgmlType::IQ4NL, 32, 18, { d: [u8; 2], qs: [u8; 16] });
+    BlockIQ4NL, 32, 18, { d: [u8; 2], qs: [u8; 16] });
 block!(
     /// 4-bit non-linear, super-block of 256 with 6-bit sub-block scales.
-    BlockIQ4XS, GgmlType::IQ4XS, QK_K, 136,
+    BlockIQ4XS, QK_K, 136,
     { d: [u8; 2], scales_h: [u8; 2], scales_l: [u8; 4], qs: [u8; 128] });
 block!(
     /// OCP microscaling FP4 (E2M1) with a shared E8M0 exponent.
-    BlockMXFP4, GgmlType::MXFP4, 32, 17, { e: u8, qs: [u8; 16] });
+    BlockMXFP4, 32, 17, { e: u8, qs: [u8; 16] });
 
 block!(
     /// IQ2_XXS: per 32 elements two u32 — four 8-bit `IQ2XXS_GRID` indices, then four 7-bit
     /// sign indices (`KSIGNS_IQ2XS`) and a 4-bit scale in the top bits.
-    BlockIQ2XXS, GgmlType::IQ2XXS, QK_K, 66, { d: [u8; 2], qs: [u8; 64] });
+    BlockIQ2XXS, QK_K, 66, { d: [u8; 2], qs: [u8; 64] });
 block!(
     /// IQ2_XS: per 8 elements a u16 of a 9-bit `IQ2XS_GRID` index and a 7-bit sign index;
     /// 4-bit scales per 16 elements.
-    BlockIQ2XS, GgmlType::IQ2XS, QK_K, 74, { d: [u8; 2], qs: [u8; 64], scales: [u8; 8] });
+    BlockIQ2XS, QK_K, 74, { d: [u8; 2], qs: [u8; 64], scales: [u8; 8] });
 block!(
     /// IQ2_S: 8 low bits of a 10-bit `IQ2S_GRID` index per 8 elements (`qs[..32]`), explicit
     /// sign bytes (`qs[32..]`), the 2 high index bits in `qh`; 4-bit scales per 16.
-    BlockIQ2S, GgmlType::IQ2S, QK_K, 82,
+    BlockIQ2S, QK_K, 82,
     { d: [u8; 2], qs: [u8; 64], qh: [u8; 8], scales: [u8; 8] });
 block!(
     /// IQ3_XXS: an 8-bit `IQ3XXS_GRID` index per 4 elements (`qs[..64]`), then per 32
     /// elements a u32 of four 7-bit sign indices and a 4-bit scale (`qs[64..]`).
-    BlockIQ3XXS, GgmlType::IQ3XXS, QK_K, 98, { d: [u8; 2], qs: [u8; 96] });
+    BlockIQ3XXS, QK_K, 98, { d: [u8; 2], qs: [u8; 96] });
 block!(
     /// IQ3_S: 9-bit `IQ3S_GRID` indices per 4 elements (low 8 in `qs`, the ninth in `qh`),
     /// explicit sign bits, 4-bit scales per 32.
-    BlockIQ3S, GgmlType::IQ3S, QK_K, 110,
+    BlockIQ3S, QK_K, 110,
     { d: [u8; 2], qs: [u8; 64], qh: [u8; 8], signs: [u8; 32], scales: [u8; 4] });
 block!(
     /// IQ1_S: 11-bit `IQ1S_GRID` indices per 8 elements (low 8 in `qs`, 3 each in `qh`);
     /// per 32, a 3-bit scale and the sign of the ±1/8 shift in the top bits of `qh`.
-    BlockIQ1S, GgmlType::IQ1S, QK_K, 50, { d: [u8; 2], qs: [u8; 32], qh: [u8; 16] });
+    BlockIQ1S, QK_K, 50, { d: [u8; 2], qs: [u8; 32], qh: [u8; 16] });
 block!(
     /// IQ1_M: 11-bit `IQ1S_GRID` indices with a shift sign per 8 elements (`qs`, `qh`),
     /// 3-bit scales per 16 and the f16 super-scale spread over the top nibbles of `scales`.
-    BlockIQ1M, GgmlType::IQ1M, QK_K, 56, { qs: [u8; 32], qh: [u8; 16], scales: [u8; 8] });
+    BlockIQ1M, QK_K, 56, { qs: [u8; 32], qh: [u8; 16], scales: [u8; 8] });
 block!(
     /// TQ1_0: ternary, five base-3 digits per byte (`qs`), four in each of `qh`.
-    BlockTQ1_0, GgmlType::TQ1_0, QK_K, 54, { qs: [u8; 48], qh: [u8; 4], d: [u8; 2] });
+    BlockTQ1_0, QK_K, 54, { qs: [u8; 48], qh: [u8; 4], d: [u8; 2] });
 block!(
     /// TQ2_0: ternary as 2-bit q − 1.
-    BlockTQ2_0, GgmlType::TQ2_0, QK_K, 66, { qs: [u8; 64], d: [u8; 2] });
+    BlockTQ2_0, QK_K, 66, { qs: [u8; 64], d: [u8; 2] });
 
 /// 8-bit K-quant activation block (never a weight in practice). Owned, naturally aligned:
 /// `d` is an f32 and `bsums` holds the sums of each group of 16 quants.
