@@ -8,6 +8,13 @@ use super::blocks::*;
 use super::dequant::dequantize_blocks;
 use super::{act, dot, iq, ActRow, ActType};
 
+/// A scalar reference dequantization: one row's bytes to f32.
+pub type DequantizeRow = fn(&[u8], &mut [f32]);
+
+/// A scalar reference dot product of a weight row's bytes with an activation row; `None` when
+/// the row is not in a format the type takes.
+pub type DotRow = fn(&[u8], ActRow<'_>) -> Option<f32>;
+
 /// What the format layer knows about one ggml type.
 pub struct TypeTraits {
     /// The name ggml prints (`Q4_K`, `F16`, ...).
@@ -19,10 +26,10 @@ pub struct TypeTraits {
     pub act: Option<ActType>,
     /// Scalar reference: one row's bytes (a whole number of blocks, checked by the caller)
     /// to f32.
-    pub dequantize: Option<fn(&[u8], &mut [f32])>,
+    pub dequantize: Option<DequantizeRow>,
     /// Scalar reference dot product of one row with an activation row (lengths checked by
     /// the caller); `None` when the row is not in a format this type takes.
-    pub dot: Option<fn(&[u8], ActRow<'_>) -> Option<f32>>,
+    pub dot: Option<DotRow>,
 }
 
 /// `bytes` as blocks of `B` (lengths checked by the caller).
