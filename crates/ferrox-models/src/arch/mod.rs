@@ -12,6 +12,7 @@
 pub mod bert;
 pub mod common_deepseek;
 pub mod common_gemma;
+pub mod common_granite;
 pub mod common_qwen;
 pub mod deepseek_v3;
 pub mod deepseek_v32;
