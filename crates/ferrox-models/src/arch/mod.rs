@@ -24,6 +24,7 @@ pub mod glm4_moe;
 pub mod glm4_moe_lite;
 pub mod glm_moe_dsa;
 pub mod gpt_oss;
+pub mod granite;
 pub mod granitemoe;
 pub mod hf;
 pub mod keys;
@@ -184,6 +185,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &qwen3_next::ARCH,
     &olmoe::ARCH,
     &smollm3::ARCH,
+    &granite::ARCH,
     &granitemoe::ARCH,
     &phi3::ARCH,
     &mixtral::ARCH,
