@@ -23,6 +23,8 @@ Mirrors, per family, llama.cpp's conversion/*.py classes:
                                                                     as is: no NoPE key is written,
                                                                     llama.cpp fixes the interval
                                                                     at 4, `n_no_rope_layer_step`)
+  granite                    -> GraniteModel (conversion/granite.py, arch `granite`): LlamaModel
+                                (q/k permuted) plus the multipliers, written as below
   granitemoe                 -> GraniteMoeModel (conversion/granite.py, arch `granitemoe`):
        GraniteModel.set_gguf_parameters writes `attention_multiplier`, `embedding_multiplier`,
        `residual_multiplier`, `logits_scaling` as `attention.scale`, `embedding_scale`,
@@ -107,13 +109,16 @@ ARCHS = {
     "olmoe": "OLMOE",
     "gpt_oss": "GPT_OSS",
     "smollm3": "SMOLLM3",
+    "granite": "GRANITE",
     "granitemoe": "GRANITE_MOE",
     "phi3": "PHI3",
     "qwen3_next": "QWEN3NEXT",
 }
 LLAMA_TYPES = {"mixtral", "mistral", "llama"}
 # LlamaModel subclasses: q/k rows permuted, `vocab_size` and `rope.dimension_count` written.
-LLAMA_DERIVED = LLAMA_TYPES | {"smollm3", "granitemoe"}
+LLAMA_DERIVED = LLAMA_TYPES | {"smollm3", "granite", "granitemoe"}
+# GraniteModel and its subclass GraniteMoeModel: the multipliers as `*_scale` keys, no head_dim.
+GRANITE_TYPES = {"granite", "granitemoe"}
 MLA_TYPES = {"deepseek_v3", "glm4_moe_lite", "deepseek_v32", "glm_moe_dsa"}
 ALL_FIXTURES = [
     "deepseek_v3",
@@ -132,6 +137,7 @@ ALL_FIXTURES = [
     "olmoe",
     "gpt_oss",
     "smollm3",
+    "granite",
     "granitemoe",
     "phi3",
     "qwen3_next",
@@ -281,7 +287,7 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_vocab_size(h["vocab_size"])
         head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
         w.add_rope_dimension_count(head_dim)
-    if mt == "granitemoe":
+    if mt in GRANITE_TYPES:
         # GraniteModel.set_gguf_parameters: the multipliers as `*_scale` keys, when truthy.
         for key, add in (
             ("attention_multiplier", w.add_attention_scale),
@@ -537,7 +543,7 @@ def convert(src: Path, out: Path, gguf, fuse_gate_up: bool = False, mxfp4_expert
     if mt == "phi3":
         write_phi3(w, gguf, h)
     else:
-        if mt == "granitemoe":
+        if mt in GRANITE_TYPES:
             h.pop("head_dim", None)  # GraniteModel ignores head_dim
         write_common(w, gguf, h, blocks)
         write_arch_params(w, gguf, mt, h)

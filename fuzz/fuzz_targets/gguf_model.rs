@@ -49,6 +49,7 @@ const BASES: &[(&str, &[u8])] = bases![
     "glm_moe_dsa",
     "gpt_oss_mxfp4",
     "granitemoe",
+    "granite",
     "smollm3",
 ];
 
@@ -87,6 +88,7 @@ const ARCH_KEYS: &[&str] = &[
     "rope.scaling.yarn_beta_fast",
     "rope.scaling.yarn_beta_slow",
     "rope.scaling.yarn_log_multiplier",
+    "rope.scaling.finetuned",
     "expert_count",
     "expert_used_count",
     "expert_feed_forward_length",

@@ -63,6 +63,15 @@ fn smollm3_greedy() {
 }
 
 #[test]
+fn granite_logits() {
+    check_logits("granite");
+}
+#[test]
+fn granite_greedy() {
+    check_greedy("granite");
+}
+
+#[test]
 fn phi3_logits() {
     check_logits("phi3");
 }
@@ -118,9 +127,18 @@ fn smollm3_gguf() {
     check_gguf_greedy("smollm3");
 }
 
+/// Granite as llama.cpp's converter writes it (`GraniteModel` = LlamaModel plus the four
+/// multipliers as `*_scale` keys).
+#[test]
+fn granite_gguf() {
+    check_gguf_logits("granite");
+    check_gguf_greedy("granite");
+}
+
 common::tiny::arch_tests!([gguf_config: check_gguf_config, gguf_speculative: check_gguf_speculative] {
     phi3 => "phi3",
     smollm3 => "smollm3",
+    granite => "granite",
 });
 
 /// Every row of a forward over `ids` from position 0.
@@ -187,6 +205,7 @@ fn missing_gguf_keys_are_named() {
         ("phi3", "phi3.rope.scaling.original_context_length"),
         ("phi3", "rope_factors_long.weight"),
         ("granitemoe", "granitemoe.logit_scale"),
+        ("granite", "granite.logit_scale"),
     ] {
         let mut bytes = std::fs::read(fixture(&format!("gguf-tiny/{arch}.gguf"))).unwrap();
         // Rename it (same length): its last letter in upper case.
@@ -196,6 +215,31 @@ fn missing_gguf_keys_are_named() {
             .err()
             .expect("a file without it loaded");
         assert!(msg.contains(name), "{arch} without {name}: {msg}");
+    }
+}
+
+/// llama.cpp's Granite reads `rope.scaling.finetuned = false` as "no RoPE": every layer NoPE,
+/// which leaves position 0 (rotated by angle 0) as it was and changes every later one.
+#[test]
+fn granite_rope_switch_off_is_nope() {
+    use ferrox_format::gguf::{to_bytes, MetaValue};
+    let ids = ids(&read_json(&fixture("hf-tiny/granite/input_ids.json")));
+    let path = fixture("gguf-tiny/granite.gguf");
+    let f = GgufFile::open(&path).unwrap();
+    let mut meta = f.metadata().to_vec();
+    meta.push((
+        "granite.rope.scaling.finetuned".into(),
+        MetaValue::Bool(false),
+    ));
+    let dec = load_bytes(&to_bytes(&meta, &f.tensors_out()), "nope").unwrap();
+    assert_eq!(dec.config.no_rope, vec![true; dec.config.n_layers]);
+    let mut caches = dec.new_caches();
+    let nope = dec.forward_batch(&ids, 0, &mut caches);
+    let roped = rows(&path, &ids);
+    let d = max_abs_diff(&nope[0], &roped[0]);
+    assert!(d < 1e-6, "position 0 differs by {d}");
+    for p in 1..ids.len() {
+        assert_ne!(nope[p], roped[p], "position {p} still rotated");
     }
 }
 
@@ -218,6 +262,7 @@ common::tiny::arch_tests!([speculative: check_hf_speculative] {
     mistral => "mistral",
     phi3 => "phi3",
     smollm3 => "smollm3",
+    granite => "granite",
 });
 
 #[test]

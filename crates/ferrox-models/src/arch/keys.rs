@@ -368,6 +368,8 @@ keys! {
     );
     NO_ROPE_LAYERS = Key::new("no_rope", "", &["no_rope_layers"]);
     NO_ROPE_INTERVAL = Key::new("no_rope", "", &["no_rope_layer_interval"]);
+    /// llama.cpp's Granite: false switches RoPE off on every layer.
+    ROPE_FINETUNED = Key::new("no_rope", "rope.scaling.finetuned", &[]);
 
     // ---- Norms, activation, attention switches, scales.
     NORM_EPS = Key::new("norm_eps", "attention.layer_norm_rms_epsilon", &["rms_norm_eps"])

@@ -12,6 +12,7 @@
 pub mod bert;
 pub mod common_deepseek;
 pub mod common_gemma;
+pub mod common_granite;
 pub mod common_qwen;
 pub mod deepseek_v3;
 pub mod deepseek_v32;
@@ -23,6 +24,7 @@ pub mod glm4_moe;
 pub mod glm4_moe_lite;
 pub mod glm_moe_dsa;
 pub mod gpt_oss;
+pub mod granite;
 pub mod granitemoe;
 pub mod hf;
 pub mod keys;
@@ -183,6 +185,7 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &qwen3_next::ARCH,
     &olmoe::ARCH,
     &smollm3::ARCH,
+    &granite::ARCH,
     &granitemoe::ARCH,
     &phi3::ARCH,
     &mixtral::ARCH,

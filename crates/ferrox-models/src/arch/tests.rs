@@ -78,6 +78,18 @@ fn dense_families() {
     let g4 = fixture("glm4");
     assert!(g4.qkv_bias && g4.post_norms);
     assert_eq!((g4.rope.rotary_dim, g4.rope.interleaved), (16, true));
+
+    let gr = fixture("granite");
+    assert_eq!(
+        (
+            gr.embedding_multiplier,
+            gr.residual_multiplier,
+            gr.logit_divisor
+        ),
+        (12.0, 0.22, 8.0)
+    );
+    assert_eq!(gr.attn_scale, Some(0.0625));
+    assert!(!gr.tie_embeddings && !gr.is_moe_layer(0) && gr.no_rope.is_empty());
 }
 
 #[test]
@@ -291,7 +303,7 @@ fn every_fixture_has_one_claimant() {
             seen += 1;
         }
     }
-    assert!(seen >= 22, "{seen} hf-tiny checkpoints");
+    assert!(seen >= 23, "{seen} hf-tiny checkpoints");
     let gguf_dir = root.join("tests/fixtures/gguf-tiny");
     let mut seen = 0;
     for entry in std::fs::read_dir(gguf_dir).unwrap().map(Result::unwrap) {
@@ -305,7 +317,7 @@ fn every_fixture_has_one_claimant() {
         assert_eq!(gguf_claimant(&reversed, &g).unwrap().name, claimants[0]);
         seen += 1;
     }
-    assert!(seen >= 21, "{seen} gguf-tiny files");
+    assert!(seen >= 24, "{seen} gguf-tiny files");
 }
 
 /// Two entries claiming one name is refused, not settled by order.
