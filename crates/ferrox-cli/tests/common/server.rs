@@ -2,6 +2,7 @@
 
 #[path = "../../../ferrox-models/tests/common/shared.rs"]
 mod shared;
+#[allow(unused_imports)] // each test file uses a part of these
 pub use shared::{floats, python, read_json};
 #[path = "../../../ferrox-server/tests/common/chunked.rs"]
 mod chunked;
