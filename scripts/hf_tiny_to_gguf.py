@@ -151,6 +151,14 @@ def rope_params(h: dict) -> dict:
     return p
 
 
+def add_present(h: dict, *writes) -> None:
+    """For each (key, add) in order: add(h[key]) when `h` (a config or its rope parameters) has
+    the key (not None)."""
+    for key, add in writes:
+        if h.get(key) is not None:
+            add(h[key])
+
+
 def write_common(w, gguf, h: dict, block_count: int) -> None:
     """TextModel.set_gguf_parameters (conversion/base.py)."""
     w.add_block_count(block_count)
@@ -158,17 +166,17 @@ def write_common(w, gguf, h: dict, block_count: int) -> None:
     w.add_embedding_length(h["hidden_size"])
     w.add_feed_forward_length(h["intermediate_size"])
     w.add_head_count(h["num_attention_heads"])
-    if h.get("num_key_value_heads") is not None:
-        w.add_head_count_kv(h["num_key_value_heads"])
+    add_present(h, ("num_key_value_heads", w.add_head_count_kv))
     rp = rope_params(h)
     if rp.get("rope_type") == "yarn" and rp.get("factor") is not None:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(rp["factor"])
         w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
-        if rp.get("beta_fast") is not None:
-            w.add_rope_scaling_yarn_beta_fast(rp["beta_fast"])
-        if rp.get("beta_slow") is not None:
-            w.add_rope_scaling_yarn_beta_slow(rp["beta_slow"])
+        add_present(
+            rp,
+            ("beta_fast", w.add_rope_scaling_yarn_beta_fast),
+            ("beta_slow", w.add_rope_scaling_yarn_beta_slow),
+        )
     elif rp.get("rope_type") == "linear" and rp.get("factor") is not None:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rp["factor"])
@@ -184,12 +192,12 @@ def write_common(w, gguf, h: dict, block_count: int) -> None:
     )
     if n_exp is not None:
         w.add_expert_count(n_exp)
-    if h.get("num_experts_per_tok") is not None:
-        w.add_expert_used_count(h["num_experts_per_tok"])
-    if h.get("n_group") is not None:
-        w.add_expert_group_count(h["n_group"])
-    if h.get("topk_group") is not None:
-        w.add_expert_group_used_count(h["topk_group"])
+    add_present(
+        h,
+        ("num_experts_per_tok", w.add_expert_used_count),
+        ("n_group", w.add_expert_group_count),
+        ("topk_group", w.add_expert_group_used_count),
+    )
     if h.get("scoring_func") is not None:
         w.add_expert_gating_func(
             gguf.ExpertGatingFuncType.SIGMOID
@@ -208,8 +216,7 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_head_count_kv(1)
         w.add_leading_dense_block_count(h.get("first_k_dense_replace") or _first_dense(h))
         w.add_vocab_size(h["vocab_size"])
-        if h.get("q_lora_rank") is not None:
-            w.add_q_lora_rank(h["q_lora_rank"])
+        add_present(h, ("q_lora_rank", w.add_q_lora_rank))
         kv_lora = h.get("kv_lora_rank", 512)
         w.add_kv_lora_rank(kv_lora)
         w.add_key_length(kv_lora + h["qk_rope_head_dim"])
@@ -219,8 +226,7 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
         w.add_expert_count(h["n_routed_experts"])
         w.add_expert_shared_count(h.get("n_shared_experts", 0))
-        if h.get("routed_scaling_factor") is not None:
-            w.add_expert_weights_scale(h["routed_scaling_factor"])
+        add_present(h, ("routed_scaling_factor", w.add_expert_weights_scale))
         if h.get("norm_topk_prob"):
             w.add_expert_weights_norm(True)
         w.add_rope_dimension_count(h["qk_rope_head_dim"])
@@ -230,8 +236,7 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         if h.get("scoring_func") is None:
             w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
         if mt in ("deepseek_v32", "glm_moe_dsa") or (mt == "glm4_moe_lite" and h.get("num_nextn_predict_layers")):
-            if h.get("num_nextn_predict_layers") is not None:
-                w.add_nextn_predict_layers(h["num_nextn_predict_layers"])
+            add_present(h, ("num_nextn_predict_layers", w.add_nextn_predict_layers))
         if mt in ("deepseek_v32", "glm_moe_dsa"):
             w.add_indexer_head_count(h["index_n_heads"])
             w.add_indexer_key_length(h["index_head_dim"])
@@ -244,15 +249,14 @@ def write_arch_params(w, gguf, mt: str, h: dict) -> None:
         w.add_expert_count(h["n_routed_experts"])
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
         w.add_expert_shared_count(h["n_shared_experts"])
-        if h.get("first_k_dense_replace") is not None:
-            w.add_leading_dense_block_count(h["first_k_dense_replace"])
+        add_present(h, ("first_k_dense_replace", w.add_leading_dense_block_count))
         w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
-        if h.get("routed_scaling_factor") is not None:
-            w.add_expert_weights_scale(h["routed_scaling_factor"])
-        if h.get("norm_topk_prob") is not None:
-            w.add_expert_weights_norm(h["norm_topk_prob"])
-        if h.get("num_nextn_predict_layers") is not None:
-            w.add_nextn_predict_layers(h["num_nextn_predict_layers"])
+        add_present(
+            h,
+            ("routed_scaling_factor", w.add_expert_weights_scale),
+            ("norm_topk_prob", w.add_expert_weights_norm),
+            ("num_nextn_predict_layers", w.add_nextn_predict_layers),
+        )
     elif mt == "glm4":
         head_dim = h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"]
         w.add_rope_dimension_count(int(head_dim * rope_params(h).get("partial_rotary_factor", 0.5)))

@@ -6,25 +6,13 @@
 
 mod common;
 
-use common::server::{post_json, python_json};
+use common::server::{floats, post_json, python_json, read_json};
 use serde_json::{json, Value};
 
 fn fixture(rel: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../ferrox-models/tests/fixtures/encoders")
         .join(rel)
-}
-
-fn read_json(p: &std::path::Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
 }
 
 fn cosine(a: &[f64], b: &[f64]) -> f64 {

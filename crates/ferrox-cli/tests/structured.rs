@@ -91,21 +91,14 @@ fn strict_json_schemas_validate_and_speculation_changes_no_text() {
 fn run_takes_a_json_schema_or_a_gbnf_grammar() {
     let path = common::model(DEFAULT_MODEL);
     let m = path.to_str().unwrap();
+    // `ferrox run -m MODEL --temp 0 ARGS`'s output.
+    let greedy = |args: &[&str]| {
+        common::ferrox_ok([["run", "-m", m, "--temp", "0"].as_slice(), args].concat())
+    };
     let schema = r#"{"type": "object", "properties": {"name": {"type": "string", "maxLength": 30},
         "langs": {"type": "array", "items": {"enum": ["rust", "c", "go"]}, "maxItems": 3}},
         "required": ["name", "langs"], "additionalProperties": false}"#;
-    let out = common::ferrox_ok([
-        "run",
-        "-m",
-        m,
-        "--temp",
-        "0",
-        "-n",
-        "80",
-        "-j",
-        schema,
-        "Describe Linus Torvalds",
-    ]);
+    let out = greedy(&["-n", "80", "-j", schema, "Describe Linus Torvalds"]);
     let v: serde_json::Value =
         serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert!(v["name"].is_string() && v["langs"].is_array(), "{v}");
@@ -115,16 +108,7 @@ fn run_takes_a_json_schema_or_a_gbnf_grammar() {
     let file = dir.path().join("yn.gbnf");
     std::fs::write(&file, "# yes or no\nroot ::= (\"yes\" | \"no\") \"!\"\n").unwrap();
     let file = file.to_str().unwrap();
-    let out = common::ferrox_ok([
-        "run",
-        "-m",
-        m,
-        "--temp",
-        "0",
-        "--grammar-file",
-        file,
-        "Is water wet?",
-    ]);
+    let out = greedy(&["--grammar-file", file, "Is water wet?"]);
     assert!(matches!(out.trim(), "yes!" | "no!"), "{out}");
 
     // llguidance Lark (llama.cpp's `%llguidance` marker): the tool-call shape a server can force.
@@ -134,18 +118,7 @@ start: "<tool_call>\n" %json{"type": "object", "properties": {"name": {"const": 
     "required": ["city"], "additionalProperties": false}},
     "required": ["name", "arguments"], "additionalProperties": false} "\n</tool_call>"
 "#;
-    let out = common::ferrox_ok([
-        "run",
-        "-m",
-        m,
-        "--temp",
-        "0",
-        "-n",
-        "80",
-        "--grammar",
-        lark,
-        "Weather in Paris?",
-    ]);
+    let out = greedy(&["-n", "80", "--grammar", lark, "Weather in Paris?"]);
     let call = out
         .trim()
         .strip_prefix("<tool_call>\n")

@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod common;
-use common::{random_row, DOT_TYPES};
+use common::{dot_types, random_row};
 
 fn simd_isas() -> Vec<Isa> {
     Isa::all()
@@ -25,7 +25,7 @@ fn simd_kernels_match_scalar_reference() {
     let mut acts = ActBuf::default();
     let mut checked = 0;
     for &isa in &isas {
-        for ty in DOT_TYPES {
+        for ty in dot_types() {
             if !isa.has_kernel(ty) {
                 continue;
             }
@@ -95,7 +95,7 @@ fn token_grouping_is_bit_invariant() {
     let cols = 512;
     let n = 7;
     for &isa in Isa::all().iter().filter(|i| i.supported()) {
-        for ty in DOT_TYPES {
+        for ty in dot_types() {
             let w = random_row(&mut rng, ty, cols, false);
             let x: Vec<f32> = (0..n * cols).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
             acts.quantize(ty.act_type().unwrap(), &x, cols);
@@ -302,7 +302,7 @@ fn avx2_kernels_match_reference_on_blocks() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(23);
-    for ty in DOT_TYPES {
+    for ty in dot_types() {
         if Isa::Avx2.has_kernel(ty) && ty.block_size() > 1 {
             check_dot_block(Isa::Avx2, ty, &[256, 768], &mut rng);
         }

@@ -8,7 +8,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod common;
-use common::random_row;
+use common::{random_row, GRID_TYPES};
 
 fn random_matrix(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> WeightMatrix {
     let mut data = Vec::new();
@@ -69,16 +69,10 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
         GgmlType::IQ4NL,
         GgmlType::IQ4XS,
         GgmlType::MXFP4,
-        GgmlType::IQ2XXS,
-        GgmlType::IQ2XS,
-        GgmlType::IQ2S,
-        GgmlType::IQ3XXS,
-        GgmlType::IQ3S,
-        GgmlType::IQ1S,
-        GgmlType::IQ1M,
-        GgmlType::TQ1_0,
-        GgmlType::TQ2_0,
-    ] {
+    ]
+    .into_iter()
+    .chain(GRID_TYPES)
+    {
         // 300 x 512 is above the parallel threshold for every type.
         let (rows, cols) = (300, 512);
         let m = random_matrix(&mut rng, ty, rows, cols);
@@ -151,9 +145,10 @@ fn gemm_equals_gemv_on_ragged_shapes() {
 fn kquant_gemm_is_bit_identical_to_gemv() {
     use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(23);
-    for ty in [
-        Q4K, Q5K, Q6K, Q2K, Q3K, IQ4XS, IQ2XXS, IQ2XS, IQ2S, IQ3XXS, IQ3S, IQ1S, IQ1M, TQ1_0, TQ2_0,
-    ] {
+    for ty in [Q4K, Q5K, Q6K, Q2K, Q3K, IQ4XS]
+        .into_iter()
+        .chain(GRID_TYPES)
+    {
         for (rows, cols) in [(13, 256), (37, 4864)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
             assert_gemm_is_gemv(&mut rng, &m, 9, &(1..=9).collect::<Vec<_>>());
@@ -167,24 +162,9 @@ fn kquant_gemm_is_bit_identical_to_gemv() {
 #[test]
 fn interleaved_matrices_match_the_ggml_layout() {
     use ferrox_core::kernels::{interleaves, isa};
+    use ferrox_core::quant::repack::LAYOUT_TYPES;
     let mut rng = StdRng::seed_from_u64(24);
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::IQ4NL,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-        GgmlType::Q3K,
-        GgmlType::Q2K,
-        GgmlType::IQ4XS,
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::BF16,
-    ] {
+    for ty in LAYOUT_TYPES {
         let shapes: &[(usize, usize)] = if ty.block_size() == 1 {
             &[(16, 2), (16, 6), (48, 96), (304, 896)]
         } else if ty.block_size() == 256 {

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use sha2::{Digest, Sha256};
 
 mod common;
-use common::{random_row, DOT_TYPES};
+use common::{dot_types, random_row};
 
 fn hex_decode(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -56,7 +56,7 @@ fn dot_with_quantized_activation_matches_dequantized_dot() {
     let mut rng = StdRng::seed_from_u64(7);
     let cols = 512;
     let mut act = ActBuf::default();
-    for ty in DOT_TYPES {
+    for ty in dot_types() {
         for extreme in [false, true] {
             for x_scale in [1.0f32, 1e-3, 300.0] {
                 let w = random_row(&mut rng, ty, cols, extreme);

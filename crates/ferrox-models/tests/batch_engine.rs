@@ -2,19 +2,16 @@
 //! steps, with and without prompt-lookup drafts, produce exactly the text and stop reason a
 //! lone `Session` produces (greedy and seeded sampling), and slots are freed and reused.
 
+mod common;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{AdmitError, BatchEngine, BatchEvent, BatchParams};
-use ferrox_models::generate::{GenerateParams, Session, StopReason};
-use ferrox_models::sampling::{Sampler, SamplerConfig, TokenLogprob};
+use ferrox_models::generate::StopReason;
+use ferrox_models::sampling::TokenLogprob;
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::collections::HashMap;
 
 fn model() -> (Decoder, Tokenizer) {
-    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
-    let dec = Decoder::load(&path).unwrap();
-    let gguf = dec.gguf.clone().unwrap();
-    let tok = Tokenizer::from_gguf(&gguf).unwrap();
-    (dec, tok)
+    common::load_with_tokenizer(&ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap())
 }
 
 fn ids(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
@@ -28,18 +25,12 @@ const PROMPTS: [&str; 4] = [
     "List of planets: Mercury, Venus,",
 ];
 
+/// Stops at three newlines, with two log-probabilities a token.
 fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
     BatchParams {
-        sampler: SamplerConfig {
-            temperature: temp,
-            seed,
-            ..SamplerConfig::default()
-        },
-        max_tokens: max,
         stop: vec!["\n\n\n".into()],
         logprobs: Some(2),
-        constraint: None,
-        keep_special: false,
+        ..common::batch_params(temp, seed, max)
     }
 }
 
@@ -49,13 +40,7 @@ fn alone(
     prompt: &[usize],
     p: &BatchParams,
 ) -> (String, StopReason) {
-    let mut s = Session::new(dec, tok, 512);
-    let gp = GenerateParams {
-        max_tokens: p.max_tokens,
-        stop: p.stop.clone(),
-        ..GenerateParams::default()
-    };
-    let out = s.generate(prompt, &gp, &mut Sampler::new(p.sampler.clone()), |_| true);
+    let out = common::alone(dec, tok, 512, prompt, p);
     (out.text, out.stop)
 }
 

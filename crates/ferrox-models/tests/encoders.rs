@@ -5,16 +5,12 @@
 //! strings from both, and a tiny random `BertForSequenceClassification` reranker's scores.
 
 mod common;
+use common::{floats, ids, read_json};
 
 use std::path::{Path, PathBuf};
 
 use ferrox_models::encoder::{EncodeError, Encoder};
 use ferrox_tokenizer::wordpiece::Encoded;
-use serde_json::Value;
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
 
 fn minilm_dir() -> PathBuf {
     ferrox_hub::ensure_model("all-minilm:l6-v2").expect("pull all-minilm:l6-v2")
@@ -39,22 +35,6 @@ fn cosine(a: &[f32], b: &[f64]) -> f64 {
     let na: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
     dot / (na * nb)
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
-fn ids(v: &Value) -> Vec<usize> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
-        .collect()
 }
 
 /// `text` as sentence-transformers frames it: cut at max_seq_length 256 (`[SEP]` kept). A

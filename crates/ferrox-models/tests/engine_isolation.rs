@@ -3,36 +3,20 @@
 //! requests in the same steps produce exactly the text of an undisturbed run, drafts and all;
 //! the engine keeps serving; input the model cannot take is refused at admission.
 
+mod common;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{AdmitError, BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::{GenerateParams, Session, StopReason};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::collections::HashMap;
-use std::path::Path;
 
 fn model(name: &str) -> (Decoder, Tokenizer) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/gguf-tiny")
-        .join(format!("{name}.gguf"));
-    let dec = Decoder::load(&path).unwrap();
-    let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();
-    (dec, tok)
+    common::load_with_tokenizer(&common::tiny::tiny_gguf(name))
 }
 
 fn params(max: usize) -> BatchParams {
-    BatchParams {
-        sampler: SamplerConfig {
-            temperature: 0.7,
-            seed: 11,
-            ..SamplerConfig::default()
-        },
-        max_tokens: max,
-        stop: Vec::new(),
-        logprobs: None,
-        constraint: None,
-        keep_special: false,
-    }
+    common::batch_params(0.7, 11, max)
 }
 
 /// The long prompt reaches this position, the short ones never do: the injected fault hits

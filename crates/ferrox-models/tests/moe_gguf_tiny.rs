@@ -52,22 +52,7 @@ fn gpt_oss_mxfp4_experts() {
     }
 }
 
-common::tiny::arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy, config: check_config] {
-    glm4 => "glm4",
-    glm4_moe => "glm4_moe",
-    glm4_moe_lite => "glm4_moe_lite",
-    glm_moe_dsa => "glm_moe_dsa",
-    glm_moe_dsa_shared_indexer => "glm_moe_dsa_shared_indexer",
-    deepseek_v3 => "deepseek_v3",
-    deepseek_v32 => "deepseek_v32",
-    qwen3_moe => "qwen3_moe",
-    mixtral => "mixtral",
-    qwen2_moe => "qwen2_moe",
-    olmoe => "olmoe",
-    gpt_oss => "gpt_oss",
-    granitemoe => "granitemoe",
-    qwen3_next => "qwen3_next",
-});
+common::tiny::moe_arch_tests!([logits: check_gguf_logits, greedy: check_gguf_greedy, config: check_config]);
 
 common::tiny::arch_tests!([speculative: check_gguf_speculative] {
     granitemoe => "granitemoe",

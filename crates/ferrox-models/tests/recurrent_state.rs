@@ -8,7 +8,7 @@
 
 mod common;
 use common::tiny::{tiny_gguf, tiny_reference};
-use common::{ids, read_json};
+use common::{batch_params, ids, read_json};
 use ferrox_core::cache::KvCache;
 use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams, GenerateParams, StopReason};
@@ -90,36 +90,12 @@ fn recurrent_cache_keeps_rows_and_a_valid_state() {
 
 /// The GGUF model with its tokenizer.
 fn gguf() -> (Decoder, Tokenizer) {
-    let dec = Decoder::load(tiny_gguf("qwen3_next")).unwrap();
-    let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();
-    (dec, tok)
-}
-
-fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
-    BatchParams {
-        sampler: SamplerConfig {
-            temperature: temp,
-            seed,
-            ..SamplerConfig::default()
-        },
-        max_tokens: max,
-        stop: Vec::new(),
-        logprobs: None,
-        constraint: None,
-        keep_special: false,
-    }
+    common::load_with_tokenizer(&tiny_gguf("qwen3_next"))
 }
 
 /// Plain decoding of `prompt` in a fresh session (no speculation, no reuse).
 fn alone(dec: &Decoder, tok: &Tokenizer, prompt: &[usize], p: &BatchParams) -> Vec<usize> {
-    let mut s = Session::new(dec, tok, 256);
-    let gp = GenerateParams {
-        max_tokens: p.max_tokens,
-        stop: p.stop.clone(),
-        ..GenerateParams::default()
-    };
-    s.generate(prompt, &gp, &mut Sampler::new(p.sampler.clone()), |_| true)
-        .tokens
+    common::alone(dec, tok, 256, prompt, p).tokens
 }
 
 /// Drafts the plain decoding's own continuation with every third token wrong, so each verify
@@ -146,7 +122,7 @@ fn speculative_session_equals_plain_decoding() {
     let (dec, tok) = gguf();
     let prompt = tokens();
     for (temp, seed) in [(0.0, 0), (0.9, 7)] {
-        let p = params(temp, seed, 32);
+        let p = batch_params(temp, seed, 32);
         let want = alone(&dec, &tok, &prompt, &p);
         let mut s = Session::new(&dec, &tok, 256);
         let oracle = Oracle {
@@ -185,7 +161,7 @@ fn prefix_reuse_equals_a_fresh_session() {
     // an earlier one prefills again from 0. Either way the output is plain decoding's.
     let (dec, tok) = gguf();
     let t = tokens();
-    let p = params(0.0, 0, 12);
+    let p = batch_params(0.0, 0, 12);
     let mut s = Session::new(&dec, &tok, 256);
     let gp = GenerateParams {
         max_tokens: p.max_tokens,
@@ -289,7 +265,7 @@ fn continuous_batching_equals_lone_sessions() {
     let t = tokens();
     let prompts = vec![repetitive(), t[4..17].to_vec(), t[..9].to_vec()];
     for (temp, seed) in [(0.0, 0), (0.9, 42)] {
-        let p = params(temp, seed, 20);
+        let p = batch_params(temp, seed, 20);
         let want: Vec<(String, StopReason)> = prompts
             .iter()
             .map(|q| {
@@ -347,7 +323,7 @@ fn same_prompt_requests_equal_lone_sessions() {
     let t = tokens();
     let prompt: Vec<usize> = t.iter().chain(&t).copied().collect();
     for (temp, seed) in [(0.0, 0), (0.9, 3)] {
-        let mut p = params(temp, seed, 12);
+        let mut p = batch_params(temp, seed, 12);
         let want = alone(&dec, &tok, &prompt, &p);
         // Each committed token's id comes with its log-probability.
         p.logprobs = Some(0);

@@ -33,37 +33,32 @@ async fn until_closed(s: &mut TcpStream) -> (String, Duration) {
     (String::from_utf8_lossy(&out).into_owned(), t.elapsed())
 }
 
+/// Connects, sends `bytes` (nothing when empty) and waits for the server to close.
+async fn send_and_wait(a: &str, bytes: &[u8]) -> (String, Duration) {
+    let mut s = TcpStream::connect(a).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    until_closed(&mut s).await
+}
+
 #[tokio::test]
 async fn slow_and_idle_clients_are_cut_off() {
     let a = server_with(1, 4, tight()).await;
     // Half a request line, then nothing.
-    let mut s = TcpStream::connect(&a).await.unwrap();
-    s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")
-        .await
-        .unwrap();
-    let (_, took) = until_closed(&mut s).await;
+    let (_, took) =
+        send_and_wait(&a, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n").await;
     assert!(took < Duration::from_secs(3), "header deadline: {took:?}");
     // A connection that never sends anything.
-    let mut idle = TcpStream::connect(&a).await.unwrap();
-    let (_, took) = until_closed(&mut idle).await;
+    let (_, took) = send_and_wait(&a, b"").await;
     assert!(took < Duration::from_secs(3), "idle deadline: {took:?}");
     // A kept-alive connection that goes quiet after a request.
-    let mut s = TcpStream::connect(&a).await.unwrap();
-    s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .unwrap();
-    let (resp, took) = until_closed(&mut s).await;
+    let (resp, took) = send_and_wait(&a, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     assert!(
         took < Duration::from_secs(3),
         "keep-alive idle deadline: {took:?}"
     );
     // A body that stops arriving.
-    let mut s = TcpStream::connect(&a).await.unwrap();
-    s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\"")
-        .await
-        .unwrap();
-    let (resp, took) = until_closed(&mut s).await;
+    let (resp, took) = send_and_wait(&a, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\"").await;
     assert!(took < Duration::from_secs(3), "body deadline: {took:?}");
     assert!(resp.starts_with("HTTP/1.1 408"), "{resp}");
     // A body trickled a byte at a time: the deadline is for the whole body.
@@ -99,10 +94,8 @@ async fn bodies_hosts_and_content_types_are_checked() {
     let with_host = |host: &'static str| {
         let (a, ok) = (a.clone(), ok.clone());
         async move {
-            let mut s = TcpStream::connect(&a).await.unwrap();
             let req = format!("POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{ok}", ok.len());
-            s.write_all(req.as_bytes()).await.unwrap();
-            let (resp, _) = until_closed(&mut s).await;
+            let (resp, _) = send_and_wait(&a, req.as_bytes()).await;
             resp.split(' ').nth(1).unwrap_or("").to_string()
         }
     };
@@ -121,10 +114,11 @@ async fn bodies_hosts_and_content_types_are_checked() {
         },
     )
     .await;
-    let mut s = TcpStream::connect(&keyed).await.unwrap();
     let req = "GET /v1/models HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer k\r\nConnection: close\r\n\r\n";
-    s.write_all(req.as_bytes()).await.unwrap();
-    assert!(until_closed(&mut s).await.0.starts_with("HTTP/1.1 200"));
+    assert!(send_and_wait(&keyed, req.as_bytes())
+        .await
+        .0
+        .starts_with("HTTP/1.1 200"));
 }
 
 #[tokio::test]

@@ -26,6 +26,14 @@ fn sse(r: &Resp) -> Vec<(String, Value)> {
         .collect()
 }
 
+/// The `delta` texts of the events named `name`, joined.
+fn deltas(evs: &[(String, Value)], name: &str) -> String {
+    evs.iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect()
+}
+
 async fn respond(a: &str, body: Value) -> Value {
     let mut body = body;
     body["model"] = json!("fake-model");
@@ -86,11 +94,7 @@ async fn whole_and_streamed_agree_with_the_documented_events() {
         assert_eq!(data["sequence_number"], json!(i));
     }
     assert_eq!(evs[0].1["response"]["status"], "in_progress");
-    let text: String = evs
-        .iter()
-        .filter(|(n, _)| n == "response.output_text.delta")
-        .map(|(_, d)| d["delta"].as_str().unwrap())
-        .collect();
+    let text = deltas(&evs, "response.output_text.delta");
     assert_eq!(text, "w0 w1 w2 ");
     assert_eq!(evs[7].1["text"], "w0 w1 w2 ");
     let last = &evs.last().unwrap().1["response"];
@@ -195,11 +199,7 @@ async fn reasoning_items_carry_summary_and_round_trip_encrypted() {
     );
     assert_eq!(w["output"][1]["content"][0]["text"], "w3 w4 ");
     let evs = sse(&post(&a, "/v1/responses", streamed(&body)).await);
-    let summary: String = evs
-        .iter()
-        .filter(|(n, _)| n == "response.reasoning_summary_text.delta")
-        .map(|(_, d)| d["delta"].as_str().unwrap())
-        .collect();
+    let summary = deltas(&evs, "response.reasoning_summary_text.delta");
     assert_eq!(summary, "pondering");
     // Handed back, the reasoning is the assistant turn's again; a foreign one is refused.
     let mut back = rs.clone();

@@ -199,29 +199,14 @@ mod tests {
 
     /// Byte tokens (so any text is one token a byte) and the FIM tokens named in `fim`.
     fn vocab(fim: &[&str], add_bos: bool) -> Tokenizer {
-        let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
-        let mut types = vec![2, 3, 3];
-        for b in 0..256 {
-            tokens.push(format!("<0x{b:02X}>"));
-            types.push(6);
-        }
-        for t in fim {
-            tokens.push(t.to_string());
-            types.push(3);
-        }
-        Tokenizer::from_spec(TokenizerSpec {
-            model: "llama".into(),
-            scores: Some(vec![0.0; tokens.len()]),
-            tokens,
-            token_types: Some(types),
-            bos_id: Some(1),
-            eos_id: Some(2),
-            unk_id: Some(0),
-            add_bos: Some(add_bos),
-            add_space_prefix: Some(false),
-            ..Default::default()
-        })
-        .unwrap()
+        crate::tests::spm::spm_vocab(
+            fim.iter().map(|t| (t.to_string(), 0.0, 3)),
+            TokenizerSpec {
+                add_bos: Some(add_bos),
+                add_space_prefix: Some(false),
+                ..Default::default()
+            },
+        )
     }
 
     fn bytes(s: &str) -> Vec<TokenId> {

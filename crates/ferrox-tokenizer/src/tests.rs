@@ -1,16 +1,12 @@
 use super::*;
 
+// Also the FIM tests' vocabulary (`fim::tests`).
+#[path = "../tests/tokenizer_common/spm.rs"]
+pub(crate) mod spm;
+
 /// A tiny SentencePiece vocabulary: control tokens, byte tokens, a few pieces with scores.
 fn tiny_spm(add_space_prefix: bool) -> Tokenizer {
-    let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
-    let mut types = vec![2, 3, 3];
-    let mut scores = vec![0.0f32; 3];
-    for b in 0..256 {
-        tokens.push(format!("<0x{b:02X}>"));
-        types.push(6);
-        scores.push(0.0);
-    }
-    for (t, s) in [
+    let pieces = [
         ("▁", -1.0),
         ("h", -2.0),
         ("e", -2.0),
@@ -24,27 +20,22 @@ fn tiny_spm(add_space_prefix: bool) -> Tokenizer {
         ("hello", -7.0),
         ("<ctrl>", 0.0),
         ("\n\n", 0.0),
-    ] {
-        tokens.push(t.into());
-        types.push(match t {
+    ]
+    .map(|(t, s)| {
+        let ty = match t {
             "<ctrl>" => 3,
             "\n\n" => 4,
             _ => 1,
-        });
-        scores.push(s);
-    }
-    Tokenizer::from_spec(TokenizerSpec {
-        model: "llama".into(),
-        tokens,
-        scores: Some(scores),
-        token_types: Some(types),
-        bos_id: Some(1),
-        eos_id: Some(2),
-        unk_id: Some(0),
-        add_space_prefix: Some(add_space_prefix),
-        ..Default::default()
-    })
-    .unwrap()
+        };
+        (t.to_string(), s, ty)
+    });
+    spm::spm_vocab(
+        pieces,
+        TokenizerSpec {
+            add_space_prefix: Some(add_space_prefix),
+            ..Default::default()
+        },
+    )
 }
 
 fn id(t: &Tokenizer, s: &str) -> TokenId {

@@ -45,40 +45,27 @@ fn peak_of<T>(f: impl FnOnce() -> T) -> (T, usize) {
     (out, PEAK.load(Ordering::Relaxed) - before)
 }
 
+#[path = "tokenizer_common/spm.rs"]
+mod spm;
+
 /// Gemma's whitespace tokens over a SentencePiece vocabulary with byte fallback.
 fn gemma_like() -> Tokenizer {
-    let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into()];
-    let mut types = vec![2, 3, 3];
-    for b in 0..256 {
-        tokens.push(format!("<0x{b:02X}>"));
-        types.push(6);
-    }
-    tokens.push("▁".into());
-    types.push(1);
+    let mut pieces = vec![("▁".to_string(), 0.0, 1)];
     for k in 1..=31 {
         if k > 1 {
-            tokens.push(" ".repeat(k));
-            types.push(4);
+            pieces.push((" ".repeat(k), 0.0, 4));
         }
-        tokens.push("\n".repeat(k));
-        types.push(4);
+        pieces.push(("\n".repeat(k), 0.0, 4));
     }
-    tokens.push("<start_of_turn>".into());
-    types.push(3);
-    let scores = vec![0.0; tokens.len()];
-    Tokenizer::from_spec(TokenizerSpec {
-        model: "llama".into(),
-        tokens,
-        scores: Some(scores),
-        token_types: Some(types),
-        bos_id: Some(1),
-        eos_id: Some(2),
-        unk_id: Some(0),
-        add_bos: Some(false),
-        add_space_prefix: Some(false),
-        ..Default::default()
-    })
-    .unwrap()
+    pieces.push(("<start_of_turn>".into(), 0.0, 3));
+    spm::spm_vocab(
+        pieces,
+        TokenizerSpec {
+            add_bos: Some(false),
+            add_space_prefix: Some(false),
+            ..Default::default()
+        },
+    )
 }
 
 #[test]

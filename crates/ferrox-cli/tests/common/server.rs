@@ -1,15 +1,11 @@
 //! Python client scripts against a running `ferrox serve` (started with `super::serve`).
 
-/// The interpreter the tests' Python scripts run under: the repository's `.venv` (where
-/// `scripts/test` installs the packages they import) when it exists, else `python3` on PATH.
-pub fn python() -> std::process::Command {
-    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python3");
-    if venv.exists() {
-        std::process::Command::new(venv)
-    } else {
-        std::process::Command::new("python3")
-    }
-}
+#[path = "../../../ferrox-models/tests/common/shared.rs"]
+mod shared;
+#[allow(unused_imports)] // each test file uses a part of these
+pub use shared::{floats, python, read_json};
+#[path = "../../../ferrox-server/tests/common/chunked.rs"]
+mod chunked;
 
 /// Runs `script` (under this crate's `tests/`) with python3 and `args`; its stdout as JSON.
 pub fn python_json(script: &str, args: &[String]) -> serde_json::Value {
@@ -46,22 +42,15 @@ pub fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     s.write_all(req.as_bytes()).unwrap();
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
-    let (head, mut rest) = raw.split_once("\r\n\r\n").unwrap();
+    let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    if !head
+    let body = if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
     {
-        return (status, rest.to_string());
-    }
-    let mut out = String::new();
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap();
-        if n == 0 {
-            break;
-        }
-        out.push_str(&after[..n]);
-        rest = &after[n + 2..];
-    }
-    (status, out)
+        chunked::dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    (status, body)
 }

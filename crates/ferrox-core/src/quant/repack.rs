@@ -25,26 +25,17 @@ use super::GgmlType;
 /// Rows per interleaved group.
 pub const X16: usize = 16;
 
-/// Whether `ty` has an interleaved layout (and kernels for it).
-pub fn has_layout(ty: GgmlType) -> bool {
+/// The types with an interleaved layout (and kernels for it).
+pub const LAYOUT_TYPES: [GgmlType; 15] = {
     use GgmlType::*;
-    matches!(
-        ty,
-        Q4_0 | Q4_1
-            | Q5_0
-            | Q5_1
-            | Q8_0
-            | IQ4NL
-            | Q2K
-            | Q3K
-            | Q4K
-            | Q5K
-            | Q6K
-            | IQ4XS
-            | F32
-            | F16
-            | BF16
-    )
+    [
+        Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4NL, Q4K, Q5K, Q6K, Q3K, Q2K, IQ4XS, F32, F16, BF16,
+    ]
+};
+
+/// Whether `ty` has an interleaved layout (and kernels for it): one of [`LAYOUT_TYPES`].
+pub fn has_layout(ty: GgmlType) -> bool {
+    LAYOUT_TYPES.contains(&ty)
 }
 
 /// Interleaves `src` (`rows` × `row_bytes` in ggml layout, `rows` a multiple of 16) into `dst`.
@@ -316,14 +307,8 @@ mod tests {
 
     #[test]
     fn repack_then_unpack_is_identity() {
-        for ty in [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::IQ4NL,
-        ] {
+        // The 32-element block types (the K-quants' layouts are checked in `repack_k`).
+        for ty in LAYOUT_TYPES.into_iter().filter(|t| t.block_size() == 32) {
             for cols in [32, 96, 896] {
                 let row_bytes = ty.row_bytes(cols).unwrap();
                 let src = random_bytes(32 * row_bytes, cols as u64);

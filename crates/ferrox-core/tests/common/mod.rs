@@ -104,26 +104,8 @@ pub fn random_row(rng: &mut StdRng, ty: GgmlType, cols: usize, extreme: bool) ->
     b
 }
 
-pub const DOT_TYPES: [GgmlType; 28] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q8_1,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::Q8K,
-    GgmlType::IQ4NL,
-    GgmlType::IQ4XS,
-    GgmlType::MXFP4,
-    GgmlType::Q8_0,
+/// The codebook-grid i-quants and the ternary types.
+pub const GRID_TYPES: [GgmlType; 9] = [
     GgmlType::IQ2XXS,
     GgmlType::IQ2XS,
     GgmlType::IQ2S,
@@ -134,3 +116,31 @@ pub const DOT_TYPES: [GgmlType; 28] = [
     GgmlType::TQ1_0,
     GgmlType::TQ2_0,
 ];
+
+/// Every type with a dot kernel (Q8_0 twice: once among the legacy types, once before the
+/// grid types).
+pub fn dot_types() -> impl Iterator<Item = GgmlType> {
+    [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q2K,
+        GgmlType::Q3K,
+        GgmlType::Q4K,
+        GgmlType::Q5K,
+        GgmlType::Q6K,
+        GgmlType::Q8K,
+        GgmlType::IQ4NL,
+        GgmlType::IQ4XS,
+        GgmlType::MXFP4,
+        GgmlType::Q8_0,
+    ]
+    .into_iter()
+    .chain(GRID_TYPES)
+}

@@ -1,20 +1,17 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use ferrox_models::decoder::Decoder;
+use ferrox_models::engine::BatchParams;
+use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
+use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 
 pub mod tiny;
-
-/// The interpreter the tests' Python scripts run under: the repository's `.venv` (where
-/// `scripts/test` installs the packages they import) when it exists, else `python3` on PATH.
-pub fn python() -> std::process::Command {
-    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python3");
-    if venv.exists() {
-        std::process::Command::new(venv)
-    } else {
-        std::process::Command::new("python3")
-    }
-}
+// The Python interpreter and the JSON fixture readers, which the ferrox-cli tests include too.
+mod shared;
+pub use shared::*;
 
 pub fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -52,19 +49,6 @@ pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
     (shape, data)
 }
 
-pub fn read_json(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
-}
-
-pub fn ids(v: &serde_json::Value) -> Vec<usize> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
-        .collect()
-}
-
 pub fn argmax(x: &[f32]) -> usize {
     let mut best = 0;
     for (i, &v) in x.iter().enumerate() {
@@ -91,6 +75,49 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
         bb += y as f64 * y as f64;
     }
     ab / (aa.sqrt() * bb.sqrt())
+}
+
+/// A GGUF model and the tokenizer its file carries.
+pub fn load_with_tokenizer(path: &Path) -> (Decoder, Tokenizer) {
+    let dec = Decoder::load(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let tok = Tokenizer::from_gguf(dec.gguf.as_ref().unwrap()).unwrap();
+    (dec, tok)
+}
+
+/// Engine parameters: sampling at `temp` with `seed`, at most `max` tokens; no stop strings,
+/// no log-probabilities, no constraint.
+pub fn batch_params(temp: f32, seed: u64, max: usize) -> BatchParams {
+    BatchParams {
+        sampler: SamplerConfig {
+            temperature: temp,
+            seed,
+            ..SamplerConfig::default()
+        },
+        max_tokens: max,
+        stop: Vec::new(),
+        logprobs: None,
+        constraint: None,
+        keep_special: false,
+    }
+}
+
+/// Plain decoding of `prompt` with `p`'s sampler, budget and stop strings in a fresh session
+/// of `ctx` positions (no engine, no speculation, no reuse): what a batched request must
+/// reproduce.
+pub fn alone(
+    dec: &Decoder,
+    tok: &Tokenizer,
+    ctx: usize,
+    prompt: &[usize],
+    p: &BatchParams,
+) -> GenerateOutput {
+    let mut s = Session::new(dec, tok, ctx);
+    let gp = GenerateParams {
+        max_tokens: p.max_tokens,
+        stop: p.stop.clone(),
+        ..GenerateParams::default()
+    };
+    s.generate(prompt, &gp, &mut Sampler::new(p.sampler.clone()), |_| true)
 }
 
 pub fn top_k(x: &[f32], k: usize) -> Vec<usize> {

@@ -186,3 +186,29 @@ macro_rules! arch_tests {
 }
 #[allow(unused_imports)]
 pub(crate) use arch_tests;
+
+/// [`arch_tests`] over the MoE / MLA / DSA checkpoints (with dense GLM-4 and hybrid
+/// Qwen3-Next) that both the safetensors and the GGUF suites check.
+#[allow(unused_macros)] // only some test files use it
+macro_rules! moe_arch_tests {
+    ($checks:tt) => {
+        $crate::common::tiny::arch_tests!($checks {
+            glm4 => "glm4",
+            glm4_moe => "glm4_moe",
+            glm4_moe_lite => "glm4_moe_lite",
+            glm_moe_dsa => "glm_moe_dsa",
+            glm_moe_dsa_shared_indexer => "glm_moe_dsa_shared_indexer",
+            deepseek_v3 => "deepseek_v3",
+            deepseek_v32 => "deepseek_v32",
+            qwen3_moe => "qwen3_moe",
+            mixtral => "mixtral",
+            qwen2_moe => "qwen2_moe",
+            olmoe => "olmoe",
+            gpt_oss => "gpt_oss",
+            granitemoe => "granitemoe",
+            qwen3_next => "qwen3_next",
+        });
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use moe_arch_tests;

@@ -20,6 +20,10 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+// The chunked-body decoder, which the ferrox-cli tests' blocking client includes too.
+mod chunked;
+use chunked::dechunk;
+
 /// A backend whose tokens are bytes and whose engine writes `w0 w1 ...`, one word a step
 /// (50 ms a step while a prompt containing "slow" runs). A prompt containing "panic" makes the
 /// step panic after two words; "fault" fails that generation alone after two words, as the
@@ -375,20 +379,6 @@ impl Resp {
             .map(|e| serde_json::from_str(e).unwrap())
             .collect()
     }
-}
-
-fn dechunk(raw: &str) -> String {
-    let mut out = String::new();
-    let mut rest = raw;
-    while let Some((size, after)) = rest.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap();
-        if n == 0 {
-            break;
-        }
-        out.push_str(&after[..n]);
-        rest = &after[n + 2..];
-    }
-    out
 }
 
 pub async fn request(
