@@ -277,9 +277,7 @@ impl WeightMatrix {
                         isa,
                         self.ty,
                         w,
-                        acts,
-                        a0 + t0,
-                        nt,
+                        (acts, a0 + t0, nt),
                         y.get().add(t0 * rows + g0 * repack::X16),
                         rows,
                     )

@@ -40,29 +40,14 @@ pub struct ModelArgs {
     #[command(flatten)]
     pub dist: super::dist::DistArgs,
     /// Prompt lengths, comma-separated (0 skips the prompt test).
-    #[arg(
-        short = 'p',
-        long = "n-prompt",
-        value_delimiter = ',',
-        default_value = "512"
-    )]
+    #[arg(short = 'p', long, value_delimiter = ',', default_value = "512")]
     pub n_prompt: Vec<usize>,
     /// Generation lengths, comma-separated (0 skips the generation test).
-    #[arg(
-        short = 'n',
-        long = "n-gen",
-        value_delimiter = ',',
-        default_value = "128"
-    )]
+    #[arg(short = 'n', long, value_delimiter = ',', default_value = "128")]
     pub n_gen: Vec<usize>,
     /// Context depths, comma-separated: each test runs after this many tokens are already in
     /// the cache (llama-bench's `-d`; filling the context is not timed).
-    #[arg(
-        short = 'd',
-        long = "n-depth",
-        value_delimiter = ',',
-        default_value = "0"
-    )]
+    #[arg(short = 'd', long, value_delimiter = ',', default_value = "0")]
     pub n_depth: Vec<usize>,
     /// Worker threads.
     #[arg(short = 't', long, default_value_t = 2)]
@@ -215,68 +200,74 @@ impl TokenStream {
     }
 }
 
-/// Fills the caches with `depth` stream tokens (untimed), as llama-bench does before a test
-/// at depth; the tests then cut back to this point between repetitions.
-fn fill_depth(dec: &Decoder, depth: usize, toks: &mut TokenStream) -> Vec<KvCache> {
-    let vocab = dec.vocab_size();
-    let mut caches = dec.new_caches();
-    let mut logits = Vec::new();
-    if depth > 0 {
-        let tokens: Vec<TokenId> = (0..depth).map(|_| toks.next(vocab)).collect();
-        dec.forward_into(&tokens, 0, &mut caches, depth - 1, &mut logits);
-    }
-    caches
+/// The timed tests of one run: the model, repetitions per test, one token stream through all
+/// of them.
+struct Timer<'a> {
+    dec: &'a Decoder,
+    reps: usize,
+    toks: TokenStream,
 }
 
-fn time_prompt(
-    dec: &Decoder,
-    n: usize,
-    depth: usize,
-    reps: usize,
-    toks: &mut TokenStream,
-) -> Vec<u64> {
-    let vocab = dec.vocab_size();
-    let mut caches = fill_depth(dec, depth, toks);
-    let mut logits = Vec::new();
-    let mut samples = Vec::with_capacity(reps);
-    for rep in 0..=reps {
-        caches.iter_mut().for_each(|c| c.truncate(depth));
-        let tokens: Vec<TokenId> = (0..n).map(|_| toks.next(vocab)).collect();
-        let t = Instant::now();
-        dec.forward_into(&tokens, depth, &mut caches, n - 1, &mut logits);
-        let ns = t.elapsed().as_nanos() as u64;
-        if rep > 0 {
-            samples.push(ns);
-        }
+impl Timer<'_> {
+    fn token(&mut self) -> TokenId {
+        self.toks.next(self.dec.vocab_size())
     }
-    samples
-}
 
-fn time_gen(
-    dec: &Decoder,
-    n: usize,
-    depth: usize,
-    reps: usize,
-    toks: &mut TokenStream,
-) -> Vec<u64> {
-    let vocab = dec.vocab_size();
-    let mut caches = fill_depth(dec, depth, toks);
-    let mut logits = Vec::new();
-    // Warm-up: one token, as llama-bench does before generation tests.
-    dec.forward_into(&[toks.next(vocab)], depth, &mut caches, 0, &mut logits);
-    let start = depth + 1;
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        caches.iter_mut().for_each(|c| c.truncate(start));
-        let mut tok = toks.next(vocab);
-        let t = Instant::now();
-        for pos in start..start + n {
-            dec.forward_into(&[tok], pos, &mut caches, 0, &mut logits);
-            tok = toks.next(vocab);
+    /// Caches filled with `depth` stream tokens (untimed), as llama-bench does before a test
+    /// at depth; the tests then cut back to this point between repetitions.
+    fn fill(&mut self, depth: usize) -> Vec<KvCache> {
+        let mut caches = self.dec.new_caches();
+        if depth > 0 {
+            let tokens: Vec<TokenId> = (0..depth).map(|_| self.token()).collect();
+            let mut logits = Vec::new();
+            self.dec
+                .forward_into(&tokens, 0, &mut caches, depth - 1, &mut logits);
         }
-        samples.push(t.elapsed().as_nanos() as u64);
+        caches
     }
-    samples
+
+    /// `pp n` at `depth`: one batched forward of `n` tokens per repetition (plus a warm-up).
+    fn prompt(&mut self, n: usize, depth: usize) -> Vec<u64> {
+        let mut caches = self.fill(depth);
+        let mut logits = Vec::new();
+        let mut samples = Vec::with_capacity(self.reps);
+        for rep in 0..=self.reps {
+            caches.iter_mut().for_each(|c| c.truncate(depth));
+            let tokens: Vec<TokenId> = (0..n).map(|_| self.token()).collect();
+            let t = Instant::now();
+            self.dec
+                .forward_into(&tokens, depth, &mut caches, n - 1, &mut logits);
+            let ns = t.elapsed().as_nanos() as u64;
+            if rep > 0 {
+                samples.push(ns);
+            }
+        }
+        samples
+    }
+
+    /// `tg n` at `depth`: `n` one-token forwards per repetition.
+    fn gen(&mut self, n: usize, depth: usize) -> Vec<u64> {
+        let mut caches = self.fill(depth);
+        let mut logits = Vec::new();
+        // Warm-up: one token, as llama-bench does before generation tests.
+        let first = self.token();
+        self.dec
+            .forward_into(&[first], depth, &mut caches, 0, &mut logits);
+        let start = depth + 1;
+        let mut samples = Vec::with_capacity(self.reps);
+        for _ in 0..self.reps {
+            caches.iter_mut().for_each(|c| c.truncate(start));
+            let mut tok = self.token();
+            let t = Instant::now();
+            for pos in start..start + n {
+                self.dec
+                    .forward_into(&[tok], pos, &mut caches, 0, &mut logits);
+                tok = self.token();
+            }
+            samples.push(t.elapsed().as_nanos() as u64);
+        }
+        samples
+    }
 }
 
 fn run_model(a: ModelArgs) -> anyhow::Result<()> {
@@ -303,7 +294,11 @@ fn run_model(a: ModelArgs) -> anyhow::Result<()> {
 
 /// Per depth, the `pp` tests, then the `tg` tests, one token stream through all of them.
 fn run_tests(dec: &Decoder, a: &ModelArgs) -> Vec<TestResult> {
-    let mut toks = TokenStream(42);
+    let mut timer = Timer {
+        dec,
+        reps: a.reps,
+        toks: TokenStream(42),
+    };
     let mut results = Vec::new();
     for &d in &a.n_depth {
         for &p in a.n_prompt.iter().filter(|&&p| p > 0) {
@@ -311,7 +306,7 @@ fn run_tests(dec: &Decoder, a: &ModelArgs) -> Vec<TestResult> {
                 n_prompt: p,
                 n_gen: 0,
                 n_depth: d,
-                samples_ns: time_prompt(dec, p, d, a.reps, &mut toks),
+                samples_ns: timer.prompt(p, d),
             });
         }
         for &g in a.n_gen.iter().filter(|&&g| g > 0) {
@@ -319,7 +314,7 @@ fn run_tests(dec: &Decoder, a: &ModelArgs) -> Vec<TestResult> {
                 n_prompt: 0,
                 n_gen: g,
                 n_depth: d,
-                samples_ns: time_gen(dec, g, d, a.reps, &mut toks),
+                samples_ns: timer.gen(g, d),
             });
         }
     }

@@ -458,14 +458,11 @@ pub(crate) const X16_MAX_TOKENS: usize = 64;
 /// `interleaves(isa, ty)` holds, `acts` holds `ty.act_type()` activations for rows
 /// `t0..t0 + nt` of `acts.cols()` columns, `nt <= X16_MAX_TOKENS`, and `y` is valid for writes
 /// at every index above.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn gemm_x16(
     isa: Isa,
     ty: GgmlType,
     w: &[u8],
-    acts: &ActBuf,
-    t0: usize,
-    nt: usize,
+    (acts, t0, nt): (&ActBuf, usize, usize),
     y: *mut f32,
     ld: usize,
 ) {

@@ -177,7 +177,7 @@ impl AttentionBlock for Mla {
         let s = &mut *guard;
         self.project_queries(h, n, s);
         self.compress_kv(h, n, pos, s);
-        self.append_to_cache(h, n, pos, cache, state, s);
+        self.append_to_cache(h, (n, pos), (cache, state), s);
         let width = if self.sparse { state.topk_width } else { 0 };
         self.absorb_queries(n, pos, s);
         self.attend_latent(cache.keys(), n, pos, &state.topk, width, s);
@@ -220,10 +220,8 @@ impl Mla {
     fn append_to_cache(
         &self,
         h: &[f32],
-        n: usize,
-        pos: usize,
-        cache: &mut KvCache,
-        state: &mut PassState,
+        (n, pos): (usize, usize),
+        (cache, state): (&mut KvCache, &mut PassState),
         s: &mut MlaScratch,
     ) {
         let kw = self.rkv + self.dr;
