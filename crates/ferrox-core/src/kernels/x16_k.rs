@@ -277,6 +277,46 @@ unsafe fn store<const T: usize>(acc: &[__m512; T], out: *mut f32, ld: usize) {
     }
 }
 
+/// Defines `unsafe fn $name<const T: usize>(w, nsb, rec, stride, out, ld)`, one group × `T`
+/// tokens, from what differs per type: `$setup` runs once; then per super-block, with
+/// `$tile` its tile (the tile `PREFETCH` ahead prefetched whole into L2) and `$r` its `T`
+/// records, `$body` adds into the `T` accumulators `$acc`, stored at `out + k·ld` at the end.
+///
+/// # Safety (of the defined function)
+/// AVX-512 F/BW/VL/VNNI and AVX2/FMA/F16C; `w` holds `nsb` tiles; `rec` + sb·stride holds `T`
+/// records for sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+macro_rules! tile_kernel {
+    ($(#[$m:meta])* fn $name:ident, $tile_bytes:expr, |$tile:ident, $r:ident, $acc:ident| {
+        $($setup:stmt;)*
+    } $body:block) => {
+        $(#[$m])*
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        unsafe fn $name<const T: usize>(
+            w: *const u8,
+            nsb: usize,
+            rec: *const u8,
+            stride: usize,
+            out: *mut f32,
+            ld: usize,
+        ) {
+            $($setup)*
+            let mut $acc = [_mm512_setzero_ps(); T];
+            for sb in 0..nsb {
+                // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in
+                // bounds; tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
+                unsafe {
+                    let $tile = w.add(sb * $tile_bytes);
+                    prefetch_tile($tile.wrapping_add(PREFETCH * $tile_bytes), $tile_bytes);
+                    let $r = rec.add(sb * stride);
+                    $body
+                }
+            }
+            // SAFETY: per the caller.
+            unsafe { store(&$acc, out, ld) }
+        }
+    };
+}
+
 /// Checks slice shapes; returns (super-blocks per row, groups).
 fn shapes(w: &[u8], cols: usize, acts: &[BlockQ8K], nt: usize, tile: usize) -> (usize, usize) {
     assert!(cols > 0 && cols.is_multiple_of(QK_K), "whole super-blocks");
@@ -637,82 +677,65 @@ fn q6k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     });
 }
 
-/// One Q6_K group × `T` tokens.
-///
-/// # Safety
-/// AVX-512 as in `gemm_q6k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
-/// `pre` their terms; `out + k * ld .. + 16` is writable for k < T.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6k_tile<const T: usize>(
-    w: *const u8,
-    nsb: usize,
-    rec: *const u8,
-    stride: usize,
-    out: *mut f32,
-    ld: usize,
-) {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m30 = _mm512_set1_epi8(0x30);
-    let z = _mm512_setzero_si512();
-    let mut acc = [_mm512_setzero_ps(); T];
-    for sb in 0..nsb {
-        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
-        // tiles are plain bytes read unaligned.
-        unsafe {
-            let tile = w.add(sb * Q6K_TILE);
-            prefetch_tile(tile.wrapping_add(PREFETCH * Q6K_TILE), Q6K_TILE);
-            // Token k's record at r + k·RB: one base register, constant displacements.
-            let r = rec.add(sb * stride);
-            const RB: usize = Q6K_REC * 4;
-            const PB: usize = Q6K_PRE * 4;
-            let sc: [__m512i; 4] =
-                std::array::from_fn(|s| _mm512_loadu_si512(tile.add(32 + 64 * s).cast()));
-            let mut is = [z; T];
-            for j in 0..16 {
-                // (sc_j, 0) words: the byte lands in the high half of the low word and an
-                // arithmetic shift sign-extends it.
-                let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
-                let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
-                let base = tile.add(288 + 192 * j);
-                let l0 = _mm512_loadu_si512(base.cast());
-                let l1 = _mm512_loadu_si512(base.add(64).cast());
-                let h = _mm512_loadu_si512(base.add(128).cast());
-                // k 16j + 4c + b: low nibble | (bits 2c..2c + 1 of the high byte) << 4.
-                let q0 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(l0, m4),
-                    _mm512_slli_epi16(h, 4),
-                    m30,
-                    OR_AND,
-                );
-                let q1 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
-                    _mm512_slli_epi16(h, 2),
-                    m30,
-                    OR_AND,
-                );
-                let q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, m4), h, m30, OR_AND);
-                let q3 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
-                    _mm512_srli_epi16(h, 2),
-                    m30,
-                    OR_AND,
-                );
-                let q = r.add(16 * j);
-                let pj = r.add(PB + 8 * j);
-                for k in 0..T {
-                    let q = q.add(k * RB);
-                    // Σ (q − 32)·a over 8 k, starting from −32·Σa: fits an i16.
-                    let r0 = dpbusd_chain!(bcast!(pj, k * RB), q, [q0, q1]);
-                    let r1 = dpbusd_chain!(bcast!(pj, k * RB + 4), q.add(8), [q2, q3]);
-                    is[k] = dpwssd!(is[k], r0, sw);
-                    is[k] = dpwssd!(is[k], r1, sw);
-                }
+tile_kernel! {
+    /// One Q6_K group × `T` tokens.
+    ///
+    /// # Safety
+    /// AVX-512 as in `gemm_q6k`; `w` holds `nsb` tiles; `a` holds `T` rows of `nsb` blocks and
+    /// `pre` their terms; `out + k * ld .. + 16` is writable for k < T.
+    fn q6k_tile, Q6K_TILE, |tile, r, acc| {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m30 = _mm512_set1_epi8(0x30);
+        let z = _mm512_setzero_si512();
+    } {
+        // Token k's record at r + k·RB: one base register, constant displacements.
+        const RB: usize = Q6K_REC * 4;
+        const PB: usize = Q6K_PRE * 4;
+        let sc: [__m512i; 4] =
+            std::array::from_fn(|s| _mm512_loadu_si512(tile.add(32 + 64 * s).cast()));
+        let mut is = [z; T];
+        for j in 0..16 {
+            // (sc_j, 0) words: the byte lands in the high half of the low word and an
+            // arithmetic shift sign-extends it.
+            let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
+            let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
+            let base = tile.add(288 + 192 * j);
+            let l0 = _mm512_loadu_si512(base.cast());
+            let l1 = _mm512_loadu_si512(base.add(64).cast());
+            let h = _mm512_loadu_si512(base.add(128).cast());
+            // k 16j + 4c + b: low nibble | (bits 2c..2c + 1 of the high byte) << 4.
+            let q0 = _mm512_ternarylogic_epi32(
+                _mm512_and_si512(l0, m4),
+                _mm512_slli_epi16(h, 4),
+                m30,
+                OR_AND,
+            );
+            let q1 = _mm512_ternarylogic_epi32(
+                _mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
+                _mm512_slli_epi16(h, 2),
+                m30,
+                OR_AND,
+            );
+            let q2 = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, m4), h, m30, OR_AND);
+            let q3 = _mm512_ternarylogic_epi32(
+                _mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                _mm512_srli_epi16(h, 2),
+                m30,
+                OR_AND,
+            );
+            let q = r.add(16 * j);
+            let pj = r.add(PB + 8 * j);
+            for k in 0..T {
+                let q = q.add(k * RB);
+                // Σ (q − 32)·a over 8 k, starting from −32·Σa: fits an i16.
+                let r0 = dpbusd_chain!(bcast!(pj, k * RB), q, [q0, q1]);
+                let r1 = dpbusd_chain!(bcast!(pj, k * RB + 4), q.add(8), [q2, q3]);
+                is[k] = dpwssd!(is[k], r0, sw);
+                is[k] = dpwssd!(is[k], r1, sw);
             }
-            add_scaled(tile, (r, RB, 4 * Q6K_D), &is, &mut acc);
         }
+        add_scaled(tile, (r, RB, 4 * Q6K_D), &is, &mut acc);
     }
-    // SAFETY: per the caller.
-    unsafe { store(&acc, out, ld) }
 }
 
 gemm_entry!(Q3_K, gemm_q3k, Q3K_TILE, Q3K_REC, q3k_pre, q3k_tile);
@@ -730,102 +753,85 @@ fn q3k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     });
 }
 
-/// One Q3_K group × `T` tokens: per 16 k, D = Σ (q − 4)·a (an i16) takes its signed scale
-/// with one `vpdpwssd`.
-///
-/// # Safety
-/// AVX-512 as in `gemm_q3k`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records for
-/// sb < nsb; `out + k * ld .. + 16` is writable for k < T.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q3k_tile<const T: usize>(
-    w: *const u8,
-    nsb: usize,
-    rec: *const u8,
-    stride: usize,
-    out: *mut f32,
-    ld: usize,
-) {
-    let m3 = _mm512_set1_epi8(3);
-    let m4 = _mm512_set1_epi8(0x0F);
-    let bit2 = _mm512_set1_epi8(4);
-    let m30 = _mm512_set1_epi8(0x30);
-    let c32 = _mm512_set1_epi8(32);
-    let z = _mm512_setzero_si512();
-    let mut acc = [_mm512_setzero_ps(); T];
-    for sb in 0..nsb {
-        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
-        // tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
-        unsafe {
-            let tile = w.add(sb * Q3K_TILE);
-            prefetch_tile(tile.wrapping_add(PREFETCH * Q3K_TILE), Q3K_TILE);
-            let r = rec.add(sb * stride);
-            const RB: usize = Q3K_REC * 4;
-            const PB: usize = Q3K_PRE * 4;
-            // Scales 4s..4s + 4 as signed bytes of sc[s] (ggml: low nibble from scales[i] or
-            // the high one of scales[i − 8], bits 4..6 from scales[8 + i % 4], minus 32).
-            let s0 = _mm512_loadu_si512(tile.add(32).cast());
-            let s1 = _mm512_loadu_si512(tile.add(96).cast());
-            let s2 = _mm512_loadu_si512(tile.add(160).cast());
-            let sc = [
-                (_mm512_and_si512(s0, m4), _mm512_slli_epi16(s2, 4)),
-                (_mm512_and_si512(s1, m4), _mm512_slli_epi16(s2, 2)),
-                (_mm512_and_si512(_mm512_srli_epi16(s0, 4), m4), s2),
-                (
-                    _mm512_and_si512(_mm512_srli_epi16(s1, 4), m4),
-                    _mm512_srli_epi16(s2, 2),
-                ),
-            ]
-            .map(|(lo, hi)| _mm512_sub_epi8(_mm512_ternarylogic_epi32(lo, hi, m30, OR_AND), c32));
-            let mut is = [z; T];
-            for j in 0..16 {
-                let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
-                let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
-                let lb = _mm512_loadu_si512(tile.add(q3k_low(j)).cast());
-                let hm = _mm512_loadu_si512(tile.add(q3k_hm(j / 2)).cast());
-                let hb = if j % 2 == 0 {
-                    hm
-                } else {
-                    _mm512_srli_epi16(hm, 4)
-                };
-                // k 16j + 4c + b: low bits 2c..2c + 1 | (hmask bit c) << 2.
-                let q0 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(lb, m3),
-                    _mm512_slli_epi16(hb, 2),
-                    bit2,
-                    OR_AND,
-                );
-                let q1 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(_mm512_srli_epi16(lb, 2), m3),
-                    _mm512_slli_epi16(hb, 1),
-                    bit2,
-                    OR_AND,
-                );
-                let q2 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(_mm512_srli_epi16(lb, 4), m3),
-                    hb,
-                    bit2,
-                    OR_AND,
-                );
-                let q3 = _mm512_ternarylogic_epi32(
-                    _mm512_and_si512(_mm512_srli_epi16(lb, 6), m3),
-                    _mm512_srli_epi16(hb, 1),
-                    bit2,
-                    OR_AND,
-                );
-                let q = r.add(16 * j);
-                let pj = r.add(PB + 4 * j);
-                for k in 0..T {
-                    let q = q.add(k * RB);
-                    let d = dpbusd_chain!(bcast!(pj, k * RB), q, [q0, q1]);
-                    let d = dpbusd_chain!(d, q.add(8), [q2, q3]);
-                    is[k] = dpwssd!(is[k], d, sw);
-                }
+tile_kernel! {
+    /// One Q3_K group × `T` tokens: per 16 k, D = Σ (q − 4)·a (an i16) takes its signed scale
+    /// with one `vpdpwssd`.
+    ///
+    /// # Safety
+    /// AVX-512 as in `gemm_q3k`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records for
+    /// sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+    fn q3k_tile, Q3K_TILE, |tile, r, acc| {
+        let m3 = _mm512_set1_epi8(3);
+        let m4 = _mm512_set1_epi8(0x0F);
+        let bit2 = _mm512_set1_epi8(4);
+        let m30 = _mm512_set1_epi8(0x30);
+        let c32 = _mm512_set1_epi8(32);
+        let z = _mm512_setzero_si512();
+    } {
+        const RB: usize = Q3K_REC * 4;
+        const PB: usize = Q3K_PRE * 4;
+        // Scales 4s..4s + 4 as signed bytes of sc[s] (ggml: low nibble from scales[i] or
+        // the high one of scales[i − 8], bits 4..6 from scales[8 + i % 4], minus 32).
+        let s0 = _mm512_loadu_si512(tile.add(32).cast());
+        let s1 = _mm512_loadu_si512(tile.add(96).cast());
+        let s2 = _mm512_loadu_si512(tile.add(160).cast());
+        let sc = [
+            (_mm512_and_si512(s0, m4), _mm512_slli_epi16(s2, 4)),
+            (_mm512_and_si512(s1, m4), _mm512_slli_epi16(s2, 2)),
+            (_mm512_and_si512(_mm512_srli_epi16(s0, 4), m4), s2),
+            (
+                _mm512_and_si512(_mm512_srli_epi16(s1, 4), m4),
+                _mm512_srli_epi16(s2, 2),
+            ),
+        ]
+        .map(|(lo, hi)| _mm512_sub_epi8(_mm512_ternarylogic_epi32(lo, hi, m30, OR_AND), c32));
+        let mut is = [z; T];
+        for j in 0..16 {
+            let ctl = _mm512_loadu_si512(SC_HI[j % 4].as_ptr().cast());
+            let sw = _mm512_srai_epi16(_mm512_shuffle_epi8(sc[j / 4], ctl), 8);
+            let lb = _mm512_loadu_si512(tile.add(q3k_low(j)).cast());
+            let hm = _mm512_loadu_si512(tile.add(q3k_hm(j / 2)).cast());
+            let hb = if j % 2 == 0 {
+                hm
+            } else {
+                _mm512_srli_epi16(hm, 4)
+            };
+            // k 16j + 4c + b: low bits 2c..2c + 1 | (hmask bit c) << 2.
+            let q0 = _mm512_ternarylogic_epi32(
+                _mm512_and_si512(lb, m3),
+                _mm512_slli_epi16(hb, 2),
+                bit2,
+                OR_AND,
+            );
+            let q1 = _mm512_ternarylogic_epi32(
+                _mm512_and_si512(_mm512_srli_epi16(lb, 2), m3),
+                _mm512_slli_epi16(hb, 1),
+                bit2,
+                OR_AND,
+            );
+            let q2 = _mm512_ternarylogic_epi32(
+                _mm512_and_si512(_mm512_srli_epi16(lb, 4), m3),
+                hb,
+                bit2,
+                OR_AND,
+            );
+            let q3 = _mm512_ternarylogic_epi32(
+                _mm512_and_si512(_mm512_srli_epi16(lb, 6), m3),
+                _mm512_srli_epi16(hb, 1),
+                bit2,
+                OR_AND,
+            );
+            let q = r.add(16 * j);
+            let pj = r.add(PB + 4 * j);
+            for k in 0..T {
+                let q = q.add(k * RB);
+                let d = dpbusd_chain!(bcast!(pj, k * RB), q, [q0, q1]);
+                let d = dpbusd_chain!(d, q.add(8), [q2, q3]);
+                is[k] = dpwssd!(is[k], d, sw);
             }
-            add_scaled(tile, (r, RB, 4 * Q3K_D), &is, &mut acc);
         }
+        add_scaled(tile, (r, RB, 4 * Q3K_D), &is, &mut acc);
     }
-    // SAFETY: per the caller.
-    unsafe { store(&acc, out, ld) }
 }
 
 gemm_entry!(IQ4_XS, gemm_iq4xs, IQ4XS_TILE, IQ4XS_REC, iq4xs_pre, iq4xs_tile);
@@ -852,67 +858,50 @@ fn iq4xs_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     );
 }
 
-/// One IQ4_XS group × `T` tokens: per sub-block, D_j = Σ v·a (v the codebook value) times
-/// its scale ls_j − 32 with `vpmulld`, summed exactly in i32.
-///
-/// # Safety
-/// AVX-512 as in `gemm_iq4xs`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records
-/// for sb < nsb; `out + k * ld .. + 16` is writable for k < T.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn iq4xs_tile<const T: usize>(
-    w: *const u8,
-    nsb: usize,
-    rec: *const u8,
-    stride: usize,
-    out: *mut f32,
-    ld: usize,
-) {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let m3 = _mm512_set1_epi32(3);
-    let m15 = _mm512_set1_epi32(15);
-    let c32 = _mm512_set1_epi32(32);
-    let z = _mm512_setzero_si512();
-    let mut acc = [_mm512_setzero_ps(); T];
-    for sb in 0..nsb {
-        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
-        // tiles are plain bytes read unaligned.
-        unsafe {
-            let tile = w.add(sb * IQ4XS_TILE);
-            prefetch_tile(tile.wrapping_add(PREFETCH * IQ4XS_TILE), IQ4XS_TILE);
-            let r = rec.add(sb * stride);
-            const RB: usize = IQ4XS_REC * 4;
-            const PB: usize = IQ4XS_PRE * 4;
-            let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(tile.add(32).cast()));
-            let sl = _mm512_loadu_si512(tile.add(64).cast());
-            let mut is = [z; T];
-            for j in 0..8 {
-                // ls_j − 32: bits 4j..4j + 4 of scales_l, bits 2j..2j + 2 of scales_h on top.
-                let lo = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j)), m15);
-                let hi = _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j)), m3);
-                let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), c32);
-                let v: [__m512i; 4] = std::array::from_fn(|p| {
-                    _mm512_loadu_si512(tile.add(IQ4XS_QS + 256 * j as usize + 64 * p).cast())
-                });
-                // Codebook + 128 (`avx512::IQ4NL_U`), as IQ4_NL's interleaved kernel looks it up.
-                let lo = v.map(|x| lookup(&IQ4NL_U, _mm512_and_si512(x, m4)));
-                let hi = v.map(|x| lookup(&IQ4NL_U, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4)));
-                let q = r.add(32 * j as usize);
-                let pj = r.add(PB + 4 * j as usize);
-                for k in 0..T {
-                    let q = q.add(k * RB);
-                    let d = dpbusd_chain!(
-                        bcast!(pj, k * RB),
-                        q,
-                        [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]]
-                    );
-                    is[k] = _mm512_add_epi32(is[k], _mm512_mullo_epi32(d, ls));
-                }
+tile_kernel! {
+    /// One IQ4_XS group × `T` tokens: per sub-block, D_j = Σ v·a (v the codebook value) times
+    /// its scale ls_j − 32 with `vpmulld`, summed exactly in i32.
+    ///
+    /// # Safety
+    /// AVX-512 as in `gemm_iq4xs`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records
+    /// for sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+    fn iq4xs_tile, IQ4XS_TILE, |tile, r, acc| {
+        let m4 = _mm512_set1_epi8(0x0F);
+        let m3 = _mm512_set1_epi32(3);
+        let m15 = _mm512_set1_epi32(15);
+        let c32 = _mm512_set1_epi32(32);
+        let z = _mm512_setzero_si512();
+    } {
+        const RB: usize = IQ4XS_REC * 4;
+        const PB: usize = IQ4XS_PRE * 4;
+        let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(tile.add(32).cast()));
+        let sl = _mm512_loadu_si512(tile.add(64).cast());
+        let mut is = [z; T];
+        for j in 0..8 {
+            // ls_j − 32: bits 4j..4j + 4 of scales_l, bits 2j..2j + 2 of scales_h on top.
+            let lo = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j)), m15);
+            let hi = _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j)), m3);
+            let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), c32);
+            let v: [__m512i; 4] = std::array::from_fn(|p| {
+                _mm512_loadu_si512(tile.add(IQ4XS_QS + 256 * j as usize + 64 * p).cast())
+            });
+            // Codebook + 128 (`avx512::IQ4NL_U`), as IQ4_NL's interleaved kernel looks it up.
+            let lo = v.map(|x| lookup(&IQ4NL_U, _mm512_and_si512(x, m4)));
+            let hi = v.map(|x| lookup(&IQ4NL_U, _mm512_and_si512(_mm512_srli_epi16(x, 4), m4)));
+            let q = r.add(32 * j as usize);
+            let pj = r.add(PB + 4 * j as usize);
+            for k in 0..T {
+                let q = q.add(k * RB);
+                let d = dpbusd_chain!(
+                    bcast!(pj, k * RB),
+                    q,
+                    [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2], lo[3], hi[3]]
+                );
+                is[k] = _mm512_add_epi32(is[k], _mm512_mullo_epi32(d, ls));
             }
-            add_scaled(tile, (r, RB, 4 * IQ4XS_D), &is, &mut acc);
         }
+        add_scaled(tile, (r, RB, 4 * IQ4XS_D), &is, &mut acc);
     }
-    // SAFETY: per the caller.
-    unsafe { store(&acc, out, ld) }
 }
 
 gemm_entry!(Q2_K, gemm_q2k, Q2K_TILE, Q2K_REC, q2k_pre, q2k_tile);
@@ -932,68 +921,51 @@ fn q2k_pre(acts: &[BlockQ8K], nt: usize, nsb: usize, rec: &mut [i32]) {
     });
 }
 
-/// One Q2_K group × `T` tokens: per 16 k, Σ q·a (q in 0..4, |·| ≤ 16·3·127, an i16) takes its
-/// 4-bit scale with one `vpdpwssd`; the mins M = Σ_j m_j·bsum_j come from word pairs of mins
-/// against the block-sum words; then `acc += (d·I − dmin·M)·d_a` as Q4_K.
-///
-/// # Safety
-/// AVX-512 as in `gemm_q2k`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records for
-/// sb < nsb; `out + k * ld .. + 16` is writable for k < T.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q2k_tile<const T: usize>(
-    w: *const u8,
-    nsb: usize,
-    rec: *const u8,
-    stride: usize,
-    out: *mut f32,
-    ld: usize,
-) {
-    let m3 = _mm512_set1_epi8(3);
-    let m15 = _mm512_set1_epi32(0x0F);
-    let z = _mm512_setzero_si512();
-    let mut acc = [_mm512_setzero_ps(); T];
-    for sb in 0..nsb {
-        // SAFETY (whole block): sb < nsb, so the tile and the T records at r are in bounds;
-        // tiles are plain bytes read unaligned; shuffle tables are 64 bytes.
-        unsafe {
-            let tile = w.add(sb * Q2K_TILE);
-            prefetch_tile(tile.wrapping_add(PREFETCH * Q2K_TILE), Q2K_TILE);
-            let r = rec.add(sb * stride);
-            const RB: usize = Q2K_REC * 4;
-            const PB: usize = Q2K_PRE * 4;
-            // Scale bytes 4s..4s + 4 of each row: low nibble the scale, high the min.
-            let sc: [__m512i; 4] =
-                std::array::from_fn(|s| _mm512_loadu_si512(tile.add(64 + 64 * s).cast()));
-            let mut is = [z; T];
-            for j in 0..16 {
-                let ctl = _mm512_loadu_si512(SC_W[j % 4].as_ptr().cast());
-                let sw = _mm512_and_si512(_mm512_shuffle_epi8(sc[j / 4], ctl), m15);
-                let lb = _mm512_loadu_si512(tile.add(Q2K_QS + 64 * j).cast());
-                let q0 = _mm512_and_si512(lb, m3);
-                let q1 = _mm512_and_si512(_mm512_srli_epi16(lb, 2), m3);
-                let q2 = _mm512_and_si512(_mm512_srli_epi16(lb, 4), m3);
-                let q3 = _mm512_and_si512(_mm512_srli_epi16(lb, 6), m3);
-                let q = r.add(16 * j);
-                for k in 0..T {
-                    let q = q.add(k * RB);
-                    let d = dpbusd_chain!(bcast!(r, k * RB + PB + 32), q, [q0, q1]);
-                    let d = dpbusd_chain!(d, q.add(8), [q2, q3]);
-                    is[k] = dpwssd!(is[k], d, sw);
-                }
+tile_kernel! {
+    /// One Q2_K group × `T` tokens: per 16 k, Σ q·a (q in 0..4, |·| ≤ 16·3·127, an i16) takes its
+    /// 4-bit scale with one `vpdpwssd`; the mins M = Σ_j m_j·bsum_j come from word pairs of mins
+    /// against the block-sum words; then `acc += (d·I − dmin·M)·d_a` as Q4_K.
+    ///
+    /// # Safety
+    /// AVX-512 as in `gemm_q2k`; `w` holds `nsb` tiles; `rec` + sb·stride holds `T` records for
+    /// sb < nsb; `out + k * ld .. + 16` is writable for k < T.
+    fn q2k_tile, Q2K_TILE, |tile, r, acc| {
+        let m3 = _mm512_set1_epi8(3);
+        let m15 = _mm512_set1_epi32(0x0F);
+        let z = _mm512_setzero_si512();
+    } {
+        const RB: usize = Q2K_REC * 4;
+        const PB: usize = Q2K_PRE * 4;
+        // Scale bytes 4s..4s + 4 of each row: low nibble the scale, high the min.
+        let sc: [__m512i; 4] =
+            std::array::from_fn(|s| _mm512_loadu_si512(tile.add(64 + 64 * s).cast()));
+        let mut is = [z; T];
+        for j in 0..16 {
+            let ctl = _mm512_loadu_si512(SC_W[j % 4].as_ptr().cast());
+            let sw = _mm512_and_si512(_mm512_shuffle_epi8(sc[j / 4], ctl), m15);
+            let lb = _mm512_loadu_si512(tile.add(Q2K_QS + 64 * j).cast());
+            let q0 = _mm512_and_si512(lb, m3);
+            let q1 = _mm512_and_si512(_mm512_srli_epi16(lb, 2), m3);
+            let q2 = _mm512_and_si512(_mm512_srli_epi16(lb, 4), m3);
+            let q3 = _mm512_and_si512(_mm512_srli_epi16(lb, 6), m3);
+            let q = r.add(16 * j);
+            for k in 0..T {
+                let q = q.add(k * RB);
+                let d = dpbusd_chain!(bcast!(r, k * RB + PB + 32), q, [q0, q1]);
+                let d = dpbusd_chain!(d, q.add(8), [q2, q3]);
+                is[k] = dpwssd!(is[k], d, sw);
             }
-            let mut im = [z; T];
-            for i in 0..8 {
-                let ctl = _mm512_loadu_si512(PAIR_W[i % 2].as_ptr().cast());
-                let mw = _mm512_srli_epi16(_mm512_shuffle_epi8(sc[i / 2], ctl), 4);
-                for k in 0..T {
-                    im[k] = dpwssd!(im[k], mw, bcast!(r, k * RB + PB + 4 * i));
-                }
-            }
-            add_with_mins(tile, (r, RB, 4 * Q2K_D), (&is, &im), &mut acc);
         }
+        let mut im = [z; T];
+        for i in 0..8 {
+            let ctl = _mm512_loadu_si512(PAIR_W[i % 2].as_ptr().cast());
+            let mw = _mm512_srli_epi16(_mm512_shuffle_epi8(sc[i / 2], ctl), 4);
+            for k in 0..T {
+                im[k] = dpwssd!(im[k], mw, bcast!(r, k * RB + PB + 4 * i));
+            }
+        }
+        add_with_mins(tile, (r, RB, 4 * Q2K_D), (&is, &im), &mut acc);
     }
-    // SAFETY: per the caller.
-    unsafe { store(&acc, out, ld) }
 }
 
 #[cfg(test)]
