@@ -15,8 +15,8 @@ use ferrox_models::generate::StopReason;
 use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
-    Backend, BackendError, CacheUsage, CompiledGrammar, Event, FinishReason, GenParams, GenSummary,
-    GrammarSpec, RenderedChat, SlotAction, SlotDone, SlotError, Stepper, TokenLogprob,
+    Backend, BackendError, CacheUsage, CompiledGrammar, DraftCount, Event, FinishReason, GenParams,
+    GenSummary, GrammarSpec, RenderedChat, SlotAction, SlotDone, SlotError, Stepper, TokenLogprob,
 };
 use ferrox_tokenizer::chat_output::ToolFormat;
 use ferrox_tokenizer::fim::FimInput;
@@ -408,6 +408,16 @@ impl Stepper for ModelStepper<'_> {
     }
     fn spec_counts(&self) -> (u64, u64) {
         (self.engine.stats.drafted, self.engine.stats.accepted)
+    }
+    fn drafter_counts(&self) -> Vec<DraftCount> {
+        let counts = self.engine.drafters.iter();
+        counts
+            .map(|d| DraftCount {
+                drafter: d.drafter,
+                drafted: d.drafted,
+                accepted: d.accepted,
+            })
+            .collect()
     }
     fn grammar_counts(&self) -> (u64, u64) {
         (self.engine.stats.masks, self.engine.stats.mask_nanos)

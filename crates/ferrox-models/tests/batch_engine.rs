@@ -291,6 +291,12 @@ fn finished_generations_are_recalled_by_a_repeated_request() {
             s.steps - m.steps
         );
         accepted.push((s.accepted - m.accepted, s.steps - m.steps));
+        // Per drafter: all of it the slot's recall drafter's (the model has no MTP block).
+        let by: (u64, u64) = eng.drafters.iter().fold((0, 0), |(d, a), c| {
+            assert_eq!(c.drafter, "recall", "{:?}", eng.drafters);
+            (d + c.drafted, a + c.accepted)
+        });
+        assert_eq!(by, (s.drafted, s.accepted), "{:?}", eng.drafters);
     }
     let ((acc_on, steps_on), (acc_off, _)) = (accepted[0], accepted[1]);
     let first = run_alone(&mut BatchEngine::new(&dec, &tok, 1, 512), 9, &prompt, &p);

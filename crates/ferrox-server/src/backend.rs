@@ -136,6 +136,10 @@ pub trait Stepper: Send {
     fn spec_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// [`spec_counts`](Stepper::spec_counts) per drafter.
+    fn drafter_counts(&self) -> Vec<DraftCount> {
+        Vec::new()
+    }
     /// Grammar masks computed so far and the nanoseconds they took (structured output).
     fn grammar_counts(&self) -> (u64, u64) {
         (0, 0)
@@ -151,6 +155,15 @@ pub trait Stepper: Send {
             "this backend cannot save or restore slots".into(),
         ))
     }
+}
+
+/// One drafter's draft tokens so far (speculative decoding), for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DraftCount {
+    /// The drafter's name (`mtp`, `recall`, `longest`, ...).
+    pub drafter: &'static str,
+    pub drafted: u64,
+    pub accepted: u64,
 }
 
 /// KV-cache occupancy, for the load signals.
@@ -291,6 +304,8 @@ pub struct Metrics {
     pub decode_nanos: AtomicU64,
     pub draft_tokens: AtomicU64,
     pub accepted_tokens: AtomicU64,
+    /// The same per drafter (after the last step).
+    pub drafters: std::sync::Mutex<Vec<DraftCount>>,
     pub grammar_masks: AtomicU64,
     pub grammar_mask_nanos: AtomicU64,
     /// Prompt tokens admitted, and those of them served from a cache (prefix reuse).
@@ -455,6 +470,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Work>, m
         let (drafted, accepted) = engine.spec_counts();
         m.draft_tokens.store(drafted, Ordering::Relaxed);
         m.accepted_tokens.store(accepted, Ordering::Relaxed);
+        *m.drafters.lock().unwrap_or_else(|e| e.into_inner()) = engine.drafter_counts();
         let (masks, mask_nanos) = engine.grammar_counts();
         m.grammar_masks.store(masks, Ordering::Relaxed);
         m.grammar_mask_nanos.store(mask_nanos, Ordering::Relaxed);

@@ -30,6 +30,31 @@ async fn health_models_metrics() {
             r.body
         );
     }
+    // After a generation, draft tokens per drafter (the fake counts two drafted and one
+    // accepted a step).
+    let body = json!({"model": "fake-model", "prompt": "hi", "max_tokens": 3});
+    assert_eq!(post(&a, "/v1/completions", body).await.status, 200);
+    let r = get(&a, "/metrics").await;
+    let sample = |name: &str| -> u64 {
+        let at = format!("\nferrox_{name}{{drafter=\"fake\"}} ");
+        let i = r
+            .body
+            .find(&at)
+            .unwrap_or_else(|| panic!("{name}: {}", r.body));
+        let v = r.body[i + at.len()..].lines().next().unwrap();
+        v.parse().unwrap()
+    };
+    let (drafted, accepted) = (
+        sample("draft_tokens_total"),
+        sample("draft_accepted_tokens_total"),
+    );
+    assert!(accepted > 0 && drafted == 2 * accepted, "{}", r.body);
+    assert_eq!(
+        r.body
+            .matches("# TYPE ferrox_draft_tokens_total counter")
+            .count(),
+        1
+    );
     assert_eq!(get(&a, "/nope").await.status, 404);
 }
 

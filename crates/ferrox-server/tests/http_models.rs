@@ -132,6 +132,15 @@ async fn the_requests_model_picks_and_loads_on_first_use() {
         "{metrics}"
     );
     assert_eq!(metrics.matches("# TYPE ferrox_requests_total").count(), 1);
+    // A sample with labels of its own keeps them beside the model's.
+    assert!(
+        metrics.contains("ferrox_draft_tokens_total{model=\"beta\",drafter=\"fake\"} "),
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics.matches("# TYPE ferrox_draft_tokens_total").count(),
+        1
+    );
 }
 
 #[tokio::test]

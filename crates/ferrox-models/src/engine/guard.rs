@@ -38,16 +38,6 @@ pub(super) fn per_slot<S: Sink, R>(
     }
 }
 
-/// What a failed commit counted.
-pub(super) fn nothing_committed() -> Committed {
-    Committed {
-        drafted: 0,
-        accepted: 0,
-        masks: 0,
-        mask_time: Duration::ZERO,
-    }
-}
-
 impl BatchEngine<'_> {
     /// Fails the slots whose input the decoder would refuse; whether any slot still feeds.
     pub(super) fn refuse_bad_input(&mut self, sink: &mut impl Sink) -> bool {

@@ -40,7 +40,7 @@ use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
 use sink::{Events, Sink};
-use slot::{Fork, Job, Slot};
+use slot::{Committed, Fork, Job, Slot};
 use std::time::Instant;
 use stop::StopRules;
 
@@ -101,6 +101,15 @@ pub struct BatchStats {
     pub mask_nanos: u64,
 }
 
+/// One drafter's draft tokens since the engine started
+/// ([`crate::speculative::Drafter::source`] names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrafterCount {
+    pub drafter: &'static str,
+    pub drafted: u64,
+    pub accepted: u64,
+}
+
 /// Longest draft a server slot may verify in one step.
 const MAX_DRAFT: usize = 12;
 
@@ -131,6 +140,8 @@ pub struct BatchEngine<'m> {
     /// amortizes the weight reads then).
     pub max_rows: usize,
     pub stats: BatchStats,
+    /// Draft tokens proposed and accepted, per drafter.
+    pub drafters: Vec<DrafterCount>,
     /// Test hook (`inject_fault`): sequences on which the forward panics.
     fault: Option<guard::Fault>,
     /// Finished requests' keys and values, for any later request that shares their prefix.
@@ -194,6 +205,7 @@ impl<'m> BatchEngine<'m> {
             max_draft: usize::MAX,
             max_rows: usize::MAX,
             stats: BatchStats::default(),
+            drafters: Vec::new(),
             fault: None,
             prefix: PrefixCache::new(0),
         }
@@ -496,7 +508,7 @@ impl<'m> BatchEngine<'m> {
             let (pos, rows) = (slot.history.len(), slot.input_rows());
             let hidden = self.hidden.get(row * d..(row + rows) * d).unwrap_or(&[]);
             row += rows;
-            let c = guard::per_slot(slot, sink, guard::nothing_committed(), |s, sink| {
+            let c = guard::per_slot(slot, sink, Committed::none(), |s, sink| {
                 let c = s.commit(logits, vocab, secs, alone, sink);
                 if !hidden.is_empty() {
                     s.observe(dec, pos, hidden);
@@ -505,10 +517,30 @@ impl<'m> BatchEngine<'m> {
             });
             self.stats.drafted += c.drafted as u64;
             self.stats.accepted += c.accepted as u64;
+            if c.drafted > 0 {
+                self.count_draft(&c);
+            }
             self.stats.masks += c.masks;
             self.stats.mask_nanos += c.mask_time.as_nanos() as u64;
         }
         self.stash_finished();
+    }
+
+    /// Books one slot's verified draft under the drafter that made it.
+    fn count_draft(&mut self, c: &Committed) {
+        let i = match self.drafters.iter().position(|d| d.drafter == c.drafter) {
+            Some(i) => i,
+            None => {
+                self.drafters.push(DrafterCount {
+                    drafter: c.drafter,
+                    drafted: 0,
+                    accepted: 0,
+                });
+                self.drafters.len() - 1
+            }
+        };
+        self.drafters[i].drafted += c.drafted as u64;
+        self.drafters[i].accepted += c.accepted as u64;
     }
 
     /// With the prefix cache on disk, a finished request's positions go to the tree (and so

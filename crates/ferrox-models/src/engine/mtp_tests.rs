@@ -5,7 +5,7 @@
 
 use super::sink::{JobEnd, Sink};
 use super::slot::Slot;
-use super::{BatchEngine, BatchParams};
+use super::{BatchEngine, BatchParams, DrafterCount};
 use crate::decoder::Decoder;
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{AdaptiveDraft, Drafter, MtpDrafter, Speculation};
@@ -107,6 +107,15 @@ fn run(dec: &Decoder, prompts: &[Vec<usize>], slots: usize) -> (HashMap<u64, Vec
     }
     while sink.done < prompts.len() {
         eng.step_with(&mut sink);
+    }
+    // Every draft was the block's (its fallback drafts nothing), booked under its name.
+    if eng.stats.drafted > 0 {
+        let mtp = DrafterCount {
+            drafter: "mtp",
+            drafted: eng.stats.drafted,
+            accepted: eng.stats.accepted,
+        };
+        assert_eq!(eng.drafters, [mtp]);
     }
     (sink.got, eng.stats.accepted)
 }

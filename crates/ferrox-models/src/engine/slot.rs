@@ -59,11 +59,26 @@ pub(super) struct Slot<'t> {
 
 /// What one slot's rows of a step decided, for the engine's counters.
 pub(super) struct Committed {
+    /// The drafter whose draft was verified (`Drafter::source`; empty with no draft).
+    pub drafter: &'static str,
     pub drafted: usize,
     pub accepted: usize,
     /// Grammar masks this step computed and their time.
     pub masks: u64,
     pub mask_time: Duration,
+}
+
+impl Committed {
+    /// Nothing: no draft, no masks (also what a failed commit counted).
+    pub fn none() -> Committed {
+        Committed {
+            drafter: "",
+            drafted: 0,
+            accepted: 0,
+            masks: 0,
+            mask_time: Duration::ZERO,
+        }
+    }
 }
 
 impl<'t> Slot<'t> {
@@ -241,12 +256,7 @@ impl<'t> Slot<'t> {
         alone: bool,
         sink: &mut impl Sink,
     ) -> Committed {
-        let mut done = Committed {
-            drafted: 0,
-            accepted: 0,
-            masks: 0,
-            mask_time: Duration::ZERO,
-        };
+        let mut done = Committed::none();
         let Some(job) = self.job.as_mut() else {
             return done;
         };
@@ -298,6 +308,9 @@ impl<'t> Slot<'t> {
         }
         done.drafted = n_draft;
         done.accepted = verdict.accepted;
+        if n_draft > 0 {
+            done.drafter = self.spec.as_ref().map_or("", |s| s.source());
+        }
         if let Some(stop) = stop {
             self.finish(stop, sink);
         } else if verdict.next.is_none() {

@@ -32,6 +32,8 @@ pub struct MtpDrafter {
     /// The block's first draft token and the history length (through the sampled token) it
     /// follows.
     first: Option<(TokenId, usize)>,
+    /// Who made the last draft: the block, or the fallback whose draft stood.
+    source: &'static str,
 }
 
 impl MtpDrafter {
@@ -45,6 +47,7 @@ impl MtpDrafter {
             tokens: Vec::new(),
             row: Vec::new(),
             first: None,
+            source: "mtp",
         }
     }
 
@@ -122,6 +125,7 @@ impl Drafter for MtpDrafter {
     ) {
         let start = out.len();
         self.fallback.propose_into(history, max, out);
+        self.source = self.fallback.source();
         let Some((first, _)) = self.first.take().filter(|&(_, at)| at == history.len()) else {
             return;
         };
@@ -129,7 +133,12 @@ impl Drafter for MtpDrafter {
             return;
         }
         out.truncate(start);
+        self.source = "mtp";
         self.chain(dec, first, max, out);
+    }
+
+    fn source(&self) -> &'static str {
+        self.source
     }
 
     fn finished(&mut self, history: &[TokenId], prompt_len: usize) {

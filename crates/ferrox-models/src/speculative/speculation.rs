@@ -35,6 +35,11 @@ pub trait Drafter: Send {
     fn finished(&mut self, _history: &[TokenId], _prompt_len: usize) {}
     /// Short name for statistics and benchmarks.
     fn name(&self) -> &'static str;
+    /// Which drafter made the last proposal: a drafter combining others names the one whose
+    /// draft it returned (per-drafter acceptance in the server's metrics), others themselves.
+    fn source(&self) -> &'static str {
+        self.name()
+    }
     /// Whether this drafter reads the model's final hidden states through
     /// [`observe`](Drafter::observe) (the engine computes them only then).
     fn wants_hidden(&self) -> bool {
@@ -109,6 +114,8 @@ pub struct Speculation {
     /// Time spent drafting for the coming verify (a drafter running model weights costs
     /// time the cost model must see).
     draft_secs: f64,
+    /// The drafter that made the last non-empty draft ([`Drafter::source`]).
+    source: &'static str,
 }
 
 impl Speculation {
@@ -118,6 +125,7 @@ impl Speculation {
             adaptive: AdaptiveDraft::new(max_draft),
             stats: SpecStats::default(),
             draft_secs: 0.0,
+            source: "",
         }
     }
 
@@ -142,6 +150,14 @@ impl Speculation {
         }
         // A draft past the room would be verified beyond the budget or the context.
         out.truncate(start + want);
+        if out.len() > start {
+            self.source = self.drafter.source();
+        }
+    }
+
+    /// The drafter that made the last non-empty draft (empty before any).
+    pub fn source(&self) -> &'static str {
+        self.source
     }
 
     /// Hands the drafter what a forward computed ([`Drafter::observe`]); its time counts

@@ -1,6 +1,7 @@
 //! `/metrics` in the Prometheus text format.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -8,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::check_auth;
 use super::{ApiError, Shared};
+use crate::backend::DraftCount;
 
 /// Name, type and help of each metric, in the order of the values in [`metrics`].
 const METRICS: [(&str, &str, &str); 18] = [
@@ -170,6 +172,34 @@ pub(super) fn render(s: &Shared) -> String {
             "# HELP ferrox_{name} {help}\n# TYPE ferrox_{name} {kind}\nferrox_{name} {v}\n"
         ));
     }
+    drafter_metrics(&m.drafters, &mut out);
     gateway_metrics(s, &mut out);
     out
+}
+
+/// Draft tokens proposed and accepted per drafter (label `drafter`): which of the drafters
+/// (MTP block, recall, lookup) pays on this server's traffic.
+fn drafter_metrics(drafters: &Mutex<Vec<DraftCount>>, out: &mut String) {
+    let drafters = drafters.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let rows: [(&str, &str, fn(&DraftCount) -> u64); 2] = [
+        (
+            "draft_tokens_total",
+            "Draft tokens proposed, per drafter.",
+            |d| d.drafted,
+        ),
+        (
+            "draft_accepted_tokens_total",
+            "Draft tokens accepted, per drafter.",
+            |d| d.accepted,
+        ),
+    ];
+    for (name, help, count) in rows {
+        out.push_str(&format!(
+            "# HELP ferrox_{name} {help}\n# TYPE ferrox_{name} counter\n"
+        ));
+        for d in &drafters {
+            let v = count(d);
+            out.push_str(&format!("ferrox_{name}{{drafter=\"{}\"}} {v}\n", d.drafter));
+        }
+    }
 }

@@ -306,8 +306,12 @@ async fn metrics(State(f): State<F>, headers: HeaderMap) -> Result<Response, Api
         for line in super::metrics::render(&app).lines() {
             let (metric, sample) = match line.strip_prefix("# ") {
                 Some(h) => (h.split(' ').nth(1).unwrap_or(""), None),
+                // A sample with labels of its own gets the model's beside them.
                 None => match line.rsplit_once(' ') {
-                    Some((m, v)) => (m, Some(format!("{m}{{{label}}} {v}\n"))),
+                    Some((m, v)) => match m.split_once('{') {
+                        Some((name, rest)) => (name, Some(format!("{name}{{{label},{rest} {v}\n"))),
+                        None => (m, Some(format!("{m}{{{label}}} {v}\n"))),
+                    },
                     None => continue,
                 },
             };

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ferrox_server::api::ChatPrompt;
 use ferrox_server::backend::RenderedChat;
 use ferrox_server::backend::{
-    Backend, BackendError, CompiledGrammar, Event, FinishReason, GenParams, GenSummary,
+    Backend, BackendError, CompiledGrammar, DraftCount, Event, FinishReason, GenParams, GenSummary,
     GrammarSpec, Stepper, TokenLogprob,
 };
 use ferrox_server::Options;
@@ -56,6 +56,8 @@ struct FakeGen {
 struct FakeStepper {
     slots: usize,
     running: Vec<FakeGen>,
+    /// Steps taken: the fake's draft counters (two drafted, one accepted a step).
+    steps: u64,
 }
 
 impl Stepper for FakeStepper {
@@ -100,7 +102,16 @@ impl Stepper for FakeStepper {
         });
         Ok(())
     }
+    fn drafter_counts(&self) -> Vec<DraftCount> {
+        let (drafted, accepted) = (2 * self.steps, self.steps);
+        vec![DraftCount {
+            drafter: "fake",
+            drafted,
+            accepted,
+        }]
+    }
     fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
+        self.steps += 1;
         if self.running.iter().any(|g| g.slow) {
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -271,6 +282,7 @@ impl Backend for FakeAs {
         Box::new(FakeStepper {
             slots,
             running: Vec::new(),
+            steps: 0,
         })
     }
     fn compile_grammar(&self, grammar: &GrammarSpec) -> Result<CompiledGrammar, String> {
