@@ -12,12 +12,12 @@
 //! A failed generation ends with `StopReason::Failed` and its error, and its slot's cache is
 //! emptied.
 
-use super::slot::{Committed, Slot};
+use super::slot::Slot;
 use super::{BatchEngine, Sink};
 use crate::decoder::SeqBatch;
 use crate::TokenId;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What a generation reports when a step panicked on it.
 const FAILED: &str = "the engine failed while generating this request";

@@ -24,6 +24,7 @@ pub mod prefix_disk;
 pub(crate) mod sink;
 mod slot;
 pub mod slot_file;
+mod stats;
 mod stop;
 
 pub use guard::Fault;
@@ -41,6 +42,8 @@ use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
 use sink::{Events, Sink};
 use slot::{Committed, Fork, Job, Slot};
+use stats::book_draft;
+pub use stats::{BatchStats, DrafterCount};
 use std::time::Instant;
 use stop::StopRules;
 
@@ -85,29 +88,6 @@ pub enum AdmitError {
     TooLong { len: usize, ctx: usize },
     #[error("token id {id} is outside the vocabulary ({vocab} tokens)")]
     BadToken { id: TokenId, vocab: usize },
-}
-
-/// Counters since the engine started.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BatchStats {
-    /// Forward calls.
-    pub steps: u64,
-    /// Rows evaluated (all slots, all steps).
-    pub rows: u64,
-    pub drafted: u64,
-    pub accepted: u64,
-    /// Grammar masks computed (structured output) and the nanoseconds they took.
-    pub masks: u64,
-    pub mask_nanos: u64,
-}
-
-/// One drafter's draft tokens since the engine started
-/// ([`crate::speculative::Drafter::source`] names it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DrafterCount {
-    pub drafter: &'static str,
-    pub drafted: u64,
-    pub accepted: u64,
 }
 
 /// Longest draft a server slot may verify in one step.
@@ -518,29 +498,12 @@ impl<'m> BatchEngine<'m> {
             self.stats.drafted += c.drafted as u64;
             self.stats.accepted += c.accepted as u64;
             if c.drafted > 0 {
-                self.count_draft(&c);
+                book_draft(&mut self.drafters, &c);
             }
             self.stats.masks += c.masks;
             self.stats.mask_nanos += c.mask_time.as_nanos() as u64;
         }
         self.stash_finished();
-    }
-
-    /// Books one slot's verified draft under the drafter that made it.
-    fn count_draft(&mut self, c: &Committed) {
-        let i = match self.drafters.iter().position(|d| d.drafter == c.drafter) {
-            Some(i) => i,
-            None => {
-                self.drafters.push(DrafterCount {
-                    drafter: c.drafter,
-                    drafted: 0,
-                    accepted: 0,
-                });
-                self.drafters.len() - 1
-            }
-        };
-        self.drafters[i].drafted += c.drafted as u64;
-        self.drafters[i].accepted += c.accepted as u64;
     }
 
     /// With the prefix cache on disk, a finished request's positions go to the tree (and so

@@ -181,24 +181,24 @@ pub(super) fn render(s: &Shared) -> String {
 /// (MTP block, recall, lookup) pays on this server's traffic.
 fn drafter_metrics(drafters: &Mutex<Vec<DraftCount>>, out: &mut String) {
     let drafters = drafters.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let rows: [(&str, &str, fn(&DraftCount) -> u64); 2] = [
+    let rows = [
         (
             "draft_tokens_total",
             "Draft tokens proposed, per drafter.",
-            |d| d.drafted,
+            false,
         ),
         (
             "draft_accepted_tokens_total",
             "Draft tokens accepted, per drafter.",
-            |d| d.accepted,
+            true,
         ),
     ];
-    for (name, help, count) in rows {
+    for (name, help, accepted) in rows {
         out.push_str(&format!(
             "# HELP ferrox_{name} {help}\n# TYPE ferrox_{name} counter\n"
         ));
         for d in &drafters {
-            let v = count(d);
+            let v = if accepted { d.accepted } else { d.drafted };
             out.push_str(&format!("ferrox_{name}{{drafter=\"{}\"}} {v}\n", d.drafter));
         }
     }
