@@ -12,7 +12,7 @@ pub use crate::engine::{GenerateParams, StopReason};
 
 use crate::decoder::Decoder;
 use crate::engine::sink::{JobEnd, Sink};
-use crate::engine::{AdmitError, BatchEngine};
+use crate::engine::{AdmitError, BatchEngine, DrafterCount};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{SpecStats, Speculation};
 use crate::structured::ConstraintStats;
@@ -84,6 +84,12 @@ impl<'m> Session<'m> {
 
     pub fn speculation(&self) -> Option<&Speculation> {
         self.engine.speculation(SLOT)
+    }
+
+    /// Draft tokens proposed and accepted so far, per drafter (whatever speculation state
+    /// drafted them).
+    pub fn drafter_counts(&self) -> &[DrafterCount] {
+        &self.engine.drafters
     }
 
     /// Tokens currently held in the cache.

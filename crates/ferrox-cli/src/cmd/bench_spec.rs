@@ -9,6 +9,7 @@
 use super::engine;
 use super::run::{DrafterKind, DEFAULT_DRAFT_MAX};
 use anyhow::Context;
+use ferrox_models::engine::DrafterCount;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{RecallIndex, SharedRecall, Speculation};
@@ -255,17 +256,26 @@ fn measure(
         "prompt", "mode", "tok", "tok/s", "speedup", "acc/ver", "tok/call"
     );
     let rate = |o: &GenerateOutput| o.gen_tokens as f64 / o.gen_time.as_secs_f64().max(1e-9);
+    let mut sources = vec![Sources::default(); modes.len()];
     for (round, p) in rounds {
         let set = if round > 0 { "repeats" } else { p.set };
         let si = SETS.iter().position(|s| *s == set).unwrap_or(0);
         let mut runs: Vec<Vec<GenerateOutput>> = (0..modes.len()).map(|_| Vec::new()).collect();
         for _ in 0..args.repetitions.max(1) {
             for (mi, spec) in specs.iter_mut().enumerate() {
-                // No reset: the prompt stays cached, so only the first run pays for the prefill.
+                // No reset: the prompt stays cached, so only the first run pays for the prefill
+                // (untimed either way). Except for a drafter with per-position state (an MTP
+                // block or draft head): it follows only a history it saw prefilled, and the
+                // cache was filled under another mode.
+                if spec.as_ref().is_some_and(|s| s.drafter.wants_hidden()) {
+                    session.reset();
+                }
                 session.set_speculation(spec.take());
+                let before = session.drafter_counts().to_vec();
                 let mut sampler = Sampler::new(SamplerConfig::greedy());
                 runs[mi].push(session.generate(&p.ids, &params, &mut sampler, |_| true));
                 *spec = session.take_speculation();
+                sources[mi].add_since(&before, session.drafter_counts());
             }
         }
         let mut plain: Option<GenerateOutput> = None;
@@ -305,7 +315,59 @@ fn measure(
             }
         }
     }
+    for (m, src) in modes.iter().zip(&sources).filter(|(m, _)| m.is_some()) {
+        eprintln!("drafts of {} by drafter: {src}", mode_label(m));
+    }
     (totals, speedups)
+}
+
+/// One mode's draft tokens per drafter over the run (a combining drafter's parts apart:
+/// how much of `auto` the MTP block or draft head drafted, and how much of it was kept).
+#[derive(Default, Clone)]
+struct Sources(Vec<DrafterCount>);
+
+impl Sources {
+    /// Adds what `now` counts beyond `before` (the session's counters around one run).
+    fn add_since(&mut self, before: &[DrafterCount], now: &[DrafterCount]) {
+        for c in now {
+            let b = before.iter().find(|b| b.drafter == c.drafter);
+            let (d0, a0) = b.map_or((0, 0), |b| (b.drafted, b.accepted));
+            if c.drafted == d0 {
+                continue;
+            }
+            let i = match self.0.iter().position(|s| s.drafter == c.drafter) {
+                Some(i) => i,
+                None => {
+                    self.0.push(DrafterCount {
+                        drafter: c.drafter,
+                        drafted: 0,
+                        accepted: 0,
+                    });
+                    self.0.len() - 1
+                }
+            };
+            self.0[i].drafted += c.drafted - d0;
+            self.0[i].accepted += c.accepted - a0;
+        }
+    }
+}
+
+impl std::fmt::Display for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "none");
+        }
+        for (i, c) in self.0.iter().enumerate() {
+            let pct = 100.0 * c.accepted as f64 / c.drafted.max(1) as f64;
+            let sep = if i > 0 { ", " } else { "" };
+            write!(
+                f,
+                "{sep}{} {} drafted, {} accepted ({pct:.0}%)",
+                c.drafter, c.drafted, c.accepted
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// The markdown summary on stdout: one row per set and mode.
