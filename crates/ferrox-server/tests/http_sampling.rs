@@ -184,3 +184,22 @@ async fn engine_failure_is_an_error_not_a_stop() {
     .await;
     assert_eq!(ok.status, 200, "{}", ok.body);
 }
+
+/// `repeat_last_n`: -1 and any window past the context are the whole context; a window
+/// inside it stays as asked.
+#[tokio::test]
+async fn repetition_windows_stop_at_the_context() {
+    let a = server(1, 4, None).await;
+    for (asked, got) in [(-1i64, 64), (100_000_000_000, 64), (16, 16)] {
+        let body = chat_body("window", json!({"repeat_last_n": asked}));
+        let v = post(&a, "/v1/chat/completions", body).await.json();
+        let text = v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            text.starts_with(&format!("last_n={got} ")),
+            "{asked}: {text}"
+        );
+    }
+}

@@ -169,7 +169,8 @@ fn repetition(c: &CommonParams, ctx: usize, d: &SamplerConfig) -> Result<(f32, u
     let last_n = match c.repeat_last_n {
         None => d.penalty_last_n,
         Some(-1) => ctx,
-        Some(n) if n >= 0 => n as usize,
+        // A window past the context covers the whole context (the history is no longer).
+        Some(n) if n >= 0 => usize::try_from(n).map_or(ctx, |n| n.min(ctx)),
         Some(n) => {
             return Err(
                 ApiError::bad(format!("repeat_last_n must be >= -1, got {n}"))

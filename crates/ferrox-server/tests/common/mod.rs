@@ -27,7 +27,7 @@ use chunked::dechunk;
 /// A backend whose tokens are bytes and whose engine writes `w0 w1 ...`, one word a step
 /// (50 ms a step while a prompt containing "slow" runs). A prompt containing "panic" makes the
 /// step panic after two words; "fault" fails that generation alone after two words, as the
-/// real engine does when a step panics on one request; "refuse" is refused at admission, "seed" writes `seed=N `
+/// real engine does when a step panics on one request; "refuse" is refused at admission, "seed" writes `seed=N ` ("window" `last_n=N`, the repetition window)
 /// first; with log-probabilities asked for, word `i` has log-probability `-i/10`. Grammars: a
 /// GBNF text containing `bad` is refused at compile time, one containing `fail` fails during
 /// generation; any other compiled grammar makes the engine write `{"grammar": "<kind>"}`
@@ -95,6 +95,8 @@ impl Stepper for FakeStepper {
             },
             text: if text.contains("seed") {
                 format!("seed={} ", params.sampler.seed)
+            } else if text.contains("window") {
+                format!("last_n={} ", params.sampler.penalty_last_n)
             } else {
                 String::new()
             },
