@@ -34,6 +34,31 @@ pub struct MtpDrafter {
     first: Option<(TokenId, usize)>,
     /// Who made the last draft: the block, or the fallback whose draft stood.
     source: &'static str,
+    /// How often each part's drafts were kept (block, fallback): where they disagree on the
+    /// first token, the one kept more often drafts.
+    kept: [Kept; 2],
+}
+
+/// Decayed counts of a part's draft tokens and of those kept.
+#[derive(Debug, Clone, Copy, Default)]
+struct Kept {
+    drafted: f64,
+    accepted: f64,
+}
+
+impl Kept {
+    /// Per-round decay: a memory of roughly 20 verified drafts.
+    const DECAY: f64 = 0.95;
+
+    /// The share of its draft tokens kept (prior: one token each way).
+    fn rate(&self) -> f64 {
+        (self.accepted + 1.0) / (self.drafted + 2.0)
+    }
+
+    fn add(&mut self, drafted: usize, accepted: usize) {
+        self.drafted = self.drafted * Self::DECAY + drafted as f64;
+        self.accepted = self.accepted * Self::DECAY + accepted as f64;
+    }
 }
 
 impl MtpDrafter {
@@ -48,6 +73,7 @@ impl MtpDrafter {
             row: Vec::new(),
             first: None,
             source: "mtp",
+            kept: [Kept::default(); 2],
         }
     }
 
@@ -129,12 +155,23 @@ impl Drafter for MtpDrafter {
         let Some((first, _)) = self.first.take().filter(|&(_, at)| at == history.len()) else {
             return;
         };
-        if out.get(start) == Some(&first) {
-            return;
+        match out.get(start) {
+            Some(&t) if t == first => return,
+            // They disagree: the part whose drafts were kept more often drafts.
+            Some(_) if self.kept[1].rate() >= self.kept[0].rate() => return,
+            _ => {}
         }
         out.truncate(start);
         self.source = "mtp";
         self.chain(dec, first, max, out);
+    }
+
+    fn verified(&mut self, drafted: usize, accepted: usize) {
+        let part = usize::from(self.source != "mtp");
+        self.kept[part].add(drafted, accepted);
+        if part == 1 {
+            self.fallback.verified(drafted, accepted);
+        }
     }
 
     fn source(&self) -> &'static str {

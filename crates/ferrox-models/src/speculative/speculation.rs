@@ -35,6 +35,9 @@ pub trait Drafter: Send {
     fn finished(&mut self, _history: &[TokenId], _prompt_len: usize) {}
     /// Short name for statistics and benchmarks.
     fn name(&self) -> &'static str;
+    /// The verdict on the last non-empty draft: `drafted` tokens verified, `accepted` of
+    /// them kept (a drafter choosing among parts learns which to trust).
+    fn verified(&mut self, _drafted: usize, _accepted: usize) {}
     /// Which drafter made the last proposal: a drafter combining others names the one whose
     /// draft it returned (per-drafter acceptance in the server's metrics), others themselves.
     fn source(&self) -> &'static str {
@@ -193,6 +196,7 @@ impl Speculation {
             self.stats.verify_calls += 1;
             self.stats.drafted += drafted;
             self.stats.accepted += accepted;
+            self.drafter.verified(drafted, accepted);
         }
         self.adaptive.record(drafted, accepted);
     }
