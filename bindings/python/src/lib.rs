@@ -7,7 +7,6 @@ mod load;
 mod transport;
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ferrox_backend::{BackendConfig, ModelBackend};
@@ -180,11 +179,7 @@ impl Model {
 
     /// Draft tokens proposed and accepted since the model was loaded (speculative decoding).
     fn spec_counts(&self) -> (u64, u64) {
-        let m = &self.state.scheduler.metrics;
-        (
-            m.draft_tokens.load(Ordering::Relaxed),
-            m.accepted_tokens.load(Ordering::Relaxed),
-        )
+        self.state.scheduler.metrics.draft_totals()
     }
 
     /// POSTs `body` (JSON) to `path` and waits for the whole answer: `(status, body)`.

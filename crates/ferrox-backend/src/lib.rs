@@ -406,18 +406,13 @@ impl Stepper for ModelStepper<'_> {
         self.tokens_as_ids.remove(&id);
         self.engine.cancel(id);
     }
-    fn spec_counts(&self) -> (u64, u64) {
-        (self.engine.stats.drafted, self.engine.stats.accepted)
-    }
-    fn drafter_counts(&self) -> Vec<DraftCount> {
-        let counts = self.engine.drafters.iter();
-        counts
-            .map(|d| DraftCount {
-                drafter: d.drafter,
-                drafted: d.drafted,
-                accepted: d.accepted,
-            })
-            .collect()
+    fn drafter_counts(&self, out: &mut Vec<DraftCount>) {
+        out.clear();
+        out.extend(self.engine.drafters.iter().map(|d| DraftCount {
+            drafter: d.drafter,
+            drafted: d.drafted,
+            accepted: d.accepted,
+        }));
     }
     fn grammar_counts(&self) -> (u64, u64) {
         (self.engine.stats.masks, self.engine.stats.mask_nanos)

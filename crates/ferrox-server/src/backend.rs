@@ -132,13 +132,10 @@ pub trait Stepper: Send {
     fn step(&mut self, events: &mut dyn FnMut(u64, Event));
     /// Ends generation `id` now and frees its slot.
     fn cancel(&mut self, id: u64);
-    /// Draft tokens proposed and accepted so far (speculative decoding).
-    fn spec_counts(&self) -> (u64, u64) {
-        (0, 0)
-    }
-    /// [`spec_counts`](Stepper::spec_counts) per drafter.
-    fn drafter_counts(&self) -> Vec<DraftCount> {
-        Vec::new()
+    /// Draft tokens proposed and accepted so far per drafter (speculative decoding), written
+    /// over `out` (reused step to step).
+    fn drafter_counts(&self, out: &mut Vec<DraftCount>) {
+        out.clear();
     }
     /// Grammar masks computed so far and the nanoseconds they took (structured output).
     fn grammar_counts(&self) -> (u64, u64) {
@@ -302,9 +299,7 @@ pub struct Metrics {
     /// Generated tokens and the nanoseconds the engine spent stepping (aggregate tokens/s).
     pub decode_tokens: AtomicU64,
     pub decode_nanos: AtomicU64,
-    pub draft_tokens: AtomicU64,
-    pub accepted_tokens: AtomicU64,
-    /// The same per drafter (after the last step).
+    /// Draft tokens proposed and accepted per drafter (after the last step).
     pub drafters: std::sync::Mutex<Vec<DraftCount>>,
     pub grammar_masks: AtomicU64,
     pub grammar_mask_nanos: AtomicU64,
@@ -317,6 +312,16 @@ pub struct Metrics {
     pub kv_capacity: AtomicUsize,
     pub kv_bytes: AtomicUsize,
     pub prefix_bytes: AtomicUsize,
+}
+
+impl Metrics {
+    /// Draft tokens proposed and accepted so far, all drafters together.
+    pub fn draft_totals(&self) -> (u64, u64) {
+        let drafters = self.drafters.lock().unwrap_or_else(|e| e.into_inner());
+        drafters
+            .iter()
+            .fold((0, 0), |(d, a), c| (d + c.drafted, a + c.accepted))
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -467,10 +472,7 @@ fn engine_loop(backend: Arc<dyn Backend>, parallel: usize, rx: Receiver<Work>, m
         }
         m.decode_nanos
             .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        let (drafted, accepted) = engine.spec_counts();
-        m.draft_tokens.store(drafted, Ordering::Relaxed);
-        m.accepted_tokens.store(accepted, Ordering::Relaxed);
-        *m.drafters.lock().unwrap_or_else(|e| e.into_inner()) = engine.drafter_counts();
+        engine.drafter_counts(&mut m.drafters.lock().unwrap_or_else(|e| e.into_inner()));
         let (masks, mask_nanos) = engine.grammar_counts();
         m.grammar_masks.store(masks, Ordering::Relaxed);
         m.grammar_mask_nanos.store(mask_nanos, Ordering::Relaxed);

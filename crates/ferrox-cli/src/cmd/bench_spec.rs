@@ -335,19 +335,7 @@ impl Sources {
             if c.drafted == d0 {
                 continue;
             }
-            let i = match self.0.iter().position(|s| s.drafter == c.drafter) {
-                Some(i) => i,
-                None => {
-                    self.0.push(DrafterCount {
-                        drafter: c.drafter,
-                        drafted: 0,
-                        accepted: 0,
-                    });
-                    self.0.len() - 1
-                }
-            };
-            self.0[i].drafted += c.drafted - d0;
-            self.0[i].accepted += c.accepted - a0;
+            DrafterCount::book(&mut self.0, c.drafter, c.drafted - d0, c.accepted - a0);
         }
     }
 }

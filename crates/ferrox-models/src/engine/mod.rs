@@ -42,7 +42,6 @@ use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
 use sink::{Events, Sink};
 use slot::{Committed, Fork, Job, Slot};
-use stats::book_draft;
 pub use stats::{BatchStats, DrafterCount};
 use std::time::Instant;
 use stop::StopRules;
@@ -498,7 +497,8 @@ impl<'m> BatchEngine<'m> {
             self.stats.drafted += c.drafted as u64;
             self.stats.accepted += c.accepted as u64;
             if c.drafted > 0 {
-                book_draft(&mut self.drafters, &c);
+                let (d, a) = (c.drafted as u64, c.accepted as u64);
+                DrafterCount::book(&mut self.drafters, c.drafter, d, a);
             }
             self.stats.masks += c.masks;
             self.stats.mask_nanos += c.mask_time.as_nanos() as u64;

@@ -309,7 +309,7 @@ impl<'t> Slot<'t> {
         done.drafted = n_draft;
         done.accepted = verdict.accepted;
         if n_draft > 0 {
-            done.drafter = self.spec.as_ref().map_or("", |s| s.source());
+            done.drafter = self.spec.as_ref().map_or("", |s| s.drafter.source());
         }
         if let Some(stop) = stop {
             self.finish(stop, sink);

@@ -1,8 +1,6 @@
 //! The engine's counters since it started: steps, rows, drafts (in all and per drafter),
 //! grammar masks.
 
-use super::slot::Committed;
-
 /// Counters since the engine started.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchStats {
@@ -26,19 +24,26 @@ pub struct DrafterCount {
     pub accepted: u64,
 }
 
-/// Books one slot's verified draft under the drafter that made it.
-pub(super) fn book_draft(drafters: &mut Vec<DrafterCount>, c: &Committed) {
-    let i = match drafters.iter().position(|d| d.drafter == c.drafter) {
-        Some(i) => i,
-        None => {
-            drafters.push(DrafterCount {
-                drafter: c.drafter,
-                drafted: 0,
-                accepted: 0,
-            });
-            drafters.len() - 1
-        }
-    };
-    drafters[i].drafted += c.drafted as u64;
-    drafters[i].accepted += c.accepted as u64;
+impl DrafterCount {
+    /// Adds `drafted` / `accepted` tokens to `drafter`'s entry of `counts` (made if missing).
+    pub fn book(
+        counts: &mut Vec<DrafterCount>,
+        drafter: &'static str,
+        drafted: u64,
+        accepted: u64,
+    ) {
+        let i = match counts.iter().position(|d| d.drafter == drafter) {
+            Some(i) => i,
+            None => {
+                counts.push(DrafterCount {
+                    drafter,
+                    drafted: 0,
+                    accepted: 0,
+                });
+                counts.len() - 1
+            }
+        };
+        counts[i].drafted += drafted;
+        counts[i].accepted += accepted;
+    }
 }

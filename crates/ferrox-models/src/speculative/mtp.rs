@@ -32,8 +32,8 @@ pub struct MtpDrafter {
     /// The block's first draft token and the history length (through the sampled token) it
     /// follows.
     first: Option<(TokenId, usize)>,
-    /// Who made the last draft: the block, or the fallback whose draft stood.
-    source: &'static str,
+    /// Whether the block made the last draft (else the fallback's stood).
+    by_block: bool,
     /// How often each part's drafts were kept (block, fallback): where they disagree on the
     /// first token, the one kept more often drafts.
     kept: [Kept; 2],
@@ -72,7 +72,7 @@ impl MtpDrafter {
             tokens: Vec::new(),
             row: Vec::new(),
             first: None,
-            source: "mtp",
+            by_block: false,
             kept: [Kept::default(); 2],
         }
     }
@@ -151,7 +151,7 @@ impl Drafter for MtpDrafter {
     ) {
         let start = out.len();
         self.fallback.propose_into(history, max, out);
-        self.source = self.fallback.source();
+        self.by_block = false;
         let Some((first, _)) = self.first.take().filter(|&(_, at)| at == history.len()) else {
             return;
         };
@@ -162,12 +162,12 @@ impl Drafter for MtpDrafter {
             _ => {}
         }
         out.truncate(start);
-        self.source = "mtp";
+        self.by_block = true;
         self.chain(dec, first, max, out);
     }
 
     fn verified(&mut self, drafted: usize, accepted: usize) {
-        let part = usize::from(self.source != "mtp");
+        let part = usize::from(!self.by_block);
         self.kept[part].add(drafted, accepted);
         if part == 1 {
             self.fallback.verified(drafted, accepted);
@@ -175,7 +175,11 @@ impl Drafter for MtpDrafter {
     }
 
     fn source(&self) -> &'static str {
-        self.source
+        if self.by_block {
+            "mtp"
+        } else {
+            self.fallback.source()
+        }
     }
 
     fn finished(&mut self, history: &[TokenId], prompt_len: usize) {

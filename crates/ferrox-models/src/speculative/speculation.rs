@@ -117,8 +117,6 @@ pub struct Speculation {
     /// Time spent drafting for the coming verify (a drafter running model weights costs
     /// time the cost model must see).
     draft_secs: f64,
-    /// The drafter that made the last non-empty draft ([`Drafter::source`]).
-    source: &'static str,
 }
 
 impl Speculation {
@@ -128,7 +126,6 @@ impl Speculation {
             adaptive: AdaptiveDraft::new(max_draft),
             stats: SpecStats::default(),
             draft_secs: 0.0,
-            source: "",
         }
     }
 
@@ -153,14 +150,6 @@ impl Speculation {
         }
         // A draft past the room would be verified beyond the budget or the context.
         out.truncate(start + want);
-        if out.len() > start {
-            self.source = self.drafter.source();
-        }
-    }
-
-    /// The drafter that made the last non-empty draft (empty before any).
-    pub fn source(&self) -> &'static str {
-        self.source
     }
 
     /// Hands the drafter what a forward computed ([`Drafter::observe`]); its time counts

@@ -134,10 +134,7 @@ pub(super) fn render(s: &Shared) -> String {
         0.0
     };
     let ld = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-    let (drafted, accepted) = (
-        m.draft_tokens.load(Ordering::Relaxed),
-        m.accepted_tokens.load(Ordering::Relaxed),
-    );
+    let (drafted, accepted) = m.draft_totals();
     let acceptance = if drafted > 0 {
         accepted as f64 / drafted as f64
     } else {
@@ -180,7 +177,7 @@ pub(super) fn render(s: &Shared) -> String {
 /// Draft tokens proposed and accepted per drafter (label `drafter`): which of the drafters
 /// (MTP block, recall, lookup) pays on this server's traffic.
 fn drafter_metrics(drafters: &Mutex<Vec<DraftCount>>, out: &mut String) {
-    let drafters = drafters.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let drafters = drafters.lock().unwrap_or_else(|e| e.into_inner());
     let rows = [
         (
             "draft_tokens_total",
@@ -197,7 +194,7 @@ fn drafter_metrics(drafters: &Mutex<Vec<DraftCount>>, out: &mut String) {
         out.push_str(&format!(
             "# HELP ferrox_{name} {help}\n# TYPE ferrox_{name} counter\n"
         ));
-        for d in &drafters {
+        for d in drafters.iter() {
             let v = if accepted { d.accepted } else { d.drafted };
             out.push_str(&format!("ferrox_{name}{{drafter=\"{}\"}} {v}\n", d.drafter));
         }

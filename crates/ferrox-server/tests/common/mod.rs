@@ -104,13 +104,13 @@ impl Stepper for FakeStepper {
         });
         Ok(())
     }
-    fn drafter_counts(&self) -> Vec<DraftCount> {
+    fn drafter_counts(&self, out: &mut Vec<DraftCount>) {
         let (drafted, accepted) = (2 * self.steps, self.steps);
-        vec![DraftCount {
+        *out = vec![DraftCount {
             drafter: "fake",
             drafted,
             accepted,
-        }]
+        }];
     }
     fn step(&mut self, events: &mut dyn FnMut(u64, Event)) {
         self.steps += 1;
