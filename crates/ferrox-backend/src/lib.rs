@@ -12,6 +12,7 @@ use ferrox_models::engine::prefix_disk::{CacheKey, PrefixDisk};
 use ferrox_models::engine::slot_file::SlotFileError;
 use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
 use ferrox_models::generate::StopReason;
+use ferrox_models::speculative::DraftModel;
 use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
 use ferrox_server::api::{ChatMessage, ChatPrompt};
 use ferrox_server::backend::{
@@ -46,6 +47,8 @@ pub struct BackendConfig {
     /// and only files with the same one are restored (None: zeros, any file of the same
     /// shapes is taken).
     pub identity: Option<[u8; 32]>,
+    /// A draft model drafting beside every slot's own drafter (`--draft-model`).
+    pub draft: Option<DraftModel>,
 }
 
 /// Where the prefix cache persists (`--cache-dir`, `--cache-disk-mb`).
@@ -118,6 +121,7 @@ impl ModelBackend {
             recall_tokens: config.recall_tokens,
             cache_disk,
             identity: config.identity.unwrap_or_default(),
+            draft: config.draft,
         }
     }
 
@@ -180,6 +184,7 @@ pub struct ModelBackend {
     recall_tokens: usize,
     cache_disk: Option<Arc<PrefixDisk>>,
     identity: [u8; 32],
+    draft: Option<DraftModel>,
 }
 
 /// The server's `Stepper` over the models' `BatchEngine`: requests in, events out.
@@ -299,6 +304,9 @@ impl Backend for ModelBackend {
             );
         }
         engine.set_recall(self.recall_tokens);
+        if let Some(d) = &self.draft {
+            engine.set_draft_model(d);
+        }
         Box::new(ModelStepper {
             engine,
             tokenizer: &self.tokenizer,

@@ -12,7 +12,7 @@ use anyhow::Context;
 use ferrox_models::engine::DrafterCount;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::speculative::{RecallIndex, SharedRecall, Speculation};
+use ferrox_models::speculative::{DraftModel, RecallIndex, SharedRecall, Speculation};
 use ferrox_tokenizer::template::{prompt_text, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::path::PathBuf;
@@ -49,6 +49,10 @@ pub struct Args {
     pub drafters: Vec<DrafterKind>,
     #[arg(long = "draft-max", default_value_t = DEFAULT_DRAFT_MAX)]
     pub draft_max: usize,
+    /// A draft model (llama.cpp's `-md`): each drafter of `--drafters` is measured again with
+    /// it beside (`MODE+md`).
+    #[arg(long = "draft-model", visible_alias = "model-draft")]
+    pub draft_model: Option<String>,
     /// Also time one forward of k tokens against one token (k = 1, 2, 4, 8, 16).
     #[arg(long = "batch-cost")]
     pub batch_cost: bool,
@@ -128,6 +132,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.threads);
     let eng = engine::load(args.model.as_deref(), true)?;
     let tok = eng.tokenizer()?;
+    let draft = match &args.draft_model {
+        Some(name) => Some(
+            engine::LoadedDraft::load(name, eng.decoder.cache_format(), true)?
+                .for_target(&eng.decoder, tok)?,
+        ),
+        None => None,
+    };
     let prompts = load_prompts(&args, tok)?;
     anyhow::ensure!(
         !prompts.is_empty(),
@@ -138,10 +149,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         batch_cost(&eng.decoder, &prompts[0].ids);
     }
 
-    let modes: Vec<Option<DrafterKind>> = std::iter::once(None)
-        .chain(args.drafters.iter().copied().map(Some))
+    let with_model = args.drafters.iter().filter(|_| draft.is_some());
+    let modes: Vec<Mode> = std::iter::once(None)
+        .chain(args.drafters.iter().map(|&d| Some((d, false))))
+        .chain(with_model.map(|&d| Some((d, true))))
         .collect();
-    let (totals, speedups) = measure(&args, &eng.decoder, tok, &prompts, &modes);
+    let (totals, speedups) = measure(&args, &eng.decoder, tok, &prompts, &modes, draft.as_ref());
     print_table(&modes, &totals, &speedups);
     let bad: usize = totals.iter().flatten().map(|t| t.mismatches).sum();
     anyhow::ensure!(
@@ -154,8 +167,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// The prompt sets, in the order they are reported.
 const SETS: [&str; 3] = ["workload", "control", "repeats"];
 
-fn mode_label(m: &Option<DrafterKind>) -> String {
-    m.map_or("plain".to_string(), |d| format!("{d:?}").to_lowercase())
+/// Plain decoding, or a drafter (with the draft model beside it).
+type Mode = Option<(DrafterKind, bool)>;
+
+fn mode_label(m: &Mode) -> String {
+    match m {
+        None => "plain".to_string(),
+        Some((d, false)) => format!("{d:?}").to_lowercase(),
+        Some((d, true)) => format!("{d:?}+md").to_lowercase(),
+    }
 }
 
 /// One user message through the model's chat template, tokenized.
@@ -233,7 +253,8 @@ fn measure(
     decoder: &ferrox_models::decoder::Decoder,
     tok: &Tokenizer,
     prompts: &[Prompt],
-    modes: &[Option<DrafterKind>],
+    modes: &[Mode],
+    draft: Option<&DraftModel>,
 ) -> Measured {
     let params = GenerateParams {
         max_tokens: args.n,
@@ -248,7 +269,12 @@ fn measure(
     // requests: the draft-length controller's measured costs and acceptance carry over.
     let mut specs: Vec<Option<Speculation>> = modes
         .iter()
-        .map(|m| m.map(|d| Speculation::new(d.build(&recall), args.draft_max)))
+        .map(|m| {
+            m.map(|(d, md)| {
+                let drafter = d.build(&recall, draft.filter(|_| md));
+                Speculation::new(drafter, args.draft_max)
+            })
+        })
         .collect();
     let rounds = (0..args.rounds.max(1)).flat_map(|r| prompts.iter().map(move |p| (r, p)));
     eprintln!(
@@ -342,24 +368,12 @@ impl Sources {
 
 impl std::fmt::Display for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.0.is_empty() {
-            return write!(f, "none");
-        }
-        for (i, c) in self.0.iter().enumerate() {
-            let pct = 100.0 * c.accepted as f64 / c.drafted.max(1) as f64;
-            let sep = if i > 0 { ", " } else { "" };
-            write!(
-                f,
-                "{sep}{} {} drafted, {} accepted ({pct:.0}%)",
-                c.drafter, c.drafted, c.accepted
-            )?;
-        }
-        Ok(())
+        f.write_str(&super::run::drafter_summary(&self.0))
     }
 }
 
 /// The markdown summary on stdout: one row per set and mode.
-fn print_table(modes: &[Option<DrafterKind>], totals: &[Vec<Totals>], speedups: &[Vec<Vec<f64>>]) {
+fn print_table(modes: &[Mode], totals: &[Vec<Totals>], speedups: &[Vec<Vec<f64>>]) {
     println!(
         "| set | mode | tokens | tok/s | speedup (total) | speedup (median) | accepted/verify | tokens/call | acceptance | identical |"
     );

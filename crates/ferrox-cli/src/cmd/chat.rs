@@ -23,9 +23,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     engine::set_threads(args.gen.threads);
     let eng = args.model.load(args.gen.verbose, &Default::default())?;
     let tok = eng.tokenizer()?;
+    let draft = args.gen.draft(&eng)?;
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
     // The drafter indexes the whole conversation: later turns draft from earlier ones.
-    session.set_speculation(args.gen.speculation());
+    session.set_speculation(args.gen.speculation(draft.as_ref()));
     let mut sampler = args.gen.sampler();
     let params = args.gen.params();
     let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();

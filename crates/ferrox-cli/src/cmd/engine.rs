@@ -5,8 +5,10 @@ use super::heap::trim_heap;
 use anyhow::Context;
 use ferrox_core::cache::{CacheFormat, KvType};
 use ferrox_models::decoder::Decoder;
+use ferrox_models::speculative::DraftModel;
 use ferrox_tokenizer::Tokenizer;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The model a command loads and the KV cache it runs with: `-m` and the cache flags, the
@@ -175,4 +177,37 @@ pub fn load_with(
         path,
         cluster,
     })
+}
+
+/// A `--draft-model`, loaded once with the cache format of the model it drafts for; which
+/// models it can draft for is checked per model ([`LoadedDraft::for_target`]).
+pub struct LoadedDraft {
+    name: String,
+    decoder: Arc<Decoder>,
+    tokenizer: Tokenizer,
+}
+
+impl LoadedDraft {
+    /// Loads `name`, its caches in `format` (the models' it drafts for).
+    pub fn load(name: &str, format: CacheFormat, verbose: bool) -> anyhow::Result<LoadedDraft> {
+        let mut eng = load(Some(name), verbose).with_context(|| format!("--draft-model {name}"))?;
+        eng.decoder
+            .set_cache_format(format)
+            .with_context(|| format!("--draft-model {name}: cache format {format:?}"))?;
+        let tokenizer = eng
+            .tokenizer
+            .take()
+            .with_context(|| format!("--draft-model {name}: no tokenizer found"))?;
+        Ok(LoadedDraft {
+            name: name.to_string(),
+            decoder: Arc::new(eng.decoder),
+            tokenizer,
+        })
+    }
+
+    /// This model as the draft model of `target`, if their vocabularies agree.
+    pub fn for_target(&self, target: &Decoder, tok: &Tokenizer) -> anyhow::Result<DraftModel> {
+        DraftModel::new(target, tok, self.decoder.clone(), &self.tokenizer)
+            .with_context(|| format!("--draft-model {} cannot draft for this model", self.name))
+    }
 }

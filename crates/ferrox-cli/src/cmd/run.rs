@@ -3,12 +3,12 @@
 //! text, everything else goes to stderr.
 
 use super::engine;
-use ferrox_models::engine::DEFAULT_RECALL_TOKENS;
+use ferrox_models::engine::{DrafterCount, DEFAULT_RECALL_TOKENS};
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
-    Drafter, LongestMatchDrafter, MtpDrafter, PromptLookupSpeculator, RecallDrafter, RecallIndex,
-    SharedRecall, Speculation,
+    DraftModel, Drafter, LongestMatchDrafter, MtpDrafter, PromptLookupSpeculator, RecallDrafter,
+    RecallIndex, SharedRecall, Speculation,
 };
 use ferrox_models::structured::{Grammar, GrammarCompiler};
 use ferrox_tokenizer::fim::FimInput;
@@ -59,6 +59,11 @@ pub struct GenFlags {
     /// Longest draft verified per forward call.
     #[arg(long = "draft-max", default_value_t = DEFAULT_DRAFT_MAX)]
     pub draft_max: usize,
+    /// A smaller model with the same vocabulary that drafts too (llama.cpp's `-md`), beside
+    /// `--drafter`'s drafts: a catalog name or a path. The cost model leaves it unused where it
+    /// costs more than it saves.
+    #[arg(long = "draft-model", visible_alias = "model-draft")]
+    pub draft_model: Option<String>,
 }
 
 /// Longest draft by default: long verbatim copies are common in code edits, and the adaptive
@@ -80,9 +85,18 @@ pub enum DrafterKind {
 }
 
 impl DrafterKind {
-    /// The drafter; `recall` is the store of earlier generations a `Recall` drafter reads and
-    /// feeds (shared by the generations that should learn from each other).
-    pub fn build(self, recall: &SharedRecall) -> Box<dyn Drafter> {
+    /// The drafter, with `draft`'s model beside it when given; `recall` is the store of
+    /// earlier generations a `Recall` drafter reads and feeds (shared by the generations that
+    /// should learn from each other).
+    pub fn build(self, recall: &SharedRecall, draft: Option<&DraftModel>) -> Box<dyn Drafter> {
+        let own = self.build_own(recall);
+        match draft {
+            Some(m) => Box::new(m.drafter(own)),
+            None => own,
+        }
+    }
+
+    fn build_own(self, recall: &SharedRecall) -> Box<dyn Drafter> {
         match self {
             DrafterKind::Auto => Box::new(MtpDrafter::new(Box::new(LongestMatchDrafter::new(2)))),
             DrafterKind::Longest => Box::new(LongestMatchDrafter::new(2)),
@@ -111,13 +125,25 @@ impl GenFlags {
         })
     }
 
-    /// Speculative decoding state for a session, unless `--no-spec` (or a zero draft length).
-    pub fn speculation(&self) -> Option<Speculation> {
+    /// Speculative decoding state for a session, unless `--no-spec` (or a zero draft length);
+    /// `draft` is the loaded `--draft-model` ([`Self::draft`]).
+    pub fn speculation(&self, draft: Option<&DraftModel>) -> Option<Speculation> {
         (!self.no_spec && self.draft_max > 0).then(|| {
             // `chat` keeps this for the whole session: `recall` then drafts from earlier turns.
             let recall = SharedRecall::new(RecallIndex::new(DEFAULT_RECALL_TOKENS).into());
-            Speculation::new(self.drafter.build(&recall), self.draft_max)
+            Speculation::new(self.drafter.build(&recall, draft), self.draft_max)
         })
+    }
+
+    /// The `--draft-model` for `target`, unless there is none or speculation is off.
+    pub fn draft(&self, target: &engine::LoadedModel) -> anyhow::Result<Option<DraftModel>> {
+        let Some(name) = self.draft_model.as_deref().filter(|_| !self.no_spec) else {
+            return Ok(None);
+        };
+        let draft = engine::LoadedDraft::load(name, target.decoder.cache_format(), self.verbose)?;
+        draft
+            .for_target(&target.decoder, target.tokenizer()?)
+            .map(Some)
     }
 
     pub fn params(&self) -> GenerateParams {
@@ -188,6 +214,21 @@ impl Args {
             Grammar::Gbnf(text)
         }))
     }
+}
+
+/// Each drafter's draft tokens and how many were kept, comma-separated (`none` without any).
+pub fn drafter_summary(counts: &[DrafterCount]) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    let each = counts.iter().map(|c| {
+        let pct = 100.0 * c.accepted as f64 / c.drafted.max(1) as f64;
+        format!(
+            "{} {} drafted, {} accepted ({pct:.0}%)",
+            c.drafter, c.drafted, c.accepted
+        )
+    });
+    each.collect::<Vec<_>>().join(", ")
 }
 
 pub fn report(out: &GenerateOutput) {
@@ -273,8 +314,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
+    let draft = args.gen.draft(&eng)?;
     let mut session = Session::new(&eng.decoder, tok, args.gen.ctx);
-    session.set_speculation(args.gen.speculation());
+    session.set_speculation(args.gen.speculation(draft.as_ref()));
     let mut sampler = args.gen.sampler();
     let stdout = std::io::stdout();
     let out = session.generate(&ids, &params, &mut sampler, |t| {
@@ -285,6 +327,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let _ = writeln!(stdout.lock());
     if args.gen.verbose {
         report(&out);
+        if out.spec.calls > 0 {
+            eprintln!(
+                "drafts by drafter: {}",
+                drafter_summary(session.drafter_counts())
+            );
+        }
         super::dist::report(eng.cluster.as_ref(), eng.decoder.config.hidden_dim);
     }
     if let Some(e) = out.error {

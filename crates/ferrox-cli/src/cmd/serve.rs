@@ -63,6 +63,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let identity = keyed
         .then(|| identity(&args.cache, &eng.path))
         .transpose()?;
+    // With one model, a draft model that cannot draft for it is an error.
+    let draft = match args.draft_model.as_deref().filter(|_| !args.no_spec) {
+        Some(d) => Some(
+            engine::LoadedDraft::load(d, eng.decoder.cache_format(), true)?
+                .for_target(&eng.decoder, &tokenizer)?,
+        ),
+        None => None,
+    };
     let decoder = Arc::new(eng.decoder);
     // Dropped when serving ends: stops the other ranks.
     let cluster = eng.cluster;
@@ -83,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             recall_tokens: args.recall_tokens,
             cache_disk: cache_disk(args.cache_dir.as_ref(), args.cache_disk_mb, identity),
             identity,
+            draft,
         },
     );
     let ctx = backend.ctx_size();

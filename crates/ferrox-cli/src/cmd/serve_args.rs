@@ -39,6 +39,11 @@ pub struct Args {
     /// Decode without prompt-lookup drafts.
     #[arg(long = "no-spec")]
     pub no_spec: bool,
+    /// A smaller model with the same vocabulary that drafts for the served models (llama.cpp's
+    /// `-md`), beside the lookup drafts: a catalog name or a path. A model whose vocabulary it
+    /// does not share is served without it.
+    #[arg(long = "draft-model", visible_alias = "model-draft")]
+    pub draft_model: Option<String>,
     /// This replica's name in `X-Ferrox-Instance` (default: HOST:PORT as bound).
     #[arg(long = "instance-id")]
     pub instance_id: Option<String>,

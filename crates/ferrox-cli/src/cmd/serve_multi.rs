@@ -32,6 +32,8 @@ struct LoadSettings {
     cache_disk_mb: u64,
     /// `--slot-save-path` is set: slot files are keyed by the model's identity.
     slots: bool,
+    /// `--draft-model`, loaded once for every model it can draft for.
+    draft: Option<Arc<engine::LoadedDraft>>,
 }
 
 /// Loads `name` (at `path`) into a backend serving it as `id`. The backend owns the weights:
@@ -50,6 +52,11 @@ fn load(name: &str, path: &std::path::Path, s: &LoadSettings) -> anyhow::Result<
     let mut config = s.config.clone();
     config.identity = identity;
     config.cache_disk = cache_disk(s.cache_dir.as_ref(), s.cache_disk_mb, identity);
+    config.draft = s.draft.as_ref().and_then(|d| {
+        d.for_target(&eng.decoder, &tokenizer)
+            .inspect_err(|e| eprintln!("warning: {name}: {e:#}; it drafts without it"))
+            .ok()
+    });
     let decoder = eng.decoder;
     // Pages the weights in and starts the thread pool before the request runs.
     decoder.forward_token(0, 0, &mut decoder.new_caches());
@@ -209,10 +216,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             recall_tokens: args.recall_tokens,
             cache_disk: None,
             identity: None,
+            draft: None,
         },
         cache_dir: args.cache_dir.clone(),
         cache_disk_mb: args.cache_disk_mb,
         slots: args.slot_save_path.is_some(),
+        draft: match args.draft_model.as_deref().filter(|_| !args.no_spec) {
+            Some(d) => Some(Arc::new(engine::LoadedDraft::load(
+                d,
+                args.cache.format(),
+                true,
+            )?)),
+            None => None,
+        },
     };
     let found = model_set(&args)?;
     let names: Vec<Vec<&str>> = found

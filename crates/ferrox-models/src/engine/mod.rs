@@ -34,7 +34,8 @@ pub use stop::{GenerateParams, StopReason};
 use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{
-    AdaptiveDraft, MtpDrafter, RecallDrafter, RecallIndex, SharedRecall, Speculation,
+    AdaptiveDraft, DraftModel, LongestMatchDrafter, MtpDrafter, RecallDrafter, RecallIndex,
+    SharedRecall, Speculation,
 };
 use crate::structured::Constraint;
 use crate::TokenId;
@@ -212,6 +213,16 @@ impl<'m> BatchEngine<'m> {
             spec.drafter = Box::new(MtpDrafter::new(Box::new(RecallDrafter::new(
                 recall.clone(),
             ))));
+        }
+    }
+
+    /// Lets `model` draft for every slot, beside the drafter the slot has (after
+    /// [`set_recall`](Self::set_recall), which replaces drafters).
+    pub fn set_draft_model(&mut self, model: &DraftModel) {
+        for spec in self.slots.iter_mut().filter_map(|s| s.spec.as_mut()) {
+            let placeholder = Box::new(LongestMatchDrafter::new(2));
+            let lookup = std::mem::replace(&mut spec.drafter, placeholder);
+            spec.drafter = Box::new(model.drafter(lookup));
         }
     }
 

@@ -1,5 +1,6 @@
-//! Speculative decoding without a draft model: draft the next tokens from the sequence's own
-//! history, check the whole draft in one forward, keep what the target model agrees with.
+//! Speculative decoding, by default without a draft model: draft the next tokens from the
+//! sequence's own history (or the model's own MTP block), check the whole draft in one
+//! forward, keep what the target model agrees with.
 //!
 //! The seed's API (`shared/seed/ferrox_models/speculative.rs`) is kept: prompt lookup (the
 //! same idea as "prompt lookup decoding" in vLLM / transformers) through
@@ -8,15 +9,18 @@
 //! `Session` itself and the server.
 //!
 //! Beyond the seed: a [`Drafter`] trait (n-gram lookup and a suffix-automaton
-//! [`LongestMatchDrafter`], and [`RecallDrafter`] over earlier requests' outputs), an [`AdaptiveDraft`] length controller, and [`verify_rows`], the
-//! one verification rule, lossless under any sampler (speculative sampling with a
-//! deterministic draft). [`Speculation`] bundles them per sequence.
+//! [`LongestMatchDrafter`], [`RecallDrafter`] over earlier requests' outputs, [`MtpDrafter`]
+//! and, when asked for, a separate [`DraftModel`]), an [`AdaptiveDraft`] length controller,
+//! and [`verify_rows`], the one verification rule, lossless under any sampler (speculative
+//! sampling with a deterministic draft). [`Speculation`] bundles them per sequence.
 //!
 //! Layers: the drafters and the verification rule sit below the engine, which uses them; the
 //! seed's `speculative_decode` (decode.rs) sits above `generate::Session`, which it drives.
 
 mod adaptive;
 mod decode;
+mod draft_model;
+mod kept;
 mod longest;
 mod lookup;
 mod mtp;
@@ -26,6 +30,7 @@ mod verify;
 
 pub use adaptive::AdaptiveDraft;
 pub use decode::{speculative_decode, SpeculativeDecodeResult};
+pub use draft_model::{DraftModel, DraftModelDrafter, DraftModelError, MAX_VOCAB_DIFFERENCE};
 pub use longest::LongestMatchDrafter;
 pub use lookup::PromptLookupSpeculator;
 pub use mtp::MtpDrafter;

@@ -10,6 +10,7 @@
 //! block's first token; otherwise the block drafts. Verification is the engine's, exact
 //! whatever is drafted.
 
+use super::kept::Kept;
 use super::{Drafter, Observation};
 use crate::decoder::Decoder;
 use crate::mtp::MtpOut;
@@ -37,28 +38,6 @@ pub struct MtpDrafter {
     /// How often each part's drafts were kept (block, fallback): where they disagree on the
     /// first token, the one kept more often drafts.
     kept: [Kept; 2],
-}
-
-/// Decayed counts of a part's draft tokens and of those kept.
-#[derive(Debug, Clone, Copy, Default)]
-struct Kept {
-    drafted: f64,
-    accepted: f64,
-}
-
-impl Kept {
-    /// Per-round decay: a memory of roughly 20 verified drafts.
-    const DECAY: f64 = 0.95;
-
-    /// The share of its draft tokens kept (prior: one token each way).
-    fn rate(&self) -> f64 {
-        (self.accepted + 1.0) / (self.drafted + 2.0)
-    }
-
-    fn add(&mut self, drafted: usize, accepted: usize) {
-        self.drafted = self.drafted * Self::DECAY + drafted as f64;
-        self.accepted = self.accepted * Self::DECAY + accepted as f64;
-    }
 }
 
 impl MtpDrafter {

@@ -145,9 +145,7 @@ impl Speculation {
         let start = out.len();
         let t = std::time::Instant::now();
         self.drafter.propose_with(dec, history, want, out);
-        if self.drafter.wants_hidden() {
-            self.draft_secs += t.elapsed().as_secs_f64();
-        }
+        self.draft_secs += t.elapsed().as_secs_f64();
         // A draft past the room would be verified beyond the budget or the context.
         out.truncate(start + want);
     }
