@@ -2,7 +2,7 @@
 //! the residual stream): what the decoder stacks and an MTP block (`crate::mtp`) runs once.
 
 use crate::blocks::norm::PAR_ELEMS;
-use crate::blocks::{AttentionBlock, FfnBlock, RmsNorm, Segment};
+use crate::blocks::{AttentionBlock, Experts, FfnBlock, RmsNorm, Segment};
 
 pub struct Layer {
     pub attn_norm: RmsNorm,
@@ -16,7 +16,8 @@ pub struct Layer {
 
 impl Layer {
     /// The layer over the `n` rows of the residual stream `x`, in place (`h`, `t`: scratch of
-    /// its size); `l` indexes the segments' caches; `m` scales the residual adds.
+    /// its size); `l` indexes the segments' caches; `m` scales the residual adds; `experts`
+    /// bounds a mixture-of-experts FFN's routed experts per token.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn forward(
         &self,
@@ -27,6 +28,7 @@ impl Layer {
         l: usize,
         segs: &mut [Segment<'_>],
         m: f32,
+        experts: Experts,
     ) {
         self.attn_norm.forward(x, h);
         self.attn.forward_segments(h, l, segs, t);
@@ -35,7 +37,7 @@ impl Layer {
         }
         residual_add(x, t, m);
         self.ffn_norm.forward(x, h);
-        self.ffn.forward(h, n, t);
+        self.ffn.forward_experts(h, n, t, experts);
         if let Some(norm) = &self.post_ffn_norm {
             norm.forward_inplace(t);
         }

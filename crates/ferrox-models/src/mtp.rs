@@ -15,7 +15,7 @@
 //! Reference: `tests/fixtures/hf-tiny-mtp/make.py` (transformers' decoder layer of the family
 //! inside these equations).
 
-use crate::blocks::{embed_tokens, PassState, RmsNorm, Segment};
+use crate::blocks::{embed_tokens, Experts, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::layer::{grow, Layer};
 use ferrox_core::cache::KvCache;
@@ -170,7 +170,7 @@ impl Mtp {
             state,
         }];
         let m = main.config.residual_multiplier;
-        self.layer.forward(x, h, t, n, 0, &mut seg, m);
+        self.layer.forward(x, h, t, n, 0, &mut seg, m, Experts::All);
 
         out.logits.clear();
         let first = first_logit_row.min(n);

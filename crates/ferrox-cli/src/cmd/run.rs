@@ -7,8 +7,8 @@ use ferrox_models::engine::{DrafterCount, DEFAULT_RECALL_TOKENS};
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{
-    DraftModel, Drafter, LongestMatchDrafter, MtpDrafter, PromptLookupSpeculator, RecallDrafter,
-    RecallIndex, SharedRecall, Speculation,
+    Beside, DraftModel, Drafter, LongestMatchDrafter, MtpDrafter, PromptLookupSpeculator,
+    RecallDrafter, RecallIndex, ReducedExperts, SharedRecall, Speculation,
 };
 use ferrox_models::structured::{Grammar, GrammarCompiler};
 use ferrox_tokenizer::fim::FimInput;
@@ -82,7 +82,13 @@ pub enum DrafterKind {
     /// Earlier generations' outputs (with their prompts' tails) or the longest match in the
     /// context, whichever matches longer (the server's default).
     Recall,
+    /// A mixture-of-experts model drafting for itself with at most two routed experts per
+    /// token (shared experts kept), with `longest` beside it; `longest` alone for other models.
+    Experts,
 }
+
+/// Routed experts per token of an `experts` self-draft.
+pub const DRAFT_EXPERTS: usize = 2;
 
 impl DrafterKind {
     /// The drafter, with `draft`'s model beside it when given; `recall` is the store of
@@ -102,6 +108,10 @@ impl DrafterKind {
             DrafterKind::Longest => Box::new(LongestMatchDrafter::new(2)),
             DrafterKind::Ngram => Box::new(PromptLookupSpeculator::new(3, DEFAULT_DRAFT_MAX)),
             DrafterKind::Recall => Box::new(RecallDrafter::new(recall.clone())),
+            DrafterKind::Experts => Box::new(Beside::new(
+                ReducedExperts::new(DRAFT_EXPERTS),
+                Box::new(LongestMatchDrafter::new(2)),
+            )),
         }
     }
 }

@@ -197,10 +197,31 @@ pub trait AttentionBlock: Send + Sync {
     fn state(&self) -> crate::state::LayerState;
 }
 
+/// How many routed experts a mixture-of-experts layer runs per token in one forward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Experts {
+    /// The model's own count: every forward that produces the model's output.
+    #[default]
+    All,
+    /// At most this many (the highest-weighted of the model's choice; shared experts kept):
+    /// a cheaper, inexact forward that only drafts.
+    AtMost(usize),
+}
+
 /// Feed-forward sublayer (dense MLP or mixture of experts) over `n` rows.
 pub trait FfnBlock: Send + Sync {
     /// `x`: normed input `[n, hidden]`; writes `out` `[n, hidden]`.
     fn forward(&self, x: &[f32], n: usize, out: &mut [f32]);
+
+    /// [`forward`](Self::forward) with a routed-expert budget (a dense block ignores it).
+    fn forward_experts(&self, x: &[f32], n: usize, out: &mut [f32], _experts: Experts) {
+        self.forward(x, n, out)
+    }
+
+    /// Whether [`Experts::AtMost`] makes this block cheaper (it routes among several experts).
+    fn routes(&self) -> bool {
+        false
+    }
 
     /// The block as a mixture of experts (expert parallelism places its experts), if it is one.
     fn as_moe(&self) -> Option<&moe::MoeBlock> {

@@ -6,7 +6,7 @@
 //! Every forward processes a batch of consecutive positions; a single token is the batch of
 //! one, through the same code, so `forward_batch` rows equal `forward_token` bit for bit.
 
-use crate::blocks::{embed_tokens, PassState, RmsNorm, Segment};
+use crate::blocks::{embed_tokens, Experts, PassState, RmsNorm, Segment};
 use crate::config::ModelConfig;
 use crate::distributed::StageExchange;
 use crate::layer::grow;
@@ -268,6 +268,35 @@ impl Decoder {
         out
     }
 
+    /// [`forward_into`](Self::forward_into) with at most `experts` routed experts per token in
+    /// every mixture-of-experts layer (shared experts kept): a cheaper forward whose logits
+    /// only draft (`speculative::ExpertDrafter`). Its keys and values are written as any
+    /// forward's; the drafter cuts them before the exact forward of the same positions.
+    pub fn forward_reduced(
+        &self,
+        tokens: &[TokenId],
+        pos: usize,
+        caches: &mut [KvCache],
+        experts: usize,
+        logits: &mut Vec<f32>,
+    ) {
+        let mut seq = [SeqBatch {
+            tokens,
+            pos,
+            caches,
+            first_logit_row: tokens.len().saturating_sub(1),
+            key: OWN_CACHES,
+        }];
+        let experts = Experts::AtMost(experts);
+        self.forward_head(&mut seq, logits, Head::Logits, None, experts);
+    }
+
+    /// Whether a reduced-expert forward ([`forward_reduced`](Self::forward_reduced)) is
+    /// cheaper than a full one: some layer routes each token among several experts.
+    pub fn routes_experts(&self) -> bool {
+        self.layers.iter().any(|l| l.ffn.routes())
+    }
+
     /// Logits for every position of `tokens` (placed at `pos..pos + len`).
     pub fn forward_batch(
         &self,
@@ -322,9 +351,11 @@ impl Decoder {
         t: &mut [f32],
         n: usize,
         segs: &mut [Segment<'_>],
+        experts: Experts,
     ) {
+        let m = self.config.residual_multiplier;
         for (l, layer) in self.layers.iter().enumerate() {
-            layer.forward(x, h, t, n, l, segs, self.config.residual_multiplier);
+            layer.forward(x, h, t, n, l, segs, m, experts);
         }
     }
 
@@ -391,7 +422,7 @@ impl Decoder {
     /// # Panics
     /// On a sequence [`prepare_seq`](Self::prepare_seq) refuses.
     pub fn forward_multi(&self, seqs: &mut [SeqBatch<'_>], logits: &mut Vec<f32>) {
-        self.forward_head(seqs, logits, Head::Logits, None);
+        self.forward_head(seqs, logits, Head::Logits, None, Experts::All);
     }
 
     /// [`forward_multi`](Self::forward_multi) that also writes to `hidden` the final hidden
@@ -403,7 +434,7 @@ impl Decoder {
         logits: &mut Vec<f32>,
         hidden: &mut Vec<f32>,
     ) {
-        self.forward_head(seqs, logits, Head::Logits, Some(hidden));
+        self.forward_head(seqs, logits, Head::Logits, Some(hidden), Experts::All);
     }
 
     /// The final hidden states — after the output norm, before the LM head (what llama.cpp
@@ -424,7 +455,7 @@ impl Decoder {
             key: OWN_CACHES,
         }];
         let mut out = Vec::new();
-        self.forward_head(&mut seq, &mut out, Head::Hidden, None);
+        self.forward_head(&mut seq, &mut out, Head::Hidden, None, Experts::All);
         out
     }
 
@@ -435,6 +466,7 @@ impl Decoder {
         out: &mut Vec<f32>,
         head: Head,
         all_hidden: Option<&mut Vec<f32>>,
+        experts: Experts,
     ) {
         for seq in seqs.iter_mut() {
             if let Err(e) = self.prepare_seq(seq) {
@@ -455,7 +487,7 @@ impl Decoder {
         let Scratch { x, h, t, states } = &mut *guard;
         let (x, h, t) = (grow(x, n * d), grow(h, n * d), grow(t, n * d));
         self.embed_rows(seqs, x);
-        self.run_layers(seqs, states, x, h, t);
+        self.run_layers(seqs, states, x, h, t, experts);
         if let Some(all) = all_hidden {
             all.clear();
             all.resize(n * d, 0.0);
@@ -478,6 +510,7 @@ impl Decoder {
         x: &mut [f32],
         h: &mut [f32],
         t: &mut [f32],
+        experts: Experts,
     ) {
         let n = seqs.iter().map(|s| s.tokens.len()).sum();
         if states.len() < seqs.len() {
@@ -486,14 +519,14 @@ impl Decoder {
         if let [seq] = seqs {
             // The common single-sequence step: its segment lives on the stack.
             let mut one = [segment(seq, &mut states[0])];
-            self.layer_stack(x, h, t, n, &mut one);
+            self.layer_stack(x, h, t, n, &mut one, experts);
         } else {
             let mut segs: Vec<Segment<'_>> = seqs
                 .iter_mut()
                 .zip(states.iter_mut())
                 .map(|(seq, state)| segment(seq, state))
                 .collect();
-            self.layer_stack(x, h, t, n, &mut segs);
+            self.layer_stack(x, h, t, n, &mut segs, experts);
         }
     }
 

@@ -8,6 +8,7 @@
 //! [`Decoder::forward_stage`] on its own caches, which it keeps per [`SeqBatch::key`].
 
 use super::{grow, Decoder, Head, Scratch, SeqBatch};
+use crate::blocks::Experts;
 use crate::distributed::{StageExchange, StageSeq};
 use ferrox_core::cache::KvCache;
 use std::sync::Arc;
@@ -72,7 +73,7 @@ impl Decoder {
             let n: usize = grp.iter().map(|q| q.tokens.len()).sum();
             let (xg, hg, tg) = (grow(x, n * d), grow(h, n * d), grow(t, n * d));
             self.embed_rows(grp, xg);
-            self.run_layers(grp, states, xg, hg, tg);
+            self.run_layers(grp, states, xg, hg, tg, Experts::All);
             stages.send(g, xg.to_vec()).unwrap_or_else(|e| fail(e));
         }
         let back = stages.finish().unwrap_or_else(|e| fail(e));
@@ -126,7 +127,7 @@ impl Decoder {
                 }
             })
             .collect();
-        self.layer_stack(x, h, t, n, &mut segs);
+        self.layer_stack(x, h, t, n, &mut segs, Experts::All);
         Ok(())
     }
 }

@@ -174,7 +174,7 @@ impl<'t> Slot<'t> {
                 .min(ctx - self.history.len() - 1);
             // The drafter continues the history through the token being fed.
             self.history.push(next);
-            spec.draft_into(dec, &self.history, room, &mut job.input);
+            spec.draft_into(dec, &mut self.caches, &self.history, room, &mut job.input);
             self.history.pop();
             // A draft token the grammar forbids cannot be accepted: no row for it or after it.
             // (The fed token is already in the grammar's state.)

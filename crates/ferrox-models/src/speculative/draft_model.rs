@@ -4,14 +4,12 @@
 //! agrees with. The compatibility rule is llama.cpp's `common_speculative_are_compatible`:
 //! same special tokens, vocabulary sizes within 128, the same text for every token from id 5.
 //!
-//! A lookup drafter runs beside it: its drafts cost nothing, so they stand while they are kept
-//! at least as often as the model's; the model drafts otherwise. Drafting time counts in the
-//! draft-length cost model, which decodes plainly when the model costs more than it saves.
+//! A lookup drafter runs beside it ([`Beside`]).
 
 use std::sync::Arc;
 
-use super::kept::Kept;
-use super::{Drafter, Observation};
+use super::beside::{Beside, ModelDraft};
+use super::Drafter;
 use crate::decoder::Decoder;
 use crate::sampling::argmax;
 use crate::TokenId;
@@ -135,50 +133,45 @@ impl DraftModel {
         &self.decoder
     }
 
-    /// A sequence's drafter: this model, with `lookup` beside it.
+    /// A sequence's drafter: this model (in caches of its own), with `lookup` beside it.
     pub fn drafter(&self, lookup: Box<dyn Drafter>) -> DraftModelDrafter {
-        DraftModelDrafter {
+        let run = DraftModelRun {
             model: self.clone(),
             caches: self.decoder.new_caches(),
             cached: Vec::new(),
             logits: Vec::new(),
-            lookup,
-            by_model: false,
-            kept: [Kept::default(); 2],
-        }
+        };
+        Beside::new(run, lookup)
     }
 }
 
-/// One sequence's drafter over a [`DraftModel`].
-pub struct DraftModelDrafter {
+/// A sequence's drafter over a [`DraftModel`], beside a lookup drafter.
+pub type DraftModelDrafter = Beside<DraftModelRun>;
+
+/// One sequence's run of a [`DraftModel`]: its caches and the tokens in them.
+pub struct DraftModelRun {
     model: DraftModel,
     caches: Vec<KvCache>,
     /// The tokens in `caches`, by position.
     cached: Vec<TokenId>,
     logits: Vec<f32>,
-    lookup: Box<dyn Drafter>,
-    /// Whether the model made the last draft (else the lookup's stood).
-    by_model: bool,
-    /// How often each part's drafts were kept (model, lookup).
-    kept: [Kept; 2],
 }
 
-impl DraftModelDrafter {
-    /// The lookup's draft (appended from `start`) stands while it is kept at least as often as
-    /// the model's; otherwise the model drafts instead.
-    fn pick(&mut self, history: &[TokenId], max: usize, start: usize, out: &mut Vec<TokenId>) {
-        self.by_model = false;
-        if out.len() > start && self.kept[1].rate() >= self.kept[0].rate() {
-            return;
-        }
-        out.truncate(start);
-        self.by_model = true;
-        self.draft(history, max, out);
+impl ModelDraft for DraftModelRun {
+    fn name(&self) -> &'static str {
+        "draft-model"
     }
 
-    /// The model's greedy draft of up to `max` tokens after `history`, appended to `out`. Its
-    /// caches keep what they share with `history` and take in the rest in one forward.
-    fn draft(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
+    /// The model's greedy draft. Its caches keep what they share with `history` and take in
+    /// the rest in one forward; the sequence's own caches are not touched.
+    fn draft(
+        &mut self,
+        _dec: &Decoder,
+        _caches: &mut [KvCache],
+        history: &[TokenId],
+        max: usize,
+        out: &mut Vec<TokenId>,
+    ) {
         let dec = &*self.model.decoder;
         if history.is_empty() || history.len() + max > dec.config.max_seq_len {
             return;
@@ -203,7 +196,7 @@ impl DraftModelDrafter {
         self.cached.extend_from_slice(feed);
         for i in 0..max {
             let tok = argmax(&self.logits);
-            if tok as usize >= self.model.target_vocab {
+            if tok >= self.model.target_vocab {
                 return;
             }
             out.push(tok);
@@ -213,61 +206,5 @@ impl DraftModelDrafter {
                 self.cached.push(tok);
             }
         }
-    }
-}
-
-impl Drafter for DraftModelDrafter {
-    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
-        let start = out.len();
-        self.lookup.propose_into(history, max, out);
-        self.pick(history, max, start, out);
-    }
-
-    fn propose_with(
-        &mut self,
-        dec: &Decoder,
-        history: &[TokenId],
-        max: usize,
-        out: &mut Vec<TokenId>,
-    ) {
-        let start = out.len();
-        self.lookup.propose_with(dec, history, max, out);
-        self.pick(history, max, start, out);
-    }
-
-    fn verified(&mut self, drafted: usize, accepted: usize) {
-        let part = usize::from(!self.by_model);
-        self.kept[part].add(drafted, accepted);
-        if part == 1 {
-            self.lookup.verified(drafted, accepted);
-        }
-    }
-
-    fn source(&self) -> &'static str {
-        if self.by_model {
-            self.name()
-        } else {
-            self.lookup.source()
-        }
-    }
-
-    fn finished(&mut self, history: &[TokenId], prompt_len: usize) {
-        self.lookup.finished(history, prompt_len);
-    }
-
-    fn name(&self) -> &'static str {
-        "draft-model"
-    }
-
-    fn wants_hidden(&self) -> bool {
-        self.lookup.wants_hidden()
-    }
-
-    fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
-        self.lookup.observe(dec, o);
-    }
-
-    fn resume_limit(&self) -> usize {
-        self.lookup.resume_limit()
     }
 }

@@ -9,7 +9,8 @@
 //! `Session` itself and the server.
 //!
 //! Beyond the seed: a [`Drafter`] trait (n-gram lookup and a suffix-automaton
-//! [`LongestMatchDrafter`], [`RecallDrafter`] over earlier requests' outputs, [`MtpDrafter`]
+//! [`LongestMatchDrafter`], [`RecallDrafter`] over earlier requests' outputs, [`MtpDrafter`],
+//! a mixture-of-experts model drafting for itself with fewer experts ([`ReducedExperts`])
 //! and, when asked for, a separate [`DraftModel`]), an [`AdaptiveDraft`] length controller,
 //! and [`verify_rows`], the one verification rule, lossless under any sampler (speculative
 //! sampling with a deterministic draft). [`Speculation`] bundles them per sequence.
@@ -18,6 +19,7 @@
 //! seed's `speculative_decode` (decode.rs) sits above `generate::Session`, which it drives.
 
 mod adaptive;
+mod beside;
 mod decode;
 mod draft_model;
 mod kept;
@@ -29,8 +31,11 @@ mod speculation;
 mod verify;
 
 pub use adaptive::AdaptiveDraft;
+pub use beside::{Beside, ModelDraft, ReducedExperts};
 pub use decode::{speculative_decode, SpeculativeDecodeResult};
-pub use draft_model::{DraftModel, DraftModelDrafter, DraftModelError, MAX_VOCAB_DIFFERENCE};
+pub use draft_model::{
+    DraftModel, DraftModelDrafter, DraftModelError, DraftModelRun, MAX_VOCAB_DIFFERENCE,
+};
 pub use longest::LongestMatchDrafter;
 pub use lookup::PromptLookupSpeculator;
 pub use mtp::MtpDrafter;

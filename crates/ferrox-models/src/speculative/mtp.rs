@@ -124,6 +124,7 @@ impl Drafter for MtpDrafter {
     fn propose_with(
         &mut self,
         dec: &Decoder,
+        _caches: &mut [KvCache],
         history: &[TokenId],
         max: usize,
         out: &mut Vec<TokenId>,

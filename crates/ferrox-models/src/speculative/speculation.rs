@@ -5,6 +5,7 @@
 use super::AdaptiveDraft;
 use crate::decoder::Decoder;
 use crate::TokenId;
+use ferrox_core::cache::KvCache;
 
 /// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
 /// the draft as a point mass, which is what makes the rejection rule in
@@ -19,11 +20,14 @@ pub trait Drafter: Send {
     /// [`propose`](Drafter::propose) appended to `out`, which the decode loop reuses to spare
     /// an allocation per step.
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>);
-    /// [`propose_into`](Drafter::propose_into) for a drafter that runs part of the model
-    /// (an MTP block): the engine's decode loop drafts through this.
+    /// [`propose_into`](Drafter::propose_into) for a drafter that runs weights (an MTP block,
+    /// a draft model, the model with fewer experts): the engine's decode loop drafts through
+    /// this. `caches` are the sequence's, holding exactly the positions before `history`'s
+    /// last token; a drafter may write past them but cuts them back before returning.
     fn propose_with(
         &mut self,
         _dec: &Decoder,
+        _caches: &mut [KvCache],
         history: &[TokenId],
         max: usize,
         out: &mut Vec<TokenId>,
@@ -134,6 +138,7 @@ impl Speculation {
     pub fn draft_into(
         &mut self,
         dec: &Decoder,
+        caches: &mut [KvCache],
         history: &[TokenId],
         room: usize,
         out: &mut Vec<TokenId>,
@@ -144,7 +149,7 @@ impl Speculation {
         }
         let start = out.len();
         let t = std::time::Instant::now();
-        self.drafter.propose_with(dec, history, want, out);
+        self.drafter.propose_with(dec, caches, history, want, out);
         self.draft_secs += t.elapsed().as_secs_f64();
         // A draft past the room would be verified beyond the budget or the context.
         out.truncate(start + want);

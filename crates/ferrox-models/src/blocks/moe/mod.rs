@@ -14,7 +14,7 @@ pub mod bench;
 pub mod grouped;
 mod remote;
 
-use super::{zeroed, FfnBlock, GatedMlp};
+use super::{zeroed, Experts, FfnBlock, GatedMlp};
 use crate::config::{MoeConfig, RouterScoring};
 use crate::distributed::RemoteExperts;
 use ferrox_core::matmul::WeightMatrix;
@@ -153,6 +153,13 @@ impl MoeBlock {
 
     /// `out[n, hidden] = MoE(x[n, hidden])`.
     pub fn forward_rows(&self, x: &[f32], n: usize, out: &mut [f32]) {
+        self.forward_capped(x, n, out, Experts::All)
+    }
+
+    /// [`forward_rows`](Self::forward_rows) running at most `experts` routed experts per token:
+    /// the highest-weighted of the model's choice, their weights scaled to the full choice's
+    /// sum (a draft's approximation; shared experts run as always).
+    pub fn forward_capped(&self, x: &[f32], n: usize, out: &mut [f32], experts: Experts) {
         let d = self.hidden_dim();
         assert_eq!(x.len(), n * d, "MoeBlock: input shape");
         assert_eq!(out.len(), n * d, "MoeBlock: output shape");
@@ -190,13 +197,19 @@ impl MoeBlock {
                         route,
                         chosen,
                     );
+                    if let Experts::AtMost(cap) = experts {
+                        keep_heaviest(chosen, cap.max(1));
+                    }
                     for &(e, w) in chosen.iter() {
                         per_expert[e].push((t, w));
                     }
                 }
-                counts.resize(n_exp, 0);
-                for (c, toks) in counts.iter_mut().zip(per_expert.iter()) {
-                    *c += toks.len() as u64;
+                // The measured load places experts: drafts' reduced routing is not it.
+                if experts == Experts::All {
+                    counts.resize(n_exp, 0);
+                    for (c, toks) in counts.iter_mut().zip(per_expert.iter()) {
+                        *c += toks.len() as u64;
+                    }
                 }
             }
         }
@@ -211,10 +224,10 @@ impl MoeBlock {
             return self.forward_remote(remote, x, n, per_expert, bufs, out);
         }
 
-        let k = if self.router.is_some() {
-            self.routing.n_active.min(n_exp)
-        } else {
-            1
+        let k = match (&self.router, experts) {
+            (None, _) => 1,
+            (Some(_), Experts::All) => self.routing.n_active.min(n_exp),
+            (Some(_), Experts::AtMost(c)) => self.routing.n_active.min(n_exp).min(c.max(1)),
         };
         let uniform = grouped::uniform(&self.experts);
         let folded = uniform && grouped::folds_shared(self);
@@ -303,9 +316,30 @@ pub(super) fn add_weighted(dst: &mut [f32], w: f32, y: &[f32]) {
     }
 }
 
+/// Keeps the `cap` highest weights of `chosen` (ties: selection order), scaled to the sum of
+/// all its weights.
+fn keep_heaviest(chosen: &mut Vec<(usize, f32)>, cap: usize) {
+    if chosen.len() <= cap {
+        return;
+    }
+    let total: f32 = chosen.iter().map(|c| c.1).sum();
+    chosen.sort_by(|a, b| b.1.total_cmp(&a.1));
+    chosen.truncate(cap);
+    let kept: f32 = chosen.iter().map(|c| c.1).sum();
+    if kept > 0.0 {
+        chosen.iter_mut().for_each(|c| c.1 *= total / kept);
+    }
+}
+
 impl FfnBlock for MoeBlock {
     fn forward(&self, x: &[f32], n: usize, out: &mut [f32]) {
         self.forward_rows(x, n, out)
+    }
+    fn forward_experts(&self, x: &[f32], n: usize, out: &mut [f32], experts: Experts) {
+        self.forward_capped(x, n, out, experts)
+    }
+    fn routes(&self) -> bool {
+        self.router.is_some() && self.routing.n_active > 1
     }
     fn as_moe(&self) -> Option<&MoeBlock> {
         Some(self)

@@ -1,0 +1,170 @@
+//! A drafter running model weights — a separate draft model ([`super::DraftModel`]) or the
+//! model itself with fewer experts ([`ReducedExperts`]) — beside a lookup drafter. Lookup
+//! drafts cost nothing, so they stand while they are kept at least as often as the model
+//! part's; the model part drafts otherwise. Its time counts in the draft-length cost model
+//! ([`super::Speculation`]), which decodes plainly where drafting costs more than it saves.
+
+use super::kept::Kept;
+use super::{Drafter, Observation};
+use crate::decoder::Decoder;
+use crate::sampling::argmax;
+use crate::TokenId;
+use ferrox_core::cache::KvCache;
+
+/// The part of a [`Beside`] drafter that runs weights.
+pub trait ModelDraft: Send {
+    /// Name in statistics and metrics.
+    fn name(&self) -> &'static str;
+    /// Up to `max` tokens to follow `history` (whose last token is the one being fed, at
+    /// position `history.len() - 1`), appended to `out`. `caches` are the sequence's, holding
+    /// exactly the positions before that token: a part may write past them but must cut them
+    /// back before returning.
+    fn draft(
+        &mut self,
+        dec: &Decoder,
+        caches: &mut [KvCache],
+        history: &[TokenId],
+        max: usize,
+        out: &mut Vec<TokenId>,
+    );
+}
+
+/// A [`ModelDraft`] with a lookup drafter beside it.
+pub struct Beside<M> {
+    model: M,
+    lookup: Box<dyn Drafter>,
+    /// Whether the model part made the last draft (else the lookup's stood).
+    by_model: bool,
+    /// How often each part's drafts were kept (model, lookup).
+    kept: [Kept; 2],
+}
+
+impl<M: ModelDraft> Beside<M> {
+    pub fn new(model: M, lookup: Box<dyn Drafter>) -> Self {
+        Beside {
+            model,
+            lookup,
+            by_model: false,
+            kept: [Kept::default(); 2],
+        }
+    }
+}
+
+impl<M: ModelDraft> Drafter for Beside<M> {
+    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
+        self.by_model = false;
+        self.lookup.propose_into(history, max, out);
+    }
+
+    fn propose_with(
+        &mut self,
+        dec: &Decoder,
+        caches: &mut [KvCache],
+        history: &[TokenId],
+        max: usize,
+        out: &mut Vec<TokenId>,
+    ) {
+        let start = out.len();
+        self.lookup.propose_with(dec, caches, history, max, out);
+        self.by_model = false;
+        if out.len() > start && self.kept[1].rate() >= self.kept[0].rate() {
+            return;
+        }
+        out.truncate(start);
+        self.by_model = true;
+        self.model.draft(dec, caches, history, max, out);
+    }
+
+    fn verified(&mut self, drafted: usize, accepted: usize) {
+        let part = usize::from(!self.by_model);
+        self.kept[part].add(drafted, accepted);
+        if part == 1 {
+            self.lookup.verified(drafted, accepted);
+        }
+    }
+
+    fn source(&self) -> &'static str {
+        if self.by_model {
+            self.model.name()
+        } else {
+            self.lookup.source()
+        }
+    }
+
+    fn finished(&mut self, history: &[TokenId], prompt_len: usize) {
+        self.lookup.finished(history, prompt_len);
+    }
+
+    fn name(&self) -> &'static str {
+        self.model.name()
+    }
+
+    fn wants_hidden(&self) -> bool {
+        self.lookup.wants_hidden()
+    }
+
+    fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
+        self.lookup.observe(dec, o);
+    }
+
+    fn resume_limit(&self) -> usize {
+        self.lookup.resume_limit()
+    }
+}
+
+/// Self-drafting for mixture-of-experts models (issue 38's reduced-expert draft): the model
+/// itself with at most `experts` routed experts per token — the highest-weighted of its own
+/// choice, shared experts kept — chained greedily in the sequence's own caches (no second
+/// model, no second cache: the full model's keys and values before the fed token are read as
+/// they are; the draft's own are cut again before the exact forward).
+pub struct ReducedExperts {
+    experts: usize,
+    logits: Vec<f32>,
+}
+
+impl ReducedExperts {
+    pub fn new(experts: usize) -> Self {
+        ReducedExperts {
+            experts: experts.max(1),
+            logits: Vec::new(),
+        }
+    }
+
+    /// Whether `dec` can draft this way: it routes among experts, keeps no recurrent state
+    /// (which cannot be cut back) and runs all its layers here.
+    pub fn fits(dec: &Decoder) -> bool {
+        dec.routes_experts() && !dec.has_recurrent_layers() && dec.caches_local()
+    }
+}
+
+impl ModelDraft for ReducedExperts {
+    fn name(&self) -> &'static str {
+        "experts"
+    }
+
+    fn draft(
+        &mut self,
+        dec: &Decoder,
+        caches: &mut [KvCache],
+        history: &[TokenId],
+        max: usize,
+        out: &mut Vec<TokenId>,
+    ) {
+        let Some((&fed, _)) = history.split_last() else {
+            return;
+        };
+        let pos = history.len() - 1;
+        if !Self::fits(dec) || caches.iter().any(|c| c.len() != pos) {
+            return;
+        }
+        let mut tok = fed;
+        for i in 0..max {
+            dec.forward_reduced(&[tok], pos + i, caches, self.experts, &mut self.logits);
+            tok = argmax(&self.logits);
+            out.push(tok);
+        }
+        for c in caches.iter_mut() {
+            c.truncate(pos);
+        }
+    }
+}
