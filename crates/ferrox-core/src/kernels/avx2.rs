@@ -132,6 +132,19 @@ fn load32<T>(p: &[T]) -> __m256i {
     unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
 }
 
+/// Σ over the 8 groups of 32 of `scales[j]` · (`q[j]` · `yb`'s group j), as i32 lanes:
+/// a K-quant super-block's unsigned quants against one Q8_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scaled_sums(q: &[__m256i; 8], scales: &[__m256i; 8], yb: &BlockQ8K) -> __m256i {
+    let mut s = _mm256_setzero_si256();
+    for j in 0..8 {
+        let p = _mm256_maddubs_epi16(q[j], load32(&yb.qs[32 * j..]));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[j]));
+    }
+    s
+}
+
 // ---- 32-element blocks against Q8_0 --------------------------------------------------------
 
 /// Activation rows of a Q8_0-paired kernel: quants and f32 scales.
@@ -488,11 +501,7 @@ fn k45<const NT: usize>(
     let mins = _mm_cvtepu8_epi16(unsafe { _mm_loadl_epi64(mn.as_ptr().cast()) });
     for t in 0..NT {
         let yb = &y[t][i];
-        let mut s = _mm256_setzero_si256();
-        for j in 0..8 {
-            let p = _mm256_maddubs_epi16(q[j], load32(&yb.qs[32 * j..]));
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[j]));
-        }
+        let s = scaled_sums(q, &scales, yb);
         let a = &mut acc[t];
         a.s = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * d), _mm256_cvtepi32_ps(s), a.s);
         let m = _mm_cvtepi32_ps(k4_min_lanes(mins, yb));
@@ -625,11 +634,7 @@ fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         let d = f16(b.d);
         for t in 0..NT {
             let yb = &y[t][i];
-            let mut s = _mm256_setzero_si256();
-            for g in 0..8 {
-                let p = _mm256_maddubs_epi16(q[g], load32(&yb.qs[32 * g..]));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[g]));
-            }
+            let s = scaled_sums(&q, &scales, yb);
             // The stored quants are q + 32: subtract 32 · Σ scale · bsum (lane-wise, exact).
             let bs = load32(&yb.bsums);
             let off = _mm256_madd_epi16(bs, sc_all);

@@ -57,24 +57,16 @@ pub(super) const TILE: (usize, usize) = (16, 64);
 /// is `vpdpbusd` lane 4l + j % 4 of chunk 2h + j / 4; the tables give its sub-block, which
 /// selects its scale (Q4_K/Q5_K: 32 elements per sub-block, Q6_K: 16).
 const fn pack_idx(q6: bool) -> [[i16; 32]; 2] {
-    let mut t = [[0i16; 32]; 2];
-    let mut h = 0;
-    while h < 2 {
-        let mut w = 0;
-        while w < 32 {
-            let (l, j) = (w / 8, w % 8);
-            let chunk = 2 * h + j / 4;
-            let lane = 4 * l + j % 4;
-            t[h][w] = if q6 {
-                4 * chunk + lane / 4
-            } else {
-                2 * chunk + lane / 8
-            } as i16;
-            w += 1;
-        }
-        h += 1;
-    }
-    t
+    i16_table!(2, 32, |h, w| {
+        let (l, j) = (w / 8, w % 8);
+        let chunk = 2 * h + j / 4;
+        let lane = 4 * l + j % 4;
+        (if q6 {
+            4 * chunk + lane / 4
+        } else {
+            2 * chunk + lane / 8
+        }) as i16
+    })
 }
 static K4_IDX: [[i16; 32]; 2] = pack_idx(false);
 static K6_IDX: [[i16; 32]; 2] = pack_idx(true);

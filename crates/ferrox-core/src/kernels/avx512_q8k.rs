@@ -213,10 +213,7 @@ fn rows<const NT: usize, B, const MINS: bool>(
             let f = _mm512_set1_ps(sb.f * yb.d);
             acc[t] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(sum), acc[t]);
             if MINS {
-                // SAFETY: bsums is 16 i16 = 32 bytes.
-                let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
-                let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, sb.mins));
-                accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(sb.fmin * yb.d), m, accm[t]);
+                accm[t] = avx2_k::add_mins(accm[t], sb.mins, sb.fmin, yb);
             }
         }
     }
@@ -260,17 +257,7 @@ const PER16: [[i16; 32]; 4] = idx_table(16);
 const PER32: [[i16; 32]; 4] = idx_table(32);
 
 const fn idx_table(group: usize) -> [[i16; 32]; 4] {
-    let mut t = [[0i16; 32]; 4];
-    let mut j = 0;
-    while j < 4 {
-        let mut m = 0;
-        while m < 32 {
-            t[j][m] = ((64 * j + 2 * m) / group) as i16;
-            m += 1;
-        }
-        j += 1;
-    }
-    t
+    i16_table!(4, 32, |j, m| ((64 * j + 2 * m) / group) as i16)
 }
 
 /// The four scale vectors from 16 i16 scales (one per 16 weights).
