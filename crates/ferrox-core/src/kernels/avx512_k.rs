@@ -25,7 +25,7 @@
 // Kernels index parallel per-row / per-token arrays by number.
 #![allow(clippy::needless_range_loop)]
 
-use super::avx2::k4_scales_mins;
+use super::avx2::{k4_scales_mins, q6k_half};
 use super::BlockArgs;
 use crate::quant::blocks::*;
 use crate::quant::GgmlType;
@@ -285,28 +285,9 @@ macro_rules! decode_block {
             );
             if $kind == Q6K {
                 let b = &*row.cast::<BlockQ6K>().add(sb);
-                let m30 = _mm256_set1_epi8(0x30);
                 let mut q = [_mm512_setzero_si512(); 4];
                 for h in 0..2 {
-                    let ql0 = _mm256_loadu_si256(b.ql.as_ptr().add(64 * h).cast());
-                    let ql1 = _mm256_loadu_si256(b.ql.as_ptr().add(64 * h + 32).cast());
-                    let qh = _mm256_loadu_si256(b.qh.as_ptr().add(32 * h).cast());
-                    let e0 = _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
-                    );
-                    let e1 = _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
-                    );
-                    let e2 = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                        _mm256_and_si256(qh, m30),
-                    );
-                    let e3 = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
-                    );
+                    let [e0, e1, e2, e3] = q6k_half(b, h);
                     q[2 * h] = join(e0, e1);
                     q[2 * h + 1] = join(e2, e3);
                 }
