@@ -140,7 +140,8 @@ fn shape(len: usize, cols: usize, block: usize, rows: usize) -> usize {
 }
 
 /// Interleaves 16 consecutive original rows (`src`, each `cols` wide, ggml layout) into `dst`
-/// (same length): the head fields by `layout`, the quants of row `i`'s block `b` by `quants(tile, i, b)`.
+/// (same length): the head fields by `layout`, the quants of row `i`'s block `b` by
+/// `quants(tile, i, b)`.
 fn repack(
     layout: &Layout,
     src: &[u8],
@@ -164,8 +165,8 @@ fn repack(
 }
 
 /// Writes original row `lane` (0..16) of a repacked group back in ggml layout (`dst` = one
-/// row's bytes): each block zeroed, then its head by `layout` and its quants by
-/// `quants(tile, lane, b)`.
+/// row's bytes): each block zeroed (Q2_K / Q3_K / Q5_K quant bits are OR-ed in), then its head
+/// by `layout` and its quants by `quants(tile, lane, b)`.
 fn unpack_row(
     layout: &Layout,
     group: &[u8],
