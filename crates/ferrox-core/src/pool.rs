@@ -196,16 +196,7 @@ pub fn for_each_chunk_mut<T: Send>(
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
     assert!(chunk > 0, "for_each_chunk_mut: empty chunks");
-    let (len, base) = (data.len(), ChunkPtr(data.as_mut_ptr()));
-    for_each(len.div_ceil(chunk), |i| {
-        let start = i * chunk;
-        let n = chunk.min(len - start);
-        // SAFETY: chunk i covers start..start + n inside `data`, which is borrowed mutably for
-        // the whole call; every index runs exactly once, so the pieces never alias.
-        f(i, unsafe {
-            std::slice::from_raw_parts_mut(base.get().add(start), n)
-        });
-    });
+    chunks_in_order(data, chunk, |t, _| t, f);
 }
 
 /// As [`for_each_chunk_mut`], handing the chunks out last first (`f` still gets each chunk's
@@ -217,13 +208,26 @@ pub fn for_each_chunk_mut_rev<T: Send>(
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
     assert!(chunk > 0, "for_each_chunk_mut_rev: empty chunks");
+    chunks_in_order(data, chunk, |t, n| n - 1 - t, f);
+}
+
+/// Runs `f(i, chunk_i)` for the `chunk`-long pieces of `data` (`chunk` > 0) in parallel, the
+/// `t`-th handed out being chunk `order(t, chunks)`, `order` a permutation of the indices.
+fn chunks_in_order<T: Send>(
+    data: &mut [T],
+    chunk: usize,
+    order: impl Fn(usize, usize) -> usize + Sync,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
     let (len, base) = (data.len(), ChunkPtr(data.as_mut_ptr()));
     let n = len.div_ceil(chunk);
     for_each(n, |t| {
-        let i = n - 1 - t;
+        let i = order(t, n);
         let start = i * chunk;
         let m = chunk.min(len - start);
-        // SAFETY: as in `for_each_chunk_mut`: disjoint chunks of a mutably borrowed slice.
+        // SAFETY: chunk i covers start..start + m inside `data`, which is borrowed mutably for
+        // the whole call; `order` is a permutation and every index runs exactly once, so the
+        // pieces never alias.
         f(i, unsafe {
             std::slice::from_raw_parts_mut(base.get().add(start), m)
         });

@@ -2,7 +2,7 @@
 //! and batch invariance of `dot_rows`: any token grouping gives bit-identical outputs.
 #![allow(clippy::needless_range_loop)]
 
-use ferrox_core::kernels::{dot_rows, ActBuf, Isa};
+use ferrox_core::kernels::{dot_rows, ActBuf, Isa, Kernel};
 use ferrox_core::quant::{dequantize_row, GgmlType};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -255,12 +255,7 @@ fn check_dot_block(isa: Isa, ty: GgmlType, widths: &[usize], rng: &mut StdRng) {
 /// for the other Q8_K-paired types and their AVX-512 kernel (token groups of 8, 4, 2, 1).
 #[test]
 fn avx512_kquant_kernels_match_reference() {
-    use ferrox_core::kernels::Kernel;
     use GgmlType::*;
-    if !Isa::Avx512.supported() {
-        return;
-    }
-    let mut rng = StdRng::seed_from_u64(17);
     let kernels = [
         (Q4K, Kernel::Avx512K),
         (Q5K, Kernel::Avx512K),
@@ -273,25 +268,32 @@ fn avx512_kquant_kernels_match_reference() {
         ]
         .map(|t| (t, Kernel::Avx512Q8K)),
     );
-    for (ty, kernel) in kernels {
-        assert_eq!(Isa::Avx512.kernel(ty), kernel, "{ty:?} dispatch");
-        check_dot_block(Isa::Avx512, ty, &[256, 512, 4864, 8960], &mut rng);
-    }
+    check_avx512(kernels, &[256, 512, 4864, 8960], 17);
 }
 
 /// The 32-element types on AVX-512: odd block counts (a half pair), 1..=9 tokens (per-pair
 /// decoding and the decoded scratch), several rows.
 #[test]
 fn avx512_block32_kernels_match_reference() {
-    use ferrox_core::kernels::Kernel;
     use GgmlType::*;
+    let kernels = [Q4_0, Q5_0, Q8_0, IQ4NL, MXFP4].map(|t| (t, Kernel::Avx512));
+    check_avx512(kernels, &[32, 96, 224, 896], 19);
+}
+
+/// On an AVX-512 CPU each type of `kernels` is dispatched to its kernel and matches the scalar
+/// reference at each of `widths` (`check_dot_block`, from a generator seeded with `seed`).
+fn check_avx512(
+    kernels: impl IntoIterator<Item = (GgmlType, Kernel)>,
+    widths: &[usize],
+    seed: u64,
+) {
     if !Isa::Avx512.supported() {
         return;
     }
-    let mut rng = StdRng::seed_from_u64(19);
-    for ty in [Q4_0, Q5_0, Q8_0, IQ4NL, MXFP4] {
-        assert_eq!(Isa::Avx512.kernel(ty), Kernel::Avx512, "{ty:?} dispatch");
-        check_dot_block(Isa::Avx512, ty, &[32, 96, 224, 896], &mut rng);
+    let mut rng = StdRng::seed_from_u64(seed);
+    for (ty, kernel) in kernels {
+        assert_eq!(Isa::Avx512.kernel(ty), kernel, "{ty:?} dispatch");
+        check_dot_block(Isa::Avx512, ty, widths, &mut rng);
     }
 }
 

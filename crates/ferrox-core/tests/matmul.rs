@@ -50,25 +50,26 @@ fn assert_gemm_is_gemv(
     (x, single)
 }
 
+/// Asserts that `got`, a product's output for row `r` of `m` on the input row `x`, is the
+/// exact product within activation quantization error (`what` names the case).
+fn assert_row_product(m: &WeightMatrix, x: &[f32], r: usize, got: f32, what: &str) {
+    let cols = m.cols();
+    let mut w = vec![0f32; cols];
+    m.dequantize_row(r, &mut w).unwrap();
+    let exact: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
+    let mag: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| (a * b).abs()).sum();
+    assert!(
+        (got - exact).abs() <= 0.02 * mag + 1e-6,
+        "{what}: {got} vs {exact}"
+    );
+}
+
 #[test]
 fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
+    use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(21);
     for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::Q4K,
-        GgmlType::Q5K,
-        GgmlType::Q6K,
-        GgmlType::F16,
-        GgmlType::F32,
-        GgmlType::Q4_1,
-        GgmlType::Q5_1,
-        GgmlType::Q2K,
-        GgmlType::Q3K,
-        GgmlType::IQ4NL,
-        GgmlType::IQ4XS,
-        GgmlType::MXFP4,
+        Q4_0, Q5_0, Q8_0, Q4K, Q5K, Q6K, F16, F32, Q4_1, Q5_1, Q2K, Q3K, IQ4NL, IQ4XS, MXFP4,
     ]
     .into_iter()
     .chain(GRID_TYPES)
@@ -78,16 +79,8 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
         let m = random_matrix(&mut rng, ty, rows, cols);
         let (x, single) = assert_gemm_is_gemv(&mut rng, &m, 11, &[1, 2, 3, 4, 5, 8, 9, 11]);
         // And the product is the matrix product (within activation quantization error).
-        let mut w = vec![0f32; cols];
         for r in [0, rows / 2, rows - 1] {
-            m.dequantize_row(r, &mut w).unwrap();
-            let exact: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
-            let mag: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| (a * b).abs()).sum();
-            assert!(
-                (single[r] - exact).abs() <= 0.02 * mag + 1e-6,
-                "{ty:?} row {r}: {} vs {exact}",
-                single[r]
-            );
+            assert_row_product(&m, &x, r, single[r], &format!("{ty:?} row {r}"));
         }
     }
 }
@@ -96,13 +89,9 @@ fn gemm_is_bit_identical_to_gemv_for_every_batch_size() {
 /// activation type: Q8_K, Q8_0, Q8_1, bf16) still gives gemv's bits row by row.
 #[test]
 fn long_batches_quantized_in_pieces_equal_gemv() {
+    use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(23);
-    for ty in [
-        GgmlType::Q4K,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::BF16,
-    ] {
+    for ty in [Q4K, Q4_0, Q4_1, BF16] {
         let m = random_matrix(&mut rng, ty, 48, 512);
         // 97 rows of 512: three pieces of 64 rows and the remainder.
         assert_gemm_is_gemv(&mut rng, &m, 97, &[97]);
@@ -114,26 +103,14 @@ fn long_batches_quantized_in_pieces_equal_gemv() {
 /// the kernels switch from decoding per token tile to decoding once per batch.
 #[test]
 fn gemm_equals_gemv_on_ragged_shapes() {
+    use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(22);
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::IQ4NL,
-        GgmlType::MXFP4,
-    ] {
+    for ty in [Q4_0, Q5_0, Q8_0, IQ4NL, MXFP4] {
         for (rows, cols) in [(301, 96), (7, 32), (130, 224)] {
             let m = random_matrix(&mut rng, ty, rows, cols);
             let (x, single) = assert_gemm_is_gemv(&mut rng, &m, 17, &[2, 5, 7, 8, 9, 16, 17]);
-            let mut w = vec![0f32; cols];
-            m.dequantize_row(rows - 1, &mut w).unwrap();
-            let exact: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| a * b).sum();
-            let mag: f32 = w.iter().zip(&x[..cols]).map(|(a, b)| (a * b).abs()).sum();
-            let got = single[rows - 1];
-            assert!(
-                (got - exact).abs() <= 0.02 * mag + 1e-6,
-                "{ty:?} {rows}x{cols}: {got} vs {exact}"
-            );
+            let r = rows - 1;
+            assert_row_product(&m, &x, r, single[r], &format!("{ty:?} {rows}x{cols}"));
         }
     }
 }

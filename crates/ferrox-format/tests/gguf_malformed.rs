@@ -107,6 +107,14 @@ fn refuse_full(bytes: &[u8]) -> GgufError {
     e
 }
 
+/// The problem of a `BadTensor` refusal; any other error fails the test.
+fn tensor_problem(e: &GgufError) -> &TensorProblem {
+    match e {
+        GgufError::BadTensor { problem, .. } => problem,
+        other => panic!("expected BadTensor, got {other:?}"),
+    }
+}
+
 fn too_large(e: &GgufError, want: &str) {
     match e {
         GgufError::Malformed {
@@ -344,11 +352,8 @@ fn dims_product_overflow() {
     let e = refuse_full(&built.patched("t:blk.0.ffn_up.weight:dims", 8, &u64::MAX.to_le_bytes()));
     assert!(
         matches!(
-            &e,
-            GgufError::BadTensor {
-                problem: TensorProblem::DimTooLarge { index: 1, .. },
-                ..
-            }
+            tensor_problem(&e),
+            TensorProblem::DimTooLarge { index: 1, .. }
         ),
         "{e}"
     );
@@ -387,13 +392,7 @@ fn rows_not_whole_blocks() {
         .bytes;
     let e = refuse(&b);
     assert!(
-        matches!(
-            e,
-            GgufError::BadTensor {
-                problem: TensorProblem::NotBlockMultiple { .. },
-                ..
-            }
-        ),
+        matches!(tensor_problem(&e), TensorProblem::NotBlockMultiple { .. }),
         "{e}"
     );
 }
@@ -404,11 +403,8 @@ fn misaligned_data() {
     let e = refuse_full(&built.patched("t:blk.0.q8:offset", 0, &(1u64 + 32 * 20).to_le_bytes()));
     assert!(
         matches!(
-            &e,
-            GgufError::BadTensor {
-                problem: TensorProblem::Misaligned { align: 32, .. },
-                ..
-            }
+            tensor_problem(&e),
+            TensorProblem::Misaligned { align: 32, .. }
         ),
         "{e}"
     );

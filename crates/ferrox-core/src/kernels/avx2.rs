@@ -132,6 +132,19 @@ fn load32<T>(p: &[T]) -> __m256i {
     unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
 }
 
+/// Σ over the 8 groups of 32 of `scales[j]` · (`q[j]` · `yb`'s group j), as i32 lanes:
+/// a K-quant super-block's unsigned quants against one Q8_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn scaled_sums(q: &[__m256i; 8], scales: &[__m256i; 8], yb: &BlockQ8K) -> __m256i {
+    let mut s = _mm256_setzero_si256();
+    for j in 0..8 {
+        let p = _mm256_maddubs_epi16(q[j], load32(&yb.qs[32 * j..]));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[j]));
+    }
+    s
+}
+
 // ---- 32-element blocks against Q8_0 --------------------------------------------------------
 
 /// Activation rows of a Q8_0-paired kernel: quants and f32 scales.
@@ -396,6 +409,34 @@ fn q5_1<const NT: usize>(w: &[BlockQ5_1], y: [&[BlockQ8_1]; NT], out: &mut [f32;
 
 // ---- K-quants against Q8_K: exact integer sums per super-block, in lanes; f32 lanes per row --
 
+/// The unsigned 6-bit quants of half `c` (weights 128c..128c + 128) of a Q6_K block as four
+/// vectors of 32 in ggml order: low nibbles of `ql` | bit pairs of `qh` shifted to bits 4..6.
+///
+/// # Safety
+/// AVX2 is present; `c` < 2.
+#[inline(always)]
+pub(super) unsafe fn q6k_half(b: &BlockQ6K, c: usize) -> [__m256i; 4] {
+    // SAFETY: the features are present and the loads stay inside `ql` (128 bytes) and `qh`
+    // (64) for c < 2 (the caller's contract).
+    unsafe {
+        let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+        let ql0 = _mm256_loadu_si256(b.ql.as_ptr().add(64 * c).cast());
+        let ql1 = _mm256_loadu_si256(b.ql.as_ptr().add(64 * c + 32).cast());
+        let qh = _mm256_loadu_si256(b.qh.as_ptr().add(32 * c).cast());
+        let low = |v: __m256i| _mm256_and_si256(v, m4);
+        let high = |h: __m256i| _mm256_and_si256(h, m30);
+        [
+            _mm256_or_si256(low(ql0), high(_mm256_slli_epi16(qh, 4))),
+            _mm256_or_si256(low(ql1), high(_mm256_slli_epi16(qh, 2))),
+            _mm256_or_si256(low(_mm256_srli_epi16(ql0, 4)), high(qh)),
+            _mm256_or_si256(
+                low(_mm256_srli_epi16(ql1, 4)),
+                high(_mm256_srli_epi16(qh, 2)),
+            ),
+        ]
+    }
+}
+
 /// (scales, mins) of a Q4_K / Q5_K block as 8 bytes each.
 #[inline]
 pub(super) fn k4_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
@@ -488,11 +529,7 @@ fn k45<const NT: usize>(
     let mins = _mm_cvtepu8_epi16(unsafe { _mm_loadl_epi64(mn.as_ptr().cast()) });
     for t in 0..NT {
         let yb = &y[t][i];
-        let mut s = _mm256_setzero_si256();
-        for j in 0..8 {
-            let p = _mm256_maddubs_epi16(q[j], load32(&yb.qs[32 * j..]));
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[j]));
-        }
+        let s = scaled_sums(q, &scales, yb);
         let a = &mut acc[t];
         a.s = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * d), _mm256_cvtepi32_ps(s), a.s);
         let m = _mm_cvtepi32_ps(k4_min_lanes(mins, yb));
@@ -546,8 +583,6 @@ fn q5k<const NT: usize>(w: &[BlockQ5K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT]) {
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m30 = _mm256_set1_epi8(0x30);
     // Lower half picks i16 lane 2k, upper half lane 2k + 1.
     let pair_mask = |k: usize| {
         let (a, b) = ((4 * k) as i8, (4 * k + 2) as i8);
@@ -594,42 +629,22 @@ fn q6k<const NT: usize>(w: &[BlockQ6K], y: [&[BlockQ8K]; NT], out: &mut [f32; NT
         let mut q = [_mm256_setzero_si256(); 8];
         let mut scales = [_mm256_setzero_si256(); 8];
         for c in 0..2 {
-            let ql0 = load32(&b.ql[64 * c..]);
-            let ql1 = load32(&b.ql[64 * c + 32..]);
-            let qh = load32(&b.qh[32 * c..]);
-            q[4 * c] = _mm256_or_si256(
-                _mm256_and_si256(ql0, m4),
-                _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
-            );
-            q[4 * c + 1] = _mm256_or_si256(
-                _mm256_and_si256(ql1, m4),
-                _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
-            );
-            q[4 * c + 2] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                _mm256_and_si256(qh, m30),
-            );
-            q[4 * c + 3] = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
-            );
+            // SAFETY: AVX2 (this function's features); c < 2.
+            let quants = unsafe { q6k_half(b, c) };
             let half = if c == 0 {
                 _mm256_permute2x128_si256(sc_all, sc_all, 0x00)
             } else {
                 _mm256_permute2x128_si256(sc_all, sc_all, 0x11)
             };
             for k in 0..4 {
+                q[4 * c + k] = quants[k];
                 scales[4 * c + k] = _mm256_shuffle_epi8(half, masks[k]);
             }
         }
         let d = f16(b.d);
         for t in 0..NT {
             let yb = &y[t][i];
-            let mut s = _mm256_setzero_si256();
-            for g in 0..8 {
-                let p = _mm256_maddubs_epi16(q[g], load32(&yb.qs[32 * g..]));
-                s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scales[g]));
-            }
+            let s = scaled_sums(&q, &scales, yb);
             // The stored quants are q + 32: subtract 32 · Σ scale · bsum (lane-wise, exact).
             let bs = load32(&yb.bsums);
             let off = _mm256_madd_epi16(bs, sc_all);

@@ -117,37 +117,43 @@ fn rows<const NT: usize, B, const MINS: bool>(
     for t in 0..NT {
         assert_eq!(y[t].len(), w.len(), "activation blocks");
     }
-    {
-        let mut acc = [_mm256_setzero_ps(); NT];
-        let mut accm = [_mm256_setzero_ps(); NT];
-        for (i, x) in w.iter().enumerate() {
-            let sb = decode(x);
-            for t in 0..NT {
-                let yb = &y[t][i];
-                let mut sum = _mm256_setzero_si256();
-                for j in 0..8 {
-                    let yq = load(&yb.qs[32 * j..]);
-                    let p = _mm256_maddubs_epi16(sb.u[j], _mm256_sign_epi8(yq, sb.s[j]));
-                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sb.sc[j]));
-                }
-                let f = _mm256_set1_ps(sb.f * yb.d);
-                acc[t] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(sum), acc[t]);
-                if MINS {
-                    // SAFETY: bsums is 16 i16 = 32 bytes.
-                    let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
-                    let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, sb.mins));
-                    accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(sb.fmin * yb.d), m, accm[t]);
-                }
+    let mut acc = [_mm256_setzero_ps(); NT];
+    let mut accm = [_mm256_setzero_ps(); NT];
+    for (i, x) in w.iter().enumerate() {
+        let sb = decode(x);
+        for t in 0..NT {
+            let yb = &y[t][i];
+            let mut sum = _mm256_setzero_si256();
+            for j in 0..8 {
+                let yq = load(&yb.qs[32 * j..]);
+                let p = _mm256_maddubs_epi16(sb.u[j], _mm256_sign_epi8(yq, sb.s[j]));
+                sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, sb.sc[j]));
+            }
+            let f = _mm256_set1_ps(sb.f * yb.d);
+            acc[t] = _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(sum), acc[t]);
+            if MINS {
+                accm[t] = add_mins(accm[t], sb.mins, sb.fmin, yb);
             }
         }
-        for t in 0..NT {
-            out[t] = if MINS {
-                hsum(acc[t]) - hsum(accm[t])
-            } else {
-                hsum(acc[t])
-            };
-        }
     }
+    for t in 0..NT {
+        out[t] = if MINS {
+            hsum(acc[t]) - hsum(accm[t])
+        } else {
+            hsum(acc[t])
+        };
+    }
+}
+
+/// `acc + fmin·d_y·Σ mins·bsums` per lane: a super-block's min correction against `yb` (the
+/// 16 i16 `mins` pair with `yb`'s 16 block sums).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn add_mins(acc: __m256, mins: __m256i, fmin: f32, yb: &BlockQ8K) -> __m256 {
+    // SAFETY: bsums is 16 i16 = 32 bytes.
+    let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
+    let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins));
+    _mm256_fmadd_ps(_mm256_set1_ps(fmin * yb.d), m, acc)
 }
 
 #[inline]

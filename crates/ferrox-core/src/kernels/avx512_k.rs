@@ -25,7 +25,7 @@
 // Kernels index parallel per-row / per-token arrays by number.
 #![allow(clippy::needless_range_loop)]
 
-use super::avx2::k4_scales_mins;
+use super::avx2::{k4_scales_mins, q6k_half};
 use super::BlockArgs;
 use crate::quant::blocks::*;
 use crate::quant::GgmlType;
@@ -57,24 +57,16 @@ pub(super) const TILE: (usize, usize) = (16, 64);
 /// is `vpdpbusd` lane 4l + j % 4 of chunk 2h + j / 4; the tables give its sub-block, which
 /// selects its scale (Q4_K/Q5_K: 32 elements per sub-block, Q6_K: 16).
 const fn pack_idx(q6: bool) -> [[i16; 32]; 2] {
-    let mut t = [[0i16; 32]; 2];
-    let mut h = 0;
-    while h < 2 {
-        let mut w = 0;
-        while w < 32 {
-            let (l, j) = (w / 8, w % 8);
-            let chunk = 2 * h + j / 4;
-            let lane = 4 * l + j % 4;
-            t[h][w] = if q6 {
-                4 * chunk + lane / 4
-            } else {
-                2 * chunk + lane / 8
-            } as i16;
-            w += 1;
-        }
-        h += 1;
-    }
-    t
+    i16_table!(2, 32, |h, w| {
+        let (l, j) = (w / 8, w % 8);
+        let chunk = 2 * h + j / 4;
+        let lane = 4 * l + j % 4;
+        (if q6 {
+            4 * chunk + lane / 4
+        } else {
+            2 * chunk + lane / 8
+        }) as i16
+    })
 }
 static K4_IDX: [[i16; 32]; 2] = pack_idx(false);
 static K6_IDX: [[i16; 32]; 2] = pack_idx(true);
@@ -293,28 +285,9 @@ macro_rules! decode_block {
             );
             if $kind == Q6K {
                 let b = &*row.cast::<BlockQ6K>().add(sb);
-                let m30 = _mm256_set1_epi8(0x30);
                 let mut q = [_mm512_setzero_si512(); 4];
                 for h in 0..2 {
-                    let ql0 = _mm256_loadu_si256(b.ql.as_ptr().add(64 * h).cast());
-                    let ql1 = _mm256_loadu_si256(b.ql.as_ptr().add(64 * h + 32).cast());
-                    let qh = _mm256_loadu_si256(b.qh.as_ptr().add(32 * h).cast());
-                    let e0 = _mm256_or_si256(
-                        _mm256_and_si256(ql0, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30),
-                    );
-                    let e1 = _mm256_or_si256(
-                        _mm256_and_si256(ql1, m4),
-                        _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30),
-                    );
-                    let e2 = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                        _mm256_and_si256(qh, m30),
-                    );
-                    let e3 = _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30),
-                    );
+                    let [e0, e1, e2, e3] = q6k_half(b, h);
                     q[2 * h] = join(e0, e1);
                     q[2 * h + 1] = join(e2, e3);
                 }

@@ -213,10 +213,7 @@ fn rows<const NT: usize, B, const MINS: bool>(
             let f = _mm512_set1_ps(sb.f * yb.d);
             acc[t] = _mm512_fmadd_ps(f, _mm512_cvtepi32_ps(sum), acc[t]);
             if MINS {
-                // SAFETY: bsums is 16 i16 = 32 bytes.
-                let bs = unsafe { _mm256_loadu_si256(yb.bsums.as_ptr().cast()) };
-                let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, sb.mins));
-                accm[t] = _mm256_fmadd_ps(_mm256_set1_ps(sb.fmin * yb.d), m, accm[t]);
+                accm[t] = avx2_k::add_mins(accm[t], sb.mins, sb.fmin, yb);
             }
         }
     }
@@ -260,17 +257,7 @@ const PER16: [[i16; 32]; 4] = idx_table(16);
 const PER32: [[i16; 32]; 4] = idx_table(32);
 
 const fn idx_table(group: usize) -> [[i16; 32]; 4] {
-    let mut t = [[0i16; 32]; 4];
-    let mut j = 0;
-    while j < 4 {
-        let mut m = 0;
-        while m < 32 {
-            t[j][m] = ((64 * j + 2 * m) / group) as i16;
-            m += 1;
-        }
-        j += 1;
-    }
-    t
+    i16_table!(4, 32, |j, m| ((64 * j + 2 * m) / group) as i16)
 }
 
 /// The four scale vectors from 16 i16 scales (one per 16 weights).
@@ -370,6 +357,20 @@ fn grid8(grid: &[u64], idx: impl Fn(usize) -> usize) -> __m512i {
     let g = |k: usize| grid[idx(k)] as i64;
     let q = |k: usize| _mm_set_epi64x(g(2 * k + 1), g(2 * k));
     join(_mm256_set_m128i(q(1), q(0)), _mm256_set_m128i(q(3), q(2)))
+}
+
+/// [`grid8`] of eight indices `stride` bits apart, the first four in `w0` and the rest in `w1`
+/// (low bits first), each masked to `mask`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn grid8_packed(grid: &[u64], (w0, w1): (u64, u64), stride: usize, mask: u64) -> __m512i {
+    grid8(grid, |k| {
+        (if k < 4 {
+            w0 >> (stride * k)
+        } else {
+            w1 >> (stride * (k - 4))
+        } & mask) as usize
+    })
 }
 
 /// Sixteen u32 grid entries.
@@ -521,6 +522,19 @@ fn signed(u: [__m512i; 4], neg: [__mmask64; 4], sc: [__m512i; 4], f: f32) -> Sb5
     }
 }
 
+/// [`signed`] with the signs and scales of IQ2_XXS / IQ3_XXS sign words (per 32 weights a u32:
+/// four 7-bit sign indices, the 4-bit scale on top).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn signed_words(u: [__m512i; 4], words: __m256i, f: f32) -> Sb512 {
+    signed(
+        u,
+        ksigns(sign_fields(words)),
+        spread32(odd8(_mm256_srli_epi32(words, 28))),
+        f,
+    )
+}
+
 /// # Safety
 /// AVX-512 F/BW/VL, AVX2 and F16C are present.
 #[inline(always)]
@@ -529,25 +543,11 @@ unsafe fn dec_iq2xxs(b: &BlockIQ2XXS) -> Sb512 {
     unsafe {
         // Per 32 weights a u64: 4 grid bytes, then a u32 of four 7-bit sign indices and the scale.
         let w = |ib: usize| u64_at(&b.qs, 8 * ib);
-        let u = x4!(|j| {
-            let (w0, w1) = (w(2 * j), w(2 * j + 1));
-            grid8(&IQ2XXS_GRID, |k| {
-                (if k < 4 {
-                    w0 >> (8 * k)
-                } else {
-                    w1 >> (8 * k - 32)
-                } & 0xFF) as usize
-            })
-        });
+        let u = x4!(|j| grid8_packed(&IQ2XXS_GRID, (w(2 * j), w(2 * j + 1)), 8, 0xFF));
         // 64 bytes; the odd u32 words are the sign/scale words.
         let v = _mm512_loadu_si512(b.qs.as_ptr().cast());
         let words = _mm512_cvtepi64_epi32(_mm512_srli_epi64(v, 32));
-        signed(
-            u,
-            ksigns(sign_fields(words)),
-            spread32(odd8(_mm256_srli_epi32(words, 28))),
-            f16(b.d) * 0.125,
-        )
+        signed_words(u, words, f16(b.d) * 0.125)
     }
 }
 
@@ -558,17 +558,8 @@ unsafe fn dec_iq2xs(b: &BlockIQ2XS) -> Sb512 {
     // SAFETY: the features are present (the caller's contract).
     unsafe {
         // Per 8 weights a u16: the grid index (9 bits) and a 7-bit sign index.
-        let mut u = [_mm512_setzero_si512(); 4];
-        for j in 0..4 {
-            let (w0, w1) = (u64_at(&b.qs, 16 * j), u64_at(&b.qs, 16 * j + 8));
-            u[j] = grid8(&IQ2XS_GRID, |k| {
-                (if k < 4 {
-                    w0 >> (16 * k)
-                } else {
-                    w1 >> (16 * k - 64)
-                } & 511) as usize
-            });
-        }
+        let w = |at: usize| u64_at(&b.qs, at);
+        let u = x4!(|j| grid8_packed(&IQ2XS_GRID, (w(16 * j), w(16 * j + 8)), 16, 511));
         // 64 bytes.
         let v = _mm512_loadu_si512(b.qs.as_ptr().cast());
         signed(
@@ -614,12 +605,7 @@ unsafe fn dec_iq3xxs(b: &BlockIQ3XXS) -> Sb512 {
         let words = &b.qs[64..96];
         // 32 bytes.
         let ws = _mm256_loadu_si256(words.as_ptr().cast());
-        signed(
-            u,
-            ksigns(sign_fields(ws)),
-            spread32(odd8(_mm256_srli_epi32(ws, 28))),
-            f16(b.d) * 0.25,
-        )
+        signed_words(u, ws, f16(b.d) * 0.25)
     }
 }
 

@@ -14,6 +14,38 @@ use crate::quant::{act, dot_row_ref, GgmlType};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+/// A `[[i16; M]; N]` lookup table built at compile time, entry `[a][b]` = `$e` (a `const fn`
+/// cannot take a closure, so the loops are written once here).
+#[cfg(target_arch = "x86_64")]
+macro_rules! i16_table {
+    ($n:expr, $m:expr, |$a:ident, $b:ident| $e:expr) => {{
+        let mut t = [[0i16; $m]; $n];
+        let mut $a = 0;
+        while $a < $n {
+            let mut $b = 0;
+            while $b < $m {
+                t[$a][$b] = $e;
+                $b += 1;
+            }
+            $a += 1;
+        }
+        t
+    }};
+}
+
+/// `$go!(k)` with the literal `k` equal to `$n`, among the listed literals, else `$go!($last)`:
+/// a runtime count as a constant (a const generic), so that the code it picks keeps its
+/// per-count arrays in registers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! match_const {
+    ($n:expr, $go:ident, [$($k:literal),*], $last:literal) => {
+        match $n {
+            $($k => $go!($k),)*
+            _ => $go!($last),
+        }
+    };
+}
+
 mod acts;
 mod attn;
 #[cfg(target_arch = "x86_64")]

@@ -24,20 +24,7 @@ const TOKENS: usize = 12;
 /// constant so that its accumulators stay in registers.
 macro_rules! with_tokens {
     ($tt:expr, $go:ident) => {
-        match $tt {
-            12 => $go!(12),
-            11 => $go!(11),
-            10 => $go!(10),
-            9 => $go!(9),
-            8 => $go!(8),
-            7 => $go!(7),
-            6 => $go!(6),
-            5 => $go!(5),
-            4 => $go!(4),
-            3 => $go!(3),
-            2 => $go!(2),
-            _ => $go!(1),
-        }
+        match_const!($tt, $go, [12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2], 1)
     };
 }
 

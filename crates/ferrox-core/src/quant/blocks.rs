@@ -58,6 +58,8 @@ macro_rules! block {
         }
     };
 }
+// The load-time layouts of `convert` are blocks too.
+pub(super) use block;
 
 block!(
     /// 4-bit, scale only: x = d * (q - 8).

@@ -23,39 +23,17 @@ use super::GgmlType;
 /// Bytes of one [`BlockIQ1T`].
 pub const IQ1T_BYTES: usize = 80;
 
-/// IQ1_S / IQ1_M in the load-time ternary layout: weight `128m + 32n + l` is
-/// `((qs[32m + l] >> 2n) & 3) − 1` (TQ2_0's order) shifted by ±1/8 — `−` where bit `k` of
-/// `minus` (LE u32) is set for group `k = e / 8` — times the odd scale `2s + 1` of nibble
-/// `e / 16` of `scales` (low nibble first) and the factor `f` (LE f32 = d/8).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockIQ1T {
-    pub qs: [u8; 64],
-    pub minus: [u8; 4],
-    pub scales: [u8; 8],
-    pub f: [u8; 4],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockIQ1T>() == IQ1T_BYTES);
+block!(
+    /// IQ1_S / IQ1_M in the load-time ternary layout: weight `128m + 32n + l` is
+    /// `((qs[32m + l] >> 2n) & 3) − 1` (TQ2_0's order) shifted by ±1/8 — `−` where bit `k` of
+    /// `minus` (LE u32) is set for group `k = e / 8` — times the odd scale `2s + 1` of nibble
+    /// `e / 16` of `scales` (low nibble first) and the factor `f` (LE f32 = d/8).
+    BlockIQ1T, QK_K, IQ1T_BYTES,
+    { qs: [u8; 64], minus: [u8; 4], scales: [u8; 8], f: [u8; 4] });
 
 /// Views whole [`BlockIQ1T`]s in `bytes`; `None` when the length is not a whole number.
 pub fn as_iq1t(bytes: &[u8]) -> Option<&[BlockIQ1T]> {
-    // SAFETY: BlockIQ1T is repr(C) of u8 arrays only.
-    unsafe { view(bytes) }
-}
-
-/// Whole `B`s over `bytes`; `None` when the length is not a whole number.
-///
-/// # Safety
-/// `B` is `repr(C)` of u8 arrays only: alignment 1, no padding, every bit pattern valid.
-unsafe fn view<B>(bytes: &[u8]) -> Option<&[B]> {
-    let size = std::mem::size_of::<B>();
-    if std::mem::align_of::<B>() != 1 || !bytes.len().is_multiple_of(size) {
-        return None;
-    }
-    // SAFETY: the caller's contract for B; the length is whole blocks and the lifetime is
-    // tied to `bytes`.
-    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / size) })
+    as_blocks(bytes)
 }
 
 /// What a matrix of type `ty` is converted to at load, if anything.
@@ -118,23 +96,15 @@ pub fn convert(ty: GgmlType, src: &[u8], dst: &mut [u8]) {
 /// Bytes of one [`BlockIQN`].
 pub const IQN_BYTES: usize = 146;
 
-/// An IQ2 / IQ3 super-block as nibbles: weight `128m + 64h + l` is nibble `h` (low first) of
-/// `nib[64m + l]`: bits 0–2 index [`magnitudes`] of the type, bit 3 is the sign; `ls` holds
-/// the odd scale of each 16 weights, `d` the block's f16.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BlockIQN {
-    pub nib: [u8; 128],
-    pub ls: [u8; 16],
-    pub d: [u8; 2],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockIQN>() == IQN_BYTES);
+block!(
+    /// An IQ2 / IQ3 super-block as nibbles: weight `128m + 64h + l` is nibble `h` (low first)
+    /// of `nib[64m + l]`: bits 0–2 index [`magnitudes`] of the type, bit 3 is the sign; `ls`
+    /// holds the odd scale of each 16 weights, `d` the block's f16.
+    BlockIQN, QK_K, IQN_BYTES, { nib: [u8; 128], ls: [u8; 16], d: [u8; 2] });
 
 /// Views whole [`BlockIQN`]s in `bytes`; `None` when the length is not a whole number.
 pub fn as_iqn(bytes: &[u8]) -> Option<&[BlockIQN]> {
-    // SAFETY: BlockIQN is repr(C) of u8 arrays only.
-    unsafe { view(bytes) }
+    as_blocks(bytes)
 }
 
 /// The grid magnitudes of an IQ2 / IQ3 type in nibble-index order: ggml's `iq2*_grid`

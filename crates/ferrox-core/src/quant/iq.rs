@@ -294,29 +294,22 @@ pub(crate) fn dequantize_half_step(d: [u8; 2], k: f32, dec: &Decoded, out: &mut 
     }
 }
 
-impl Dequantize for BlockIQ2XXS {
-    fn dequantize(&self, out: &mut [f32]) {
-        dequantize_half_step(self.d, 0.25, &self.decode(), out);
-    }
+/// `impl Dequantize` through [`dequantize_half_step`] with the block's `d` and factor `k`.
+macro_rules! half_step_dequantize {
+    ($($blk:ty => $k:expr),* $(,)?) => {
+        $(impl Dequantize for $blk {
+            fn dequantize(&self, out: &mut [f32]) {
+                dequantize_half_step(self.d, $k, &self.decode(), out);
+            }
+        })*
+    };
 }
-
-impl Dequantize for BlockIQ2XS {
-    fn dequantize(&self, out: &mut [f32]) {
-        dequantize_half_step(self.d, 0.25, &self.decode(), out);
-    }
-}
-
-impl Dequantize for BlockIQ2S {
-    fn dequantize(&self, out: &mut [f32]) {
-        dequantize_half_step(self.d, 0.25, &self.decode(), out);
-    }
-}
-
-impl Dequantize for BlockIQ3XXS {
-    fn dequantize(&self, out: &mut [f32]) {
-        dequantize_half_step(self.d, 0.5, &self.decode(), out);
-    }
-}
+half_step_dequantize!(
+    BlockIQ2XXS => 0.25,
+    BlockIQ2XS => 0.25,
+    BlockIQ2S => 0.25,
+    BlockIQ3XXS => 0.5,
+);
 
 /// `x = (d·ls) · w` per group of 16 (IQ3_S's `1 + 2s`, the ternary types' 1).
 pub(crate) fn dequantize_int_scale(d: f32, dec: &Decoded, out: &mut [f32]) {
@@ -398,33 +391,24 @@ fn dot_scaled<B: Decode>(w: &[B], a: &[BlockQ8K], dx: impl Fn(&B) -> f32, post: 
     post * sumf
 }
 
-pub fn dot_iq2xxs_q8k(w: &[BlockIQ2XXS], a: &[BlockQ8K]) -> f32 {
-    dot_scaled(w, a, |x| f16_to_f32(x.d), 0.125)
+/// `pub fn name(w: &[Block], a: &[BlockQ8K]) -> f32`: [`dot_scaled`] with the block's f16 `d`
+/// and ggml's factor `post`, for each listed type.
+macro_rules! scaled_dots {
+    ($($name:ident($blk:ty) => $post:expr),* $(,)?) => {
+        $(pub fn $name(w: &[$blk], a: &[BlockQ8K]) -> f32 {
+            dot_scaled(w, a, |x| f16_to_f32(x.d), $post)
+        })*
+    };
 }
-
-pub fn dot_iq2xs_q8k(w: &[BlockIQ2XS], a: &[BlockQ8K]) -> f32 {
-    dot_scaled(w, a, |x| f16_to_f32(x.d), 0.125)
-}
-
-pub fn dot_iq2s_q8k(w: &[BlockIQ2S], a: &[BlockQ8K]) -> f32 {
-    dot_scaled(w, a, |x| f16_to_f32(x.d), 0.125)
-}
-
-pub fn dot_iq3xxs_q8k(w: &[BlockIQ3XXS], a: &[BlockQ8K]) -> f32 {
-    dot_scaled(w, a, |x| f16_to_f32(x.d), 0.25)
-}
-
-pub fn dot_iq3s_q8k(w: &[BlockIQ3S], a: &[BlockQ8K]) -> f32 {
-    dot_scaled(w, a, |x| f16_to_f32(x.d), 1.0)
-}
-
-pub fn dot_tq1_0_q8k(w: &[BlockTQ1_0], a: &[BlockQ8K]) -> f32 {
-    dot_scaled(w, a, |x| f16_to_f32(x.d), 1.0)
-}
-
-pub fn dot_tq2_0_q8k(w: &[BlockTQ2_0], a: &[BlockQ8K]) -> f32 {
-    dot_scaled(w, a, |x| f16_to_f32(x.d), 1.0)
-}
+scaled_dots!(
+    dot_iq2xxs_q8k(BlockIQ2XXS) => 0.125,
+    dot_iq2xs_q8k(BlockIQ2XS) => 0.125,
+    dot_iq2s_q8k(BlockIQ2S) => 0.125,
+    dot_iq3xxs_q8k(BlockIQ3XXS) => 0.25,
+    dot_iq3s_q8k(BlockIQ3S) => 1.0,
+    dot_tq1_0_q8k(BlockTQ1_0) => 1.0,
+    dot_tq2_0_q8k(BlockTQ2_0) => 1.0,
+);
 
 /// IQ1: `(d_x·d_y) · (Σ ls·Σ g·y + δ · Σ ls·sign·Σ y)` per block (the sums of y per 8 taken
 /// from the quants; per 16 from `bsums` in the reference, the same integers).

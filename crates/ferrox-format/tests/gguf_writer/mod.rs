@@ -2,19 +2,10 @@
 //! so tests can truncate at boundaries and corrupt named fields.
 #![allow(dead_code)]
 
-pub const T_U8: u32 = 0;
-pub const T_I8: u32 = 1;
-pub const T_U16: u32 = 2;
-pub const T_I16: u32 = 3;
-pub const T_U32: u32 = 4;
-pub const T_I32: u32 = 5;
-pub const T_F32: u32 = 6;
+/// Value type ids without a number payload (GGUF spec, "Metadata value types").
 pub const T_BOOL: u32 = 7;
 pub const T_STRING: u32 = 8;
 pub const T_ARRAY: u32 = 9;
-pub const T_U64: u32 = 10;
-pub const T_I64: u32 = 11;
-pub const T_F64: u32 = 12;
 
 /// An encoded metadata value: its type id and payload bytes.
 #[derive(Clone)]
@@ -26,27 +17,27 @@ pub fn str_bytes(s: &[u8]) -> Vec<u8> {
     v
 }
 
-pub fn v_u8(x: u8) -> Val {
-    Val(T_U8, vec![x])
-}
-/// `pub fn name(x: ty) -> Val` for each little-endian number type and its type id.
+/// For each little-endian number type its type id `T_*` (GGUF spec) and
+/// `pub fn name(x: ty) -> Val`.
 macro_rules! le_values {
-    ($($name:ident($ty:ty) => $id:ident),* $(,)?) => {
-        $(pub fn $name(x: $ty) -> Val {
+    ($($name:ident($ty:ty) => $id:ident = $n:literal),* $(,)?) => {
+        $(pub const $id: u32 = $n;
+        pub fn $name(x: $ty) -> Val {
             Val($id, x.to_le_bytes().to_vec())
         })*
     };
 }
 le_values!(
-    v_i8(i8) => T_I8,
-    v_u16(u16) => T_U16,
-    v_i16(i16) => T_I16,
-    v_u32(u32) => T_U32,
-    v_i32(i32) => T_I32,
-    v_u64(u64) => T_U64,
-    v_i64(i64) => T_I64,
-    v_f32(f32) => T_F32,
-    v_f64(f64) => T_F64,
+    v_u8(u8) => T_U8 = 0,
+    v_i8(i8) => T_I8 = 1,
+    v_u16(u16) => T_U16 = 2,
+    v_i16(i16) => T_I16 = 3,
+    v_u32(u32) => T_U32 = 4,
+    v_i32(i32) => T_I32 = 5,
+    v_f32(f32) => T_F32 = 6,
+    v_u64(u64) => T_U64 = 10,
+    v_i64(i64) => T_I64 = 11,
+    v_f64(f64) => T_F64 = 12,
 );
 pub fn v_bool(x: bool) -> Val {
     Val(T_BOOL, vec![x as u8])

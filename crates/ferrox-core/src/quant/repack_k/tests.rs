@@ -6,57 +6,59 @@ use super::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-fn round_trip(
-    block: usize,
-    repack: fn(&[u8], usize, &mut [u8]),
-    unpack: fn(&[u8], usize, usize, &mut [u8]),
-) {
-    let mut rng = StdRng::seed_from_u64(3);
-    for cols in [256, 1536, 4864] {
-        let row_bytes = cols / QK_K * block;
-        let src: Vec<u8> = (0..ROWS * row_bytes).map(|_| rng.gen()).collect();
-        let mut dst = vec![0u8; src.len()];
-        repack(&src, cols, &mut dst);
-        let mut row = vec![0u8; row_bytes];
-        for lane in 0..ROWS {
-            unpack(&dst, cols, lane, &mut row);
-            assert_eq!(
-                row,
-                src[lane * row_bytes..][..row_bytes],
-                "cols {cols} lane {lane}"
-            );
+/// Each layout with its repack and unpack, for the tests every type gets.
+type Case = (
+    &'static str,
+    &'static Layout,
+    fn(&[u8], usize, &mut [u8]),
+    fn(&[u8], usize, usize, &mut [u8]),
+);
+
+const CASES: [Case; 6] = [
+    ("q4k", &Q4K, repack_q4k, unpack_row_q4k),
+    ("q6k", &Q6K, repack_q6k, unpack_row_q6k),
+    ("q5k", &Q5K, repack_q5k, unpack_row_q5k),
+    ("q2k", &Q2K, repack_q2k, unpack_row_q2k),
+    ("q3k", &Q3K, repack_q3k, unpack_row_q3k),
+    ("iq4xs", &IQ4XS, repack_iq4xs, unpack_row_iq4xs),
+];
+
+#[test]
+fn x16_repack_round_trips() {
+    for (name, layout, repack, unpack) in CASES {
+        let mut rng = StdRng::seed_from_u64(3);
+        for cols in [256, 1536, 4864] {
+            let row_bytes = cols / QK_K * layout.bytes;
+            let src: Vec<u8> = (0..ROWS * row_bytes).map(|_| rng.gen()).collect();
+            let mut dst = vec![0u8; src.len()];
+            repack(&src, cols, &mut dst);
+            let mut row = vec![0u8; row_bytes];
+            for lane in 0..ROWS {
+                unpack(&dst, cols, lane, &mut row);
+                assert_eq!(
+                    row,
+                    src[lane * row_bytes..][..row_bytes],
+                    "{name} cols {cols} lane {lane}"
+                );
+            }
         }
     }
 }
 
-#[test]
-fn x16_repack_q4k_round_trips() {
-    round_trip(Q4K_BYTES, repack_q4k, unpack_row_q4k);
-}
-
-#[test]
-fn x16_repack_q6k_round_trips() {
-    round_trip(Q6K_BYTES, repack_q6k, unpack_row_q6k);
-}
-
-#[test]
-fn x16_repack_q5k_round_trips() {
-    round_trip(Q5K_BYTES, repack_q5k, unpack_row_q5k);
-}
-
-#[test]
-fn x16_repack_q2k_round_trips() {
-    round_trip(Q2K_BYTES, repack_q2k, unpack_row_q2k);
-}
-
-#[test]
-fn x16_repack_q3k_round_trips() {
-    round_trip(Q3K_BYTES, repack_q3k, unpack_row_q3k);
-}
-
-#[test]
-fn x16_repack_iq4xs_round_trips() {
-    round_trip(IQ4XS_BYTES, repack_iq4xs, unpack_row_iq4xs);
+/// Repacks 16 random rows of one super-block of `layout`'s type and calls `check(i, b, tile)`
+/// for each row `i` with its original block `b`.
+fn check_tile(
+    rng: &mut StdRng,
+    layout: &Layout,
+    repack: fn(&[u8], usize, &mut [u8]),
+    check: impl Fn(usize, &[u8], &[u8]),
+) {
+    let src: Vec<u8> = (0..ROWS * layout.bytes).map(|_| rng.gen()).collect();
+    let mut dst = vec![0u8; src.len()];
+    repack(&src, QK_K, &mut dst);
+    for i in 0..ROWS {
+        check(i, &src[i * layout.bytes..][..layout.bytes], &dst);
+    }
 }
 
 /// A Q4_K block's 4-bit quants in element order.
@@ -86,32 +88,25 @@ fn q6k_values(ql: &[u8], qh: &[u8]) -> [u8; QK_K] {
 #[test]
 fn x16_repack_layout_matches_doc() {
     let mut rng = StdRng::seed_from_u64(4);
-    let src: Vec<u8> = (0..ROWS * Q4K_BYTES).map(|_| rng.gen()).collect();
-    let mut dst = vec![0u8; src.len()];
-    repack_q4k(&src, 256, &mut dst);
-    for i in 0..ROWS {
-        let q = q4k_values(&src[i * Q4K_BYTES + 16..][..128]);
+    check_tile(&mut rng, &Q4K, repack_q4k, |i, b, tile| {
+        let q = q4k_values(&b[16..][..128]);
         for e in 0..QK_K {
-            let (j, p, b, hi) = (e / 32, (e % 32) / 8, e % 4, (e % 8) / 4);
-            let x = dst[Q4K_QS + 64 * (4 * j + p) + 4 * i + b];
+            let (j, p, bb, hi) = (e / 32, (e % 32) / 8, e % 4, (e % 8) / 4);
+            let x = tile[Q4K_QS + 64 * (4 * j + p) + 4 * i + bb];
             assert_eq!((x >> (4 * hi)) & 0x0F, q[e], "q4k row {i} e {e}");
         }
-    }
-    let src: Vec<u8> = (0..ROWS * Q6K_BYTES).map(|_| rng.gen()).collect();
-    let mut dst = vec![0u8; src.len()];
-    repack_q6k(&src, 256, &mut dst);
-    for i in 0..ROWS {
-        let b = &src[i * Q6K_BYTES..][..Q6K_BYTES];
+    });
+    check_tile(&mut rng, &Q6K, repack_q6k, |i, b, tile| {
         let q = q6k_values(&b[..128], &b[128..192]);
         for e in 0..QK_K {
             let (j, p, bb, hi) = (e / 16, (e % 16) / 8, e % 4, (e % 8) / 4);
             let base = Q6K_QS + 192 * j + 4 * i;
-            let low = (dst[base + 64 * p + bb] >> (4 * hi)) & 0x0F;
+            let low = (tile[base + 64 * p + bb] >> (4 * hi)) & 0x0F;
             let c = (e % 16) / 4;
-            let high = (dst[base + 128 + bb] >> (2 * c)) & 3;
+            let high = (tile[base + 128 + bb] >> (2 * c)) & 3;
             assert_eq!(low | (high << 4), q[e], "q6k row {i} e {e}");
         }
-    }
+    });
 }
 
 /// The Q2_K, Q3_K, Q5_K and IQ4_XS layouts as documented, element by element, from ggml's
@@ -119,63 +114,47 @@ fn x16_repack_layout_matches_doc() {
 #[test]
 fn x16_repack_q2k_q3k_q5k_iq4xs_layout_matches_doc() {
     let mut rng = StdRng::seed_from_u64(5);
-    let src: Vec<u8> = (0..ROWS * Q3K_BYTES).map(|_| rng.gen()).collect();
-    let mut dst = vec![0u8; src.len()];
-    repack_q3k(&src, 256, &mut dst);
-    for i in 0..ROWS {
-        let b = &src[i * Q3K_BYTES..][..Q3K_BYTES];
+    check_tile(&mut rng, &Q3K, repack_q3k, |i, b, tile| {
         for e in 0..QK_K {
             let (c, jj, l) = (e / 128, (e / 32) % 4, e % 32);
             let low = (b[32 + 32 * c + l] >> (2 * jj)) & 3;
             let high = (b[l] >> (e / 32)) & 1;
             let (j, cc, bb) = (e / 16, (e % 16) / 4, e % 4);
-            let got_low = (dst[q3k_low(j) + 4 * i + bb] >> (2 * cc)) & 3;
-            let got_high = (dst[q3k_hm(j / 2) + 4 * i + bb] >> (cc + 4 * (j % 2))) & 1;
+            let got_low = (tile[q3k_low(j) + 4 * i + bb] >> (2 * cc)) & 3;
+            let got_high = (tile[q3k_hm(j / 2) + 4 * i + bb] >> (cc + 4 * (j % 2))) & 1;
             assert_eq!((got_low, got_high), (low, high), "q3k row {i} e {e}");
         }
-        assert_eq!(dst[2 * i..2 * i + 2], b[108..110], "q3k d");
-    }
-    let src: Vec<u8> = (0..ROWS * Q2K_BYTES).map(|_| rng.gen()).collect();
-    let mut dst = vec![0u8; src.len()];
-    repack_q2k(&src, 256, &mut dst);
-    for i in 0..ROWS {
-        let b = &src[i * Q2K_BYTES..][..Q2K_BYTES];
+        assert_eq!(tile[2 * i..2 * i + 2], b[108..110], "q3k d");
+    });
+    check_tile(&mut rng, &Q2K, repack_q2k, |i, b, tile| {
         for e in 0..QK_K {
             let (c, jj, l) = (e / 128, (e / 32) % 4, e % 32);
             let q = (b[16 + 32 * c + l] >> (2 * jj)) & 3;
             let (j, cc, bb) = (e / 16, (e % 16) / 4, e % 4);
-            let got = (dst[Q2K_QS + 64 * j + 4 * i + bb] >> (2 * cc)) & 3;
+            let got = (tile[Q2K_QS + 64 * j + 4 * i + bb] >> (2 * cc)) & 3;
             assert_eq!(got, q, "q2k row {i} e {e}");
         }
-        assert_eq!(dst[64 + 4 * i..68 + 4 * i], b[0..4], "q2k scales");
-    }
-    let src: Vec<u8> = (0..ROWS * Q5K_BYTES).map(|_| rng.gen()).collect();
-    let mut dst = vec![0u8; src.len()];
-    repack_q5k(&src, 256, &mut dst);
-    for i in 0..ROWS {
-        let b = &src[i * Q5K_BYTES..][..Q5K_BYTES];
+        assert_eq!(tile[64 + 4 * i..68 + 4 * i], b[0..4], "q2k scales");
+    });
+    check_tile(&mut rng, &Q5K, repack_q5k, |i, b, tile| {
         let q = q4k_values(&b[48..]);
         for e in 0..QK_K {
             let (j, l) = (e / 32, e % 32);
             let high = (b[16 + l] >> j) & 1;
             let (p, bb, h) = (l / 8, e % 4, (l % 8) / 4);
-            let x = dst[Q5K_QS + Q5K_SUB * j + 64 * p + 4 * i + bb];
-            let got_high = (dst[Q5K_QH + Q5K_SUB * j + 4 * i + bb] >> (2 * p + h)) & 1;
+            let x = tile[Q5K_QS + Q5K_SUB * j + 64 * p + 4 * i + bb];
+            let got_high = (tile[Q5K_QH + Q5K_SUB * j + 4 * i + bb] >> (2 * p + h)) & 1;
             assert_eq!((x >> (4 * h)) & 0x0F, q[e], "q5k row {i} e {e}");
             assert_eq!(got_high, high, "q5k high bit row {i} e {e}");
         }
-    }
-    let src: Vec<u8> = (0..ROWS * IQ4XS_BYTES).map(|_| rng.gen()).collect();
-    let mut dst = vec![0u8; src.len()];
-    repack_iq4xs(&src, 256, &mut dst);
-    for i in 0..ROWS {
-        let b = &src[i * IQ4XS_BYTES..][..IQ4XS_BYTES];
+    });
+    check_tile(&mut rng, &IQ4XS, repack_iq4xs, |i, b, tile| {
         for e in 0..QK_K {
             let (ib, l) = (e / 32, e % 32);
             let q = (b[8 + 16 * ib + l % 16] >> (4 * (l / 16))) & 0x0F;
             let (p, bb, hi) = ((e % 32) / 8, e % 4, (e % 8) / 4);
-            let x = dst[IQ4XS_QS + 64 * (4 * ib + p) + 4 * i + bb];
+            let x = tile[IQ4XS_QS + 64 * (4 * ib + p) + 4 * i + bb];
             assert_eq!((x >> (4 * hi)) & 0x0F, q, "iq4xs row {i} e {e}");
         }
-    }
+    });
 }

@@ -737,16 +737,7 @@ pub(super) use pv_shapes;
 /// `match n` over [`query_groups`]' sizes, each arm `$call!(N)`.
 macro_rules! group_sizes {
     ($n:expr, $call:ident) => {
-        match $n {
-            8 => $call!(8),
-            7 => $call!(7),
-            6 => $call!(6),
-            5 => $call!(5),
-            4 => $call!(4),
-            3 => $call!(3),
-            2 => $call!(2),
-            _ => $call!(1),
-        }
+        match_const!($n, $call, [8, 7, 6, 5, 4, 3, 2], 1)
     };
 }
 pub(super) use group_sizes;
