@@ -72,7 +72,8 @@ impl<M: ModelDraft> Drafter for Beside<M> {
         }
         out.truncate(start);
         self.by_model = true;
-        self.model.draft(dec, caches, history, max, out);
+        let len = self.kept[0].chain_len(max);
+        self.model.draft(dec, caches, history, len, out);
     }
 
     fn verified(&mut self, drafted: usize, accepted: usize) {

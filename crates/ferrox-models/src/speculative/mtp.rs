@@ -143,7 +143,8 @@ impl Drafter for MtpDrafter {
         }
         out.truncate(start);
         self.by_block = true;
-        self.chain(dec, first, max, out);
+        let len = self.kept[0].chain_len(max);
+        self.chain(dec, first, len, out);
     }
 
     fn verified(&mut self, drafted: usize, accepted: usize) {
