@@ -234,3 +234,43 @@ fn qwen3_next_mtp_matches_the_reference() {
 fn qwen3_next_mtp_speculation_equals_plain() {
     check_mtp_speculation("qwen3_next");
 }
+
+/// A block joining a history it has no pairs for — the session's cache already holds the
+/// first turn, decoded without it, as after a prompt-cache restore or a fork in the server —
+/// starts over where it joins and drafts, and the output stays plain decoding's.
+#[test]
+fn a_block_joining_a_cached_prefix_drafts_from_there() {
+    for arch in ["deepseek_v3", "glm4_moe"] {
+        let dir = fixture(&format!("hf-tiny-mtp/{arch}"));
+        let dec = Decoder::load(&dir).unwrap();
+        let input = ids(&read_json(&dir.join("input_ids.json")));
+        let params = GenerateParams {
+            max_tokens: 24,
+            ignore_eog: true,
+            ..GenerateParams::default()
+        };
+        let greedy = SamplerConfig::greedy();
+        let mut session = Session::without_tokenizer(&dec, 256);
+        let first = session.generate(
+            &input[..12],
+            &params,
+            &mut Sampler::new(greedy.clone()),
+            |_| true,
+        );
+        let mut prompt = input[..12].to_vec();
+        prompt.extend_from_slice(&first.tokens);
+        prompt.extend_from_slice(&input[12..]);
+        let mut spec = Speculation::new(Box::new(MtpDrafter::new(Box::new(Nothing))), 3);
+        spec.adaptive = AdaptiveDraft::fixed(3);
+        session.set_speculation(Some(spec));
+        let out = session.generate(&prompt, &params, &mut Sampler::new(greedy.clone()), |_| {
+            true
+        });
+        assert_eq!(out.tokens, plain(&dec, &prompt, &greedy, 24), "{arch}");
+        assert!(
+            out.prompt_tokens < prompt.len(),
+            "{arch}: the first turn's cache was not reused"
+        );
+        assert!(out.spec.drafted > 0, "{arch}: the block never drafted");
+    }
+}

@@ -291,8 +291,8 @@ fn measure(
             for (mi, spec) in specs.iter_mut().enumerate() {
                 // No reset: the prompt stays cached, so only the first run pays for the prefill
                 // (untimed either way). Except for a drafter with per-position state (an MTP
-                // block or draft head): it follows only a history it saw prefilled, and the
-                // cache was filled under another mode.
+                // block or draft head): joining a prefix cached under another mode, it would
+                // attend only to the rows since then, not to the prompt.
                 if spec.as_ref().is_some_and(|s| s.drafter.wants_hidden()) {
                     session.reset();
                 }

@@ -23,7 +23,11 @@ pub struct MtpDrafter {
     /// The block's cache: position `i` holds the pair (hidden state `i`, token `i + 1`).
     /// Created at the first observation (models without a block never make one).
     cache: Option<KvCache>,
-    /// Positions of `cache` that hold committed pairs (chained drafts lie beyond).
+    /// The sequence position of the cache's first pair: 0, or where the block joined a
+    /// history it had no pairs for (RoPE sees only distances, so counting its positions from
+    /// there changes nothing but which rows it can attend to).
+    base: usize,
+    /// Sequence positions `base..fed` hold committed pairs (chained drafts lie beyond).
     fed: usize,
     out: MtpOut,
     /// The tokens of the pairs being fed (reused step to step).
@@ -46,6 +50,7 @@ impl MtpDrafter {
         MtpDrafter {
             fallback,
             cache: None,
+            base: 0,
             fed: 0,
             out: MtpOut::default(),
             tokens: Vec::new(),
@@ -57,20 +62,25 @@ impl MtpDrafter {
     }
 
     /// Feeds the pairs of `o`'s verified rows and, when decoding, takes the block's first
-    /// draft token; `None` (nothing taken) when the block cannot follow (its cache lags what `o` starts from:
-    /// a prefix restored or copied from elsewhere, which it has no pairs for).
+    /// draft token (`None`: nothing taken). Where `o` starts past the pairs the block has (a
+    /// prefix restored from the prompt cache or copied from another slot) or before them, the
+    /// block starts over at `o`'s first row.
     fn advance(&mut self, dec: &Decoder, o: Observation<'_>) -> Option<()> {
         let d = dec.config.hidden_dim;
         if self.cache.is_none() {
             self.cache = dec.new_mtp_cache();
-            self.fed = 0;
+            (self.base, self.fed) = (0, 0);
         }
         let cache = self.cache.as_mut()?;
         let c = o.history.len();
         // Pair i needs token i + 1: the last row's is `following`, when known.
         let end = if o.following.is_some() { c } else { c - 1 };
-        if o.pos > self.fed.min(cache.len()) || end <= o.pos || (end - o.pos) * d > o.hidden.len() {
+        if end <= o.pos || (end - o.pos) * d > o.hidden.len() {
             return None;
+        }
+        if o.pos < self.base || o.pos > self.fed.min(self.base + cache.len()) {
+            cache.truncate(0);
+            (self.base, self.fed) = (o.pos, o.pos);
         }
         // Tokens pos + 1 .. end: the history's, then `following` for the last row.
         self.tokens.clear();
@@ -80,8 +90,15 @@ impl MtpDrafter {
         let k = self.tokens.len();
         let first_logit = if o.decoding { k - 1 } else { k };
         let (hidden, out) = (&o.hidden[..k * d], &mut self.out);
-        dec.mtp_forward(hidden, &self.tokens, o.pos, cache, first_logit, out)
-            .ok()?;
+        dec.mtp_forward(
+            hidden,
+            &self.tokens,
+            o.pos - self.base,
+            cache,
+            first_logit,
+            out,
+        )
+        .ok()?;
         self.fed = end;
         if o.decoding {
             let block = dec.mtp.as_ref()?;
@@ -101,7 +118,7 @@ impl MtpDrafter {
         let mut tok = first;
         for j in 1..max {
             // Token `fed + j` follows the state of position `fed + j - 1`.
-            let pos = self.fed + j - 1;
+            let pos = self.fed + j - 1 - self.base;
             if dec
                 .mtp_forward(&self.row, &[tok], pos, cache, 0, &mut self.out)
                 .is_err()
