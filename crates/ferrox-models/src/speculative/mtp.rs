@@ -197,7 +197,7 @@ impl Drafter for MtpDrafter {
     }
 
     fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
-        // No first token unless this feed gives one (a block that cannot follow drafts none).
+        // No first token unless this feed gives one (a feed it cannot take drafts none).
         self.first = None;
         if dec.mtp.is_some() {
             self.advance(dec, o);
