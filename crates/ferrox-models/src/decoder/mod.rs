@@ -280,15 +280,8 @@ impl Decoder {
         experts: usize,
         logits: &mut Vec<f32>,
     ) {
-        let mut seq = [SeqBatch {
-            tokens,
-            pos,
-            caches,
-            first_logit_row: tokens.len().saturating_sub(1),
-            key: OWN_CACHES,
-        }];
-        let experts = Experts::AtMost(experts);
-        self.forward_head(&mut seq, logits, Head::Logits, None, experts);
+        let last = tokens.len().saturating_sub(1);
+        self.forward_one(tokens, pos, caches, last, logits, Experts::AtMost(experts));
     }
 
     /// Whether a reduced-expert forward ([`forward_reduced`](Self::forward_reduced)) is
@@ -333,6 +326,19 @@ impl Decoder {
         first_logit_row: usize,
         logits: &mut Vec<f32>,
     ) {
+        self.forward_one(tokens, pos, caches, first_logit_row, logits, Experts::All);
+    }
+
+    /// One sequence in its own caches, MoE layers at the `experts` budget.
+    fn forward_one(
+        &self,
+        tokens: &[TokenId],
+        pos: usize,
+        caches: &mut [KvCache],
+        first_logit_row: usize,
+        logits: &mut Vec<f32>,
+        experts: Experts,
+    ) {
         let mut seq = [SeqBatch {
             tokens,
             pos,
@@ -340,7 +346,7 @@ impl Decoder {
             first_logit_row,
             key: OWN_CACHES,
         }];
-        self.forward_multi(&mut seq, logits);
+        self.forward_head(&mut seq, logits, Head::Logits, None, experts);
     }
 
     /// Every layer over the `n` rows of `x` (`h`, `t`: scratch of the same size).

@@ -5,28 +5,17 @@
 //! ([`super::Speculation`]), which decodes plainly where drafting costs more than it saves.
 
 use super::kept::Kept;
-use super::{Drafter, Observation};
+use super::{DraftIn, Drafter, Observation};
 use crate::decoder::Decoder;
 use crate::sampling::argmax;
 use crate::TokenId;
-use ferrox_core::cache::KvCache;
 
 /// The part of a [`Beside`] drafter that runs weights.
 pub trait ModelDraft: Send {
     /// Name in statistics and metrics.
     fn name(&self) -> &'static str;
-    /// Up to `max` tokens to follow `history` (whose last token is the one being fed, at
-    /// position `history.len() - 1`), appended to `out`. `caches` are the sequence's, holding
-    /// exactly the positions before that token: a part may write past them but must cut them
-    /// back before returning.
-    fn draft(
-        &mut self,
-        dec: &Decoder,
-        caches: &mut [KvCache],
-        history: &[TokenId],
-        max: usize,
-        out: &mut Vec<TokenId>,
-    );
+    /// Up to `cx.max` tokens to follow `cx.history`, appended to `out` (see [`DraftIn`]).
+    fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>);
 }
 
 /// A [`ModelDraft`] with a lookup drafter beside it.
@@ -56,24 +45,17 @@ impl<M: ModelDraft> Drafter for Beside<M> {
         self.lookup.propose_into(history, max, out);
     }
 
-    fn propose_with(
-        &mut self,
-        dec: &Decoder,
-        caches: &mut [KvCache],
-        history: &[TokenId],
-        max: usize,
-        out: &mut Vec<TokenId>,
-    ) {
+    fn propose_with(&mut self, mut cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
         let start = out.len();
-        self.lookup.propose_with(dec, caches, history, max, out);
+        self.lookup.propose_with(cx.reborrow(), out);
         self.by_model = false;
         if out.len() > start && self.kept[1].rate() >= self.kept[0].rate() {
             return;
         }
         out.truncate(start);
         self.by_model = true;
-        let len = self.kept[0].chain_len(max);
-        self.model.draft(dec, caches, history, len, out);
+        cx.max = self.kept[0].chain_len(cx.max);
+        self.model.draft(cx, out);
     }
 
     fn verified(&mut self, drafted: usize, accepted: usize) {
@@ -143,23 +125,17 @@ impl ModelDraft for ReducedExperts {
         "experts"
     }
 
-    fn draft(
-        &mut self,
-        dec: &Decoder,
-        caches: &mut [KvCache],
-        history: &[TokenId],
-        max: usize,
-        out: &mut Vec<TokenId>,
-    ) {
-        let Some((&fed, _)) = history.split_last() else {
+    fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
+        let (dec, caches) = (cx.dec, cx.caches);
+        let Some((&fed, _)) = cx.history.split_last() else {
             return;
         };
-        let pos = history.len() - 1;
+        let pos = cx.history.len() - 1;
         if !Self::fits(dec) || caches.iter().any(|c| c.len() != pos) {
             return;
         }
         let mut tok = fed;
-        for i in 0..max {
+        for i in 0..cx.max {
             dec.forward_reduced(&[tok], pos + i, caches, self.experts, &mut self.logits);
             tok = argmax(&self.logits);
             out.push(tok);

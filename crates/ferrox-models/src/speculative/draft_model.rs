@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::beside::{Beside, ModelDraft};
-use super::Drafter;
+use super::{DraftIn, Drafter};
 use crate::decoder::Decoder;
 use crate::sampling::argmax;
 use crate::TokenId;
@@ -164,14 +164,8 @@ impl ModelDraft for DraftModelRun {
 
     /// The model's greedy draft. Its caches keep what they share with `history` and take in
     /// the rest in one forward; the sequence's own caches are not touched.
-    fn draft(
-        &mut self,
-        _dec: &Decoder,
-        _caches: &mut [KvCache],
-        history: &[TokenId],
-        max: usize,
-        out: &mut Vec<TokenId>,
-    ) {
+    fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
+        let (history, max) = (cx.history, cx.max);
         let dec = &*self.model.decoder;
         if history.is_empty() || history.len() + max > dec.config.max_seq_len {
             return;

@@ -40,7 +40,7 @@ pub use longest::LongestMatchDrafter;
 pub use lookup::PromptLookupSpeculator;
 pub use mtp::MtpDrafter;
 pub use recall::{RecallDrafter, RecallIndex, SharedRecall, PROMPT_TAIL};
-pub use speculation::{Drafter, Observation, SpecStats, Speculation};
+pub use speculation::{DraftIn, Drafter, Observation, SpecStats, Speculation};
 pub use verify::{verify, verify_rows, verify_rows_constrained, Verdict};
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! whatever is drafted.
 
 use super::kept::Kept;
-use super::{Drafter, Observation};
+use super::{DraftIn, Drafter, Observation};
 use crate::decoder::Decoder;
 use crate::mtp::MtpOut;
 use crate::sampling::argmax;
@@ -138,14 +138,8 @@ impl Drafter for MtpDrafter {
         self.fallback.propose_into(history, max, out);
     }
 
-    fn propose_with(
-        &mut self,
-        dec: &Decoder,
-        _caches: &mut [KvCache],
-        history: &[TokenId],
-        max: usize,
-        out: &mut Vec<TokenId>,
-    ) {
+    fn propose_with(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
+        let (dec, history, max) = (cx.dec, cx.history, cx.max);
         let start = out.len();
         self.fallback.propose_into(history, max, out);
         self.by_block = false;

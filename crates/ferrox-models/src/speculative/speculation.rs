@@ -22,17 +22,9 @@ pub trait Drafter: Send {
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>);
     /// [`propose_into`](Drafter::propose_into) for a drafter that runs weights (an MTP block,
     /// a draft model, the model with fewer experts): the engine's decode loop drafts through
-    /// this. `caches` are the sequence's, holding exactly the positions before `history`'s
-    /// last token; a drafter may write past them but cuts them back before returning.
-    fn propose_with(
-        &mut self,
-        _dec: &Decoder,
-        _caches: &mut [KvCache],
-        history: &[TokenId],
-        max: usize,
-        out: &mut Vec<TokenId>,
-    ) {
-        self.propose_into(history, max, out);
+    /// this.
+    fn propose_with(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
+        self.propose_into(cx.history, cx.max, out);
     }
     /// A generation ended normally: `history` is its prompt (the first `prompt_len` tokens)
     /// and output. Drafters that learn across requests keep what they need of it.
@@ -60,6 +52,28 @@ pub trait Drafter: Send {
     /// model's cache by a position).
     fn resume_limit(&self) -> usize {
         usize::MAX
+    }
+}
+
+/// What a draft is asked for with: at most `max` tokens to follow `history` (whose last token
+/// is the one being fed), and the model with the sequence's caches, which hold exactly the
+/// positions before that token (a drafter may write past them but cuts them back).
+pub struct DraftIn<'a> {
+    pub dec: &'a Decoder,
+    pub caches: &'a mut [KvCache],
+    pub history: &'a [TokenId],
+    pub max: usize,
+}
+
+impl DraftIn<'_> {
+    /// The same request, for a part of a combining drafter.
+    pub fn reborrow(&mut self) -> DraftIn<'_> {
+        DraftIn {
+            dec: self.dec,
+            caches: &mut *self.caches,
+            history: self.history,
+            max: self.max,
+        }
     }
 }
 
@@ -149,7 +163,13 @@ impl Speculation {
         }
         let start = out.len();
         let t = std::time::Instant::now();
-        self.drafter.propose_with(dec, caches, history, want, out);
+        let cx = DraftIn {
+            dec,
+            caches,
+            history,
+            max: want,
+        };
+        self.drafter.propose_with(cx, out);
         self.draft_secs += t.elapsed().as_secs_f64();
         // A draft past the room would be verified beyond the budget or the context.
         out.truncate(start + want);
