@@ -4,7 +4,7 @@
 //! embedding equals the one computed from `ferrox logits --hidden`'s states.
 
 mod common;
-use common::server::python_json;
+use common::server::{floats, python_json};
 use serde_json::{json, Value};
 
 const MODEL: &str = "qwen2.5-coder:0.5b-instruct";
@@ -66,8 +66,7 @@ fn ollama_client_matches_greedy_generation() {
 
 #[test]
 fn anthropic_client_matches_the_openai_route() {
-    let path = common::model(MODEL);
-    let (_server, addr) = common::serve(path.to_str().unwrap(), &["--parallel", "2"]);
+    let (_server, addr) = common::serve_model(MODEL, &["--parallel", "2"]);
     let v = python_json(
         "anthropic_client.py",
         &[format!("http://{addr}"), MODEL.into(), "48".into()],
@@ -137,18 +136,8 @@ fn embeddings_match_pooled_hidden_states() {
         "related texts rank above the unrelated one: {}",
         v["cos"]
     );
-    let vec0: Vec<f64> = v["vectors"][0]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
-    let again: Vec<f64> = v["again"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
+    let vec0 = floats(&v["vectors"][0]);
+    let again = floats(&v["again"]);
     assert_eq!(
         vec0, again,
         "base64 and float transfers carry the same vector"

@@ -16,7 +16,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MODEL: &str = "qwen2.5-coder:1.5b-instruct";
 const PROMPT: &str = "What does a.py print? Answer with the number only.";
@@ -65,7 +65,7 @@ fn parse(line: &str) -> Option<Logged> {
 fn run_claude(addr: &str, dir: &std::path::Path, tools: Option<&str>) -> String {
     let home = dir.join("home");
     let tools = tools.map(|t| ["--tools", t]);
-    let mut child = Command::new(claude())
+    let child = Command::new(claude())
         .args(["-p", PROMPT, "--model", MODEL, "--max-turns", "4"])
         .args(tools.iter().flatten())
         .current_dir(dir.join("project"))
@@ -87,23 +87,9 @@ fn run_claude(addr: &str, dir: &std::path::Path, tools: Option<&str>) -> String 
         .stderr(Stdio::piped())
         .spawn()
         .expect("claude starts");
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > Duration::from_secs(2400) {
-            let _ = child.kill();
-            panic!("claude ran past 40 minutes");
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "claude failed ({}): {stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    let limit = Duration::from_secs(2400);
+    let out = common::output_within(child, limit, "claude ran past 40 minutes");
+    String::from_utf8_lossy(&common::check(out, "claude").stdout).into_owned()
 }
 
 #[test]

@@ -93,8 +93,7 @@ fn replicas_behind_haproxy_keep_sessions_and_survive_kill_and_drain() {
 #[test]
 fn shared_prefix_on_another_slot_starts_fast() {
     let _turn = machine();
-    let path = common::model(MODEL);
-    let (_server, addr) = common::serve(path.to_str().unwrap(), &["--parallel", "2"]);
+    let (_server, addr) = common::serve_model(MODEL, &["--parallel", "2"]);
     let v = python_json(
         "prefix_ttft.py",
         &[format!("http://{addr}/v1"), MODEL.into()],

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// `ferrox ARGS` to its end, killed after 60 s (a hang fails the test, not the suite).
 fn run_bounded(args: &[&str]) -> std::process::Output {
-    let mut child = common::command()
+    let child = common::command()
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
@@ -20,15 +20,8 @@ fn run_bounded(args: &[&str]) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("ferrox {args:?} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
+    let hung = format!("ferrox {args:?} hung");
+    common::output_within(child, Duration::from_secs(60), &hung)
 }
 
 #[test]

@@ -94,7 +94,8 @@ fn suffix_routes_and_the_cli_equal_infill() {
 #[test]
 fn a_model_without_fim_tokens_is_refused() {
     let path = common::model("gemma3:270m");
-    let (_server, addr) = common::serve(path.to_str().unwrap(), &["--parallel", "1"]);
+    let model = path.to_str().unwrap();
+    let (_server, addr) = common::serve(model, &["--parallel", "1"]);
     let (status, v) = post_json(
         &addr,
         "/infill",
@@ -106,14 +107,7 @@ fn a_model_without_fim_tokens_is_refused() {
         msg.contains("fill-in-the-middle") && msg.contains("prefix"),
         "{msg}"
     );
-    let out = common::ferrox([
-        "run",
-        "-m",
-        path.to_str().unwrap(),
-        "--fim-suffix",
-        "b",
-        "a",
-    ]);
+    let out = common::ferrox(["run", "-m", model, "--fim-suffix", "b", "a"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("fill-in-the-middle"));
 }

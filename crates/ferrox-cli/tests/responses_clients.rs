@@ -12,8 +12,7 @@ const PROMPT: &str = "Write a haiku about the sea.";
 #[test]
 fn openai_responses_match_chat_completions() {
     let model = "qwen2.5-coder:0.5b-instruct";
-    let path = common::model(model);
-    let (_server, addr) = common::serve(path.to_str().unwrap(), &[]);
+    let (_server, addr) = common::serve_model(model, &[]);
     let v = python_json(
         "responses_client.py",
         &[
@@ -76,8 +75,7 @@ fn codex() -> std::path::PathBuf {
 #[test]
 fn codex_exec_answers_through_responses() {
     let model = "qwen2.5-coder:1.5b-instruct";
-    let path = common::model(model);
-    let (_server, addr) = common::serve(path.to_str().unwrap(), &["-c", "32768"]);
+    let (_server, addr) = common::serve_model(model, &["-c", "32768"]);
     let home = tempfile::tempdir().unwrap();
     let work = tempfile::tempdir().unwrap();
     std::fs::write(work.path().join("a.py"), "print(6*7)\n").unwrap();

@@ -21,8 +21,8 @@ fn prompt_tokens(addr: &str, path: &str, body: serde_json::Value) -> u64 {
 /// raw completion prompt still parses it as one.
 #[test]
 fn typed_control_tokens_cost_their_text() {
-    let path = common::model(common::DEFAULT_MODEL);
-    let (_server, addr) = common::serve(path.to_str().unwrap(), &["--parallel", "1", "-c", "512"]);
+    let (_server, addr) =
+        common::serve_model(common::DEFAULT_MODEL, &["--parallel", "1", "-c", "512"]);
     let chat = |content: &str| {
         json!({"model": common::DEFAULT_MODEL, "max_tokens": 1, "temperature": 0,
                "messages": [{"role": "user", "content": content}]})
@@ -90,9 +90,8 @@ fn hostile_template_fails_only_its_requests() {
 #[test]
 fn oversized_bodies_are_refused_early() {
     use std::io::{Read, Write};
-    let path = common::model(common::DEFAULT_MODEL);
-    let (_server, addr) = common::serve(
-        path.to_str().unwrap(),
+    let (_server, addr) = common::serve_model(
+        common::DEFAULT_MODEL,
         &[
             "--parallel",
             "1",

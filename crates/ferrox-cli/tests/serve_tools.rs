@@ -12,8 +12,7 @@ const MODEL: &str = "qwen2.5-coder:1.5b-instruct";
 
 #[test]
 fn openai_client_tool_round_trip() {
-    let path = common::model(MODEL);
-    let (_server, addr) = common::serve(path.to_str().unwrap(), &["--parallel", "1", "-c", "2048"]);
+    let (_server, addr) = common::serve_model(MODEL, &["--parallel", "1", "-c", "2048"]);
     let v = python_json(
         "openai_tools.py",
         &[format!("http://{addr}/v1"), MODEL.to_string()],

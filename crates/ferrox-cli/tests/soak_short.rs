@@ -8,9 +8,8 @@ mod common;
 
 #[test]
 fn soak_short_run_passes() {
-    let path = common::model("qwen2.5-coder:0.5b-instruct");
-    let (server, addr) = common::serve(
-        path.to_str().unwrap(),
+    let (server, addr) = common::serve_model(
+        "qwen2.5-coder:0.5b-instruct",
         &[
             "--parallel",
             "4",

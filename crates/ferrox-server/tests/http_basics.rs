@@ -76,15 +76,8 @@ async fn api_key_is_required_when_set() {
 
 #[tokio::test]
 async fn tokenize_and_detokenize() {
-    let a = server(1, 4, None).await;
-    let v = post(
-        &a,
-        "/tokenize",
-        json!({"content": "AB", "add_special": true}),
-    )
-    .await
-    .json();
-    assert_eq!(v["tokens"], json!([1000, 65, 66]));
+    let (a, r) = serve_post("/tokenize", json!({"content": "AB", "add_special": true})).await;
+    assert_eq!(r.json()["tokens"], json!([1000, 65, 66]));
     let v = post(&a, "/detokenize", json!({"tokens": [72, 105]}))
         .await
         .json();

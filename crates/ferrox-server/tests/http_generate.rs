@@ -7,8 +7,7 @@ use serde_json::json;
 
 #[tokio::test]
 async fn chat_non_streaming() {
-    let a = server(1, 4, None).await;
-    let r = post(&a, "/v1/chat/completions", json!({
+    let (a, r) = serve_post("/v1/chat/completions", json!({
         "model": "fake-model", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}],
         "max_tokens": 3, "temperature": 0
     })).await;
@@ -36,9 +35,7 @@ async fn chat_non_streaming() {
 
 #[tokio::test]
 async fn chat_streaming_with_usage() {
-    let a = server(1, 4, None).await;
-    let r = post(
-        &a,
+    let (a, r) = serve_post(
         "/v1/chat/completions",
         json!({
             "model": "fake-model", "messages": [{"role": "user", "content": "hello"}],

@@ -115,9 +115,7 @@ async fn bad_grammar_requests_are_400s_naming_the_parameter() {
 
 #[tokio::test]
 async fn a_grammar_failing_mid_generation_is_an_error() {
-    let a = server(1, 4, None).await;
-    let r = post(
-        &a,
+    let (a, r) = serve_post(
         "/v1/chat/completions",
         chat(json!({"grammar": "root ::= fail"})),
     )

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use common::{get, post, FakeAs};
+use common::{model_ids, post, FakeAs};
 use ferrox_server::models::{Discover, DEFAULT_KEEP_ALIVE};
 use ferrox_server::{
     Backend, Library, LibraryHandle, ModelCard, ModelEntry, ModelSpec, ModelsConfig, Options,
@@ -159,12 +159,7 @@ async fn a_pulled_model_is_served_without_a_restart() {
         .collect();
     assert_eq!(lines.last().unwrap()["status"], "success", "{}", r.body);
     assert!(lines.iter().any(|l| l["completed"] == 10), "{}", r.body);
-    let listed: Vec<Value> = get(&addr, "/v1/models").await.json()["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].clone())
-        .collect();
+    let listed = model_ids(&addr).await;
     assert_eq!(listed, [json!("alpha"), json!("beta"), json!("gamma")]);
     let r = generate(&addr, "gamma", Value::Null).await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -181,20 +176,17 @@ async fn a_pulled_model_is_served_without_a_restart() {
         json!({"model": "omega", "stream": false}),
     )
     .await;
-    assert_eq!(r.status, 404, "{}", r.body);
-    assert!(r.body.contains("unknown model omega"), "{}", r.body);
+    r.assert_names(404, "unknown model omega");
 }
 
 #[tokio::test]
 async fn a_model_that_cannot_be_read_fails_by_name_and_the_rest_serve() {
     let addr = serve(Alive::default(), Arc::default(), Options::default()).await;
     let r = generate(&addr, "delta", Value::Null).await;
-    assert_eq!(r.status, 500, "{}", r.body);
-    assert!(r.body.contains("delta.gguf: not a GGUF file"), "{}", r.body);
+    r.assert_names(500, "delta.gguf: not a GGUF file");
     assert_eq!(generate(&addr, "alpha", Value::Null).await.status, 200);
     let r = generate(&addr, "nothing", Value::Null).await;
-    assert_eq!(r.status, 404, "{}", r.body);
-    assert!(r.body.contains("`alpha`"), "{}", r.body);
+    r.assert_names(404, "`alpha`");
 }
 
 #[tokio::test]

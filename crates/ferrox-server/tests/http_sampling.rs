@@ -40,11 +40,7 @@ async fn chat_logprobs_whole_and_streamed() {
     let mut b = body;
     b["stream"] = json!(true);
     let chunks = post(&a, "/v1/chat/completions", b).await.chunks();
-    let streamed: Vec<&Value> = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array())
-        .flatten()
-        .collect();
+    let streamed = streamed_items(&chunks, "/choices/0/logprobs/content");
     assert_eq!(streamed.len(), 3);
     assert_eq!(streamed[2]["token"], "w2 ");
 }
@@ -137,13 +133,8 @@ async fn unseeded_requests_get_fresh_seeds() {
 
 #[tokio::test]
 async fn engine_failure_is_an_error_not_a_stop() {
-    let a = server(1, 4, None).await;
-    let r = post(
-        &a,
-        "/v1/chat/completions",
-        chat_body("panic", json!({"max_tokens": 10})),
-    )
-    .await;
+    let body = chat_body("panic", json!({"max_tokens": 10}));
+    let (a, r) = serve_post("/v1/chat/completions", body).await;
     assert_eq!(r.status, 500, "{}", r.body);
     assert_eq!(r.json()["error"]["type"], "server_error");
 

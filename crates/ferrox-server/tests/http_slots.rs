@@ -31,41 +31,20 @@ async fn bad_requests_name_their_problem() {
         ..Options::default()
     };
     let addr = server_with(1, 4, options).await;
+    // (path, the body's `filename`, what the 400 names).
     let cases = [
-        (
-            "/slots/x?action=save",
-            json!({"filename": "a.bin"}),
-            "Invalid slot ID",
-        ),
-        (
-            "/slots/0?action=fly",
-            json!({"filename": "a.bin"}),
-            "Invalid action",
-        ),
-        ("/slots/0", json!({"filename": "a.bin"}), "Invalid action"),
-        (
-            "/slots/0?action=save",
-            json!({"filename": "../a.bin"}),
-            "Invalid filename",
-        ),
-        (
-            "/slots/0?action=save",
-            json!({"filename": "a/b.bin"}),
-            "Invalid filename",
-        ),
-        (
-            "/slots/0?action=restore",
-            json!({"filename": ".."}),
-            "Invalid filename",
-        ),
-        ("/slots/0?action=save", json!({"file": "a.bin"}), "filename"),
-        (
-            "/slots/0?action=restore",
-            json!({"filename": "none.bin"}),
-            "none.bin",
-        ),
-    ];
-    for (path, body, needle) in cases {
+        ("/slots/x?action=save", "a.bin", "Invalid slot ID"),
+        ("/slots/0?action=fly", "a.bin", "Invalid action"),
+        ("/slots/0", "a.bin", "Invalid action"),
+        ("/slots/0?action=save", "../a.bin", "Invalid filename"),
+        ("/slots/0?action=save", "a/b.bin", "Invalid filename"),
+        ("/slots/0?action=restore", "..", "Invalid filename"),
+        ("/slots/0?action=restore", "none.bin", "none.bin"),
+    ]
+    .map(|(path, file, needle)| (path, json!({"filename": file}), needle));
+    // A body without `filename`.
+    let unnamed = ("/slots/0?action=save", json!({"file": "a.bin"}), "filename");
+    for (path, body, needle) in cases.into_iter().chain([unnamed]) {
         let r = post(&addr, path, body.clone()).await;
         assert_eq!(r.status, 400, "{path} {body}: {}", r.body);
         assert!(r.body.contains(needle), "{path} {body}: {}", r.body);

@@ -52,11 +52,7 @@ async fn tool_call_whole_and_streamed() {
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
         .collect();
     assert_eq!(content, "Checking.\n", "no marker leaks into content");
-    let calls: Vec<&Value> = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array())
-        .flatten()
-        .collect();
+    let calls = streamed_items(&chunks, "/choices/0/delta/tool_calls");
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0]["index"], 0);
     assert_eq!(calls[0]["function"]["name"], "get_weather");

@@ -6,6 +6,7 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 pub mod server;
 
@@ -62,14 +63,30 @@ pub fn greedy_run(model: &str, prompt: &str, n: usize) -> String {
     text.strip_suffix('\n').unwrap_or(&text).to_string()
 }
 
-fn check(out: Output, what: &str) -> Output {
+/// `out`, asserted successful (its stdout and stderr in the message, under `what`).
+pub fn check(out: Output, what: &str) -> Output {
     assert!(
         out.status.success(),
-        "{what} failed ({}): {}",
+        "{what} failed ({}): {}\n{}",
         out.status,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     out
+}
+
+/// The output of `child` (its stdout and stderr piped) once it exits; after `limit` it is
+/// killed and the test fails with `hung` (a hang fails the test, not the suite).
+pub fn output_within(mut child: Child, limit: Duration, hung: &str) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{hung}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 pub fn stdout(out: &Output) -> String {
@@ -120,6 +137,11 @@ pub fn serve(model: &str, args: &[&str]) -> (Server, String) {
     let mut cmd = command();
     cmd.args(["serve", "-m", model, "--port", "0"]).args(args);
     serve_with(cmd)
+}
+
+/// [`serve`] of catalog model `name` (pulled when missing).
+pub fn serve_model(name: &str, args: &[&str]) -> (Server, String) {
+    serve(model(name).to_str().unwrap(), args)
 }
 
 /// Spawns `cmd` (a `serve` on port 0, perhaps under a launcher) and waits until it listens.

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::error::{authed_body, check_auth, parse_body};
+use super::params::check_model;
 use super::{ApiError, Shared};
 use crate::backend::BackendError;
 use ferrox_tokenizer::TokenId;
@@ -80,17 +81,7 @@ async fn token_lists(
         return Err(ApiError::bad(format!("unsupported parameter `{k}`")).param(k.clone()));
     }
     let b = &s.backend;
-    if model != b.model_id() && !b.aliases().iter().any(|a| a == model) {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!(
-                "The model `{model}` does not exist; this server serves `{}`",
-                b.model_id()
-            ),
-        )
-        .param("model")
-        .code("model_not_found"));
-    }
+    check_model(b.as_ref(), model)?;
     if dimensions.is_some() {
         return Err(ApiError::bad(
             "dimensions is not supported: this model's embeddings have a fixed size",

@@ -24,8 +24,13 @@ pub(super) async fn version() -> Json<Value> {
     Json(json!({"version": OLLAMA_API_VERSION}))
 }
 
-fn library(s: &Shared) -> Option<Arc<dyn Library>> {
-    s.options.library.as_ref().map(|l| l.0.clone())
+fn library(o: &super::Options) -> Option<Arc<dyn Library>> {
+    o.library.as_ref().map(|l| l.0.clone())
+}
+
+/// The model store, or the 404 of a server without one.
+fn store(o: &super::Options) -> Result<Arc<dyn Library>, ApiError> {
+    library(o).ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "this server has no model store"))
 }
 
 /// Runs a library call on a blocking thread (file reads, hashing, downloads).
@@ -53,7 +58,7 @@ pub(super) fn details(c: &ModelCard) -> Value {
 pub(super) async fn tags(State(s): State<Shared>, headers: HeaderMap) -> Response {
     let r = async {
         check_auth(&s, &headers)?;
-        let entries = match library(&s) {
+        let entries = match library(&s.options) {
             Some(lib) => blocking(move || lib.list()).await?,
             None => Vec::new(),
         };
@@ -101,12 +106,7 @@ pub(super) async fn show_with(o: &super::Options, headers: HeaderMap, body: Byte
     let r = async {
         super::error::auth(o, &headers)?;
         let b: ShowBody = super::error::parse_body(&headers, &body)?;
-        let Some(lib) = o.library.as_ref().map(|l| l.0.clone()) else {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "this server has no model store",
-            ));
-        };
+        let lib = store(o)?;
         // The served model is known by its id and aliases; the store by catalog name or path.
         let name = b.model.clone();
         let c = blocking(move || lib.card(&name)).await?;
@@ -159,7 +159,7 @@ pub(super) async fn ps(State(s): State<Shared>, headers: HeaderMap) -> Response 
         return e.ollama();
     }
     let id = s.backend.model_id().to_string();
-    let card = match library(&s) {
+    let card = match library(&s.options) {
         Some(lib) => {
             let name = id.clone();
             blocking(move || lib.card(&name)).await.ok()
@@ -217,12 +217,7 @@ pub(super) async fn pull_with(
     let r = async {
         super::error::auth(o, &headers)?;
         let b: PullBody = super::error::parse_body(&headers, &body)?;
-        let Some(lib) = o.library.as_ref().map(|l| l.0.clone()) else {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                "this server has no model store",
-            ));
-        };
+        let lib = store(o)?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
         let name = b.model.clone();
         let job = tokio::task::spawn_blocking(move || {

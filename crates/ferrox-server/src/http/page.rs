@@ -21,25 +21,25 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
     frame-ancestors 'none'";
 
+/// The page's files: path, content type, body.
+const ASSETS: [(&str, &str, &str); 4] = [
+    ("/", "text/html; charset=utf-8", INDEX),
+    ("/ui/app.css", "text/css; charset=utf-8", CSS),
+    (
+        "/ui/markdown.js",
+        "text/javascript; charset=utf-8",
+        MARKDOWN_JS,
+    ),
+    ("/ui/app.js", "text/javascript; charset=utf-8", APP_JS),
+];
+
 /// The page's routes: `/` and its assets under `/ui/`.
 pub(super) fn routes(router: Router<Shared>) -> Router<Shared> {
-    router
-        .route(
-            "/",
-            get(|| async { asset("text/html; charset=utf-8", INDEX) }),
-        )
-        .route(
-            "/ui/app.css",
-            get(|| async { asset("text/css; charset=utf-8", CSS) }),
-        )
-        .route(
-            "/ui/markdown.js",
-            get(|| async { asset("text/javascript; charset=utf-8", MARKDOWN_JS) }),
-        )
-        .route(
-            "/ui/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
-        )
+    ASSETS
+        .into_iter()
+        .fold(router, |r, (path, content_type, body)| {
+            r.route(path, get(move || async move { asset(content_type, body) }))
+        })
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {

@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::endpoint::Kind;
 use super::{ApiError, AppState};
 use crate::api::CommonParams;
-use crate::backend::{GenParams, GrammarSpec, SamplerConfig};
+use crate::backend::{Backend, GenParams, GrammarSpec, SamplerConfig};
 
 /// Most choices (`n`) one request may ask for.
 const MAX_CHOICES: i64 = 8;
@@ -99,19 +99,7 @@ fn check_request(s: &AppState, c: &CommonParams) -> Result<(), ApiError> {
         .param(name.clone())
         .code("unsupported_parameter"));
     }
-    let b = &s.backend;
-    if c.model != b.model_id() && !b.aliases().iter().any(|a| a == &c.model) {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!(
-                "The model `{}` does not exist; this server serves `{}`",
-                c.model,
-                b.model_id()
-            ),
-        )
-        .param("model")
-        .code("model_not_found"));
-    }
+    check_model(s.backend.as_ref(), &c.model)?;
     match c.n {
         Some(n) if !(1..=MAX_CHOICES).contains(&n) => Err(ApiError::bad(format!(
             "n = {n}: choices per request run from 1 to {MAX_CHOICES}"
@@ -119,6 +107,22 @@ fn check_request(s: &AppState, c: &CommonParams) -> Result<(), ApiError> {
         .param("n")),
         _ => Ok(()),
     }
+}
+
+/// The model a request names: this server's or one of its aliases, else a 404 naming it.
+pub(super) fn check_model(b: &dyn Backend, model: &str) -> Result<(), ApiError> {
+    if model == b.model_id() || b.aliases().iter().any(|a| a == model) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "The model `{model}` does not exist; this server serves `{}`",
+            b.model_id()
+        ),
+    )
+    .param("model")
+    .code("model_not_found"))
 }
 
 /// The token budget: what the request asks for, checked against the context the prompt leaves.

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::error::authed_body;
+use super::params::check_model;
 use super::{ApiError, Shared};
 use crate::backend::BackendError;
 
@@ -51,19 +52,8 @@ fn check(s: &Shared, b: &Body, n: usize) -> Result<(), ApiError> {
     if let Some(k) = b.extra.keys().find(|k| !HARMLESS.contains(&k.as_str())) {
         return Err(ApiError::bad(format!("unsupported parameter `{k}`")).param(k.clone()));
     }
-    let backend = &s.backend;
     if let Some(m) = &b.model {
-        if m != backend.model_id() && !backend.aliases().iter().any(|a| a == m) {
-            return Err(ApiError::new(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "The model `{m}` does not exist; this server serves `{}`",
-                    backend.model_id()
-                ),
-            )
-            .param("model")
-            .code("model_not_found"));
-        }
+        check_model(s.backend.as_ref(), m)?;
     }
     if b.query.is_empty() || b.query.len() > MAX_QUERY_BYTES {
         return Err(ApiError::bad(format!(

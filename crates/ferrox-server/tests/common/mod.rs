@@ -304,6 +304,14 @@ pub async fn server(parallel: usize, queue: usize, api_key: Option<&str>) -> Str
     server_with(parallel, queue, options).await
 }
 
+/// A fresh [`server`] (one slot, a queue of 4, no key) and its answer to one JSON `POST`: the
+/// opening most tests share.
+pub async fn serve_post(path: &str, body: Value) -> (String, Resp) {
+    let a = server(1, 4, None).await;
+    let r = post(&a, path, body).await;
+    (a, r)
+}
+
 /// Serves the models of `registry` (the several-model front); its address.
 pub async fn serve_registry(registry: ferrox_server::Registry) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -366,6 +374,12 @@ impl Resp {
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
+    /// Asserts the status is `status` and the body names `needle` (an error that says what).
+    pub fn assert_names(&self, status: u16, needle: &str) {
+        assert_eq!(self.status, status, "{}", self.body);
+        assert!(self.body.contains(needle), "{}", self.body);
+    }
+
     /// The `data:` payloads of an SSE body.
     pub fn events(&self) -> Vec<String> {
         self.body
@@ -393,6 +407,16 @@ impl Resp {
             .map(|e| serde_json::from_str(e).unwrap())
             .collect()
     }
+}
+
+/// The items of the array at JSON `pointer` (say `/choices/0/delta/tool_calls`) of every
+/// streamed chunk, in order: what a stream spreads over its chunks, joined.
+pub fn streamed_items<'a>(chunks: &'a [Value], pointer: &str) -> Vec<&'a Value> {
+    chunks
+        .iter()
+        .filter_map(|c| c.pointer(pointer)?.as_array())
+        .flatten()
+        .collect()
 }
 
 pub async fn request(
@@ -457,6 +481,16 @@ pub async fn complete(addr: &str, fields: Value) -> Resp {
 /// A `GET` without headers.
 pub async fn get(addr: &str, path: &str) -> Resp {
     request(addr, "GET", path, &[], "").await
+}
+
+/// The ids `/v1/models` lists, in order.
+pub async fn model_ids(addr: &str) -> Vec<Value> {
+    get(addr, "/v1/models").await.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect()
 }
 
 /// A `GET` with `Authorization: Bearer {key}`.

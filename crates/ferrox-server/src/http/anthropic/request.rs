@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::super::ApiError;
-use crate::api::{ChatMessage, ChatRequest, MessageContent};
+use crate::api::{chat_json, ChatMessage, ChatRequest, MessageContent};
 
 /// Fields that change nothing ferrox computes (bookkeeping, routing, caching hints: ferrox
 /// reuses cached prefixes on its own).
@@ -299,17 +299,13 @@ pub(super) fn chat_request(b: &MessagesBody) -> Result<ChatRequest, ApiError> {
     for m in &b.messages {
         openai_messages(m, &mut messages)?;
     }
-    let mut r = json!({"model": b.model, "messages": messages});
-    for (k, v) in [
+    let fields = [
         ("temperature", json!(b.temperature)),
         ("top_p", json!(b.top_p)),
         ("top_k", json!(b.top_k)),
         ("stop", json!(b.stop_sequences)),
-    ] {
-        if !v.is_null() {
-            r[k] = v;
-        }
-    }
+    ];
+    let mut r = chat_json(&b.model, messages, fields);
     if let Some(t) = &b.tools {
         let offered = tools(t, &b.messages)?;
         if !offered.is_empty() {

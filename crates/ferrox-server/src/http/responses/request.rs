@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::super::ApiError;
-use crate::api::ChatRequest;
+use crate::api::{chat_json, ChatRequest};
 
 /// Fields that change nothing ferrox computes: bookkeeping for the client's side, routing
 /// keys (`prompt_cache_key` is read by deploy/haproxy.cfg; ferrox reuses cached prefixes on
@@ -132,18 +132,14 @@ pub(super) fn chat_request(
     b: &ResponsesBody,
     messages: Vec<Value>,
 ) -> Result<Translated, ApiError> {
-    let mut r = json!({"model": b.model, "messages": messages});
-    for (k, v) in [
+    let fields = [
         ("max_tokens", json!(b.max_output_tokens)),
         ("temperature", json!(b.temperature)),
         ("top_p", json!(b.top_p)),
         ("seed", json!(b.seed)),
         ("parallel_tool_calls", json!(b.parallel_tool_calls)),
-    ] {
-        if !v.is_null() {
-            r[k] = v;
-        }
-    }
+    ];
+    let mut r = chat_json(&b.model, messages, fields);
     let (tools, namespaces) = tools(&b.tools)?;
     if !tools.is_empty() {
         r["tools"] = json!(tools);
