@@ -5,13 +5,11 @@
 //! model with another vocabulary is refused naming the difference.
 
 mod common;
-use common::load_with_tokenizer;
+use common::{fixed_speculation, load_with_tokenizer, tokens_of};
 use ferrox_models::decoder::Decoder;
-use ferrox_models::generate::{GenerateParams, Session};
-use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::speculative::{
-    AdaptiveDraft, DraftModel, DraftModelError, LongestMatchDrafter, Speculation,
-};
+use ferrox_models::generate::Session;
+use ferrox_models::sampling::SamplerConfig;
+use ferrox_models::speculative::{DraftModel, DraftModelError, LongestMatchDrafter, Speculation};
 use ferrox_tokenizer::template::{render_prompt, Message};
 use ferrox_tokenizer::{TokenId, Tokenizer};
 use std::sync::Arc;
@@ -29,22 +27,12 @@ fn chat_ids(tok: &Tokenizer, text: &str) -> Vec<TokenId> {
 /// The draft model beside longest match, drafting 4 tokens every step (no cost model: the
 /// draft is always made and verified, whatever the machine's load).
 fn speculation(draft: &DraftModel) -> Option<Speculation> {
-    let mut s = Speculation::new(
-        Box::new(draft.drafter(Box::new(LongestMatchDrafter::new(2)))),
-        4,
-    );
-    s.adaptive = AdaptiveDraft::fixed(4);
-    Some(s)
+    let lookup = Box::new(LongestMatchDrafter::new(2));
+    fixed_speculation(Box::new(draft.drafter(lookup)), 4)
 }
 
 fn run(s: &mut Session<'_>, ids: &[TokenId], config: SamplerConfig) -> Vec<TokenId> {
-    let params = GenerateParams {
-        max_tokens: 40,
-        ignore_eog: true,
-        ..GenerateParams::default()
-    };
-    s.generate(ids, &params, &mut Sampler::new(config), |_| true)
-        .tokens
+    tokens_of(s, ids, config, 40)
 }
 
 #[test]

@@ -7,30 +7,20 @@
 
 mod common;
 use common::tiny::{tiny_gguf, tiny_reference};
-use common::{ids, read_json};
-use ferrox_models::decoder::Decoder;
-use ferrox_models::generate::{GenerateParams, Session};
-use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::speculative::{
-    AdaptiveDraft, Beside, LongestMatchDrafter, ReducedExperts, Speculation,
-};
+use common::{fixed_speculation, ids, read_json, tokens_of};
+use ferrox_models::blocks::Experts;
+use ferrox_models::decoder::{Decoder, SeqBatch, OWN_CACHES};
+use ferrox_models::generate::Session;
+use ferrox_models::sampling::SamplerConfig;
+use ferrox_models::speculative::{Beside, LongestMatchDrafter, ReducedExperts, Speculation};
 
 fn speculation() -> Option<Speculation> {
     let lookup = Box::new(LongestMatchDrafter::new(2));
-    let drafter = Box::new(Beside::new(ReducedExperts::new(1), lookup));
-    let mut s = Speculation::new(drafter, 3);
-    s.adaptive = AdaptiveDraft::fixed(3);
-    Some(s)
+    fixed_speculation(Box::new(Beside::new(ReducedExperts::new(1), lookup)), 3)
 }
 
 fn run(s: &mut Session<'_>, prompt: &[usize], config: SamplerConfig) -> Vec<usize> {
-    let params = GenerateParams {
-        max_tokens: 24,
-        ignore_eog: true,
-        ..GenerateParams::default()
-    };
-    s.generate(prompt, &params, &mut Sampler::new(config), |_| true)
-        .tokens
+    tokens_of(s, prompt, config, 24)
 }
 
 #[test]
@@ -77,11 +67,24 @@ fn a_budget_of_every_expert_is_the_full_forward() {
     ));
     let n_used = dec.config.moe.n_experts_active;
     let full = dec.forward_from(&prompt, 0, &mut dec.new_caches(), prompt.len() - 1);
-    let mut got = Vec::new();
-    dec.forward_reduced(&prompt, 0, &mut dec.new_caches(), n_used, &mut got);
-    assert_eq!(got, full[0]);
-    dec.forward_reduced(&prompt, 0, &mut dec.new_caches(), 1, &mut got);
-    assert_ne!(got, full[0], "one expert computes the same as {n_used}");
+    let reduced = |experts: usize| {
+        let (mut caches, mut got) = (dec.new_caches(), Vec::new());
+        let seq = SeqBatch {
+            tokens: &prompt,
+            pos: 0,
+            caches: &mut caches,
+            first_logit_row: prompt.len() - 1,
+            key: OWN_CACHES,
+        };
+        dec.forward_experts(seq, &mut got, Experts::AtMost(experts));
+        got
+    };
+    assert_eq!(reduced(n_used), full[0]);
+    assert_ne!(
+        reduced(1),
+        full[0],
+        "one expert computes the same as {n_used}"
+    );
 }
 
 #[test]

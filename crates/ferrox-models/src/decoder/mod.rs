@@ -268,23 +268,7 @@ impl Decoder {
         out
     }
 
-    /// [`forward_into`](Self::forward_into) with at most `experts` routed experts per token in
-    /// every mixture-of-experts layer (shared experts kept): a cheaper forward whose logits
-    /// only draft (`speculative::ExpertDrafter`). Its keys and values are written as any
-    /// forward's; the drafter cuts them before the exact forward of the same positions.
-    pub fn forward_reduced(
-        &self,
-        tokens: &[TokenId],
-        pos: usize,
-        caches: &mut [KvCache],
-        experts: usize,
-        logits: &mut Vec<f32>,
-    ) {
-        let last = tokens.len().saturating_sub(1);
-        self.forward_one(tokens, pos, caches, last, logits, Experts::AtMost(experts));
-    }
-
-    /// Whether a reduced-expert forward ([`forward_reduced`](Self::forward_reduced)) is
+    /// Whether a reduced-expert forward ([`forward_experts`](Self::forward_experts)) is
     /// cheaper than a full one: some layer routes each token among several experts.
     pub fn routes_experts(&self) -> bool {
         self.layers.iter().any(|l| l.ffn.routes())
@@ -326,27 +310,22 @@ impl Decoder {
         first_logit_row: usize,
         logits: &mut Vec<f32>,
     ) {
-        self.forward_one(tokens, pos, caches, first_logit_row, logits, Experts::All);
-    }
-
-    /// One sequence in its own caches, MoE layers at the `experts` budget.
-    fn forward_one(
-        &self,
-        tokens: &[TokenId],
-        pos: usize,
-        caches: &mut [KvCache],
-        first_logit_row: usize,
-        logits: &mut Vec<f32>,
-        experts: Experts,
-    ) {
-        let mut seq = [SeqBatch {
+        let seq = SeqBatch {
             tokens,
             pos,
             caches,
             first_logit_row,
             key: OWN_CACHES,
-        }];
-        self.forward_head(&mut seq, logits, Head::Logits, None, experts);
+        };
+        self.forward_experts(seq, logits, Experts::All);
+    }
+
+    /// One sequence's forward with each mixture-of-experts layer at the `experts` budget:
+    /// [`Experts::AtMost`] is a cheaper forward whose logits only draft
+    /// (`speculative::ReducedExperts`); its keys and values are written as any forward's, and
+    /// the drafter cuts them before the exact forward of the same positions.
+    pub fn forward_experts(&self, seq: SeqBatch<'_>, logits: &mut Vec<f32>, experts: Experts) {
+        self.forward_head(&mut [seq], logits, Head::Logits, None, experts);
     }
 
     /// Every layer over the `n` rows of `x` (`h`, `t`: scratch of the same size).

@@ -6,7 +6,8 @@
 
 use super::kept::Kept;
 use super::{DraftIn, Drafter, Observation};
-use crate::decoder::Decoder;
+use crate::blocks::Experts;
+use crate::decoder::{Decoder, SeqBatch, OWN_CACHES};
 use crate::sampling::argmax;
 use crate::TokenId;
 
@@ -136,7 +137,14 @@ impl ModelDraft for ReducedExperts {
         }
         let mut tok = fed;
         for i in 0..cx.max {
-            dec.forward_reduced(&[tok], pos + i, caches, self.experts, &mut self.logits);
+            let seq = SeqBatch {
+                tokens: &[tok],
+                pos: pos + i,
+                caches: &mut *caches,
+                first_logit_row: 0,
+                key: OWN_CACHES,
+            };
+            dec.forward_experts(seq, &mut self.logits, Experts::AtMost(self.experts));
             tok = argmax(&self.logits);
             out.push(tok);
         }

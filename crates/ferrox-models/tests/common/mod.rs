@@ -5,6 +5,7 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::engine::BatchParams;
 use ferrox_models::generate::{GenerateOutput, GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
+use ferrox_models::speculative::{AdaptiveDraft, Drafter, Speculation};
 use ferrox_tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 
@@ -125,4 +126,28 @@ pub fn top_k(x: &[f32], k: usize) -> Vec<usize> {
     idx.sort_by(|&a, &b| x[b].partial_cmp(&x[a]).unwrap().then(a.cmp(&b)));
     idx.truncate(k);
     idx
+}
+
+/// Speculation drafting with `drafter` exactly `len` tokens a step (no cost model: drafts are
+/// made and verified whatever the machine's load).
+pub fn fixed_speculation(drafter: Box<dyn Drafter>, len: usize) -> Option<Speculation> {
+    let mut s = Speculation::new(drafter, len);
+    s.adaptive = AdaptiveDraft::fixed(len);
+    Some(s)
+}
+
+/// `n` tokens after `prompt` in session `s`, sampled with `config`, end of generation ignored.
+pub fn tokens_of(
+    s: &mut Session<'_>,
+    prompt: &[usize],
+    config: SamplerConfig,
+    n: usize,
+) -> Vec<usize> {
+    let params = GenerateParams {
+        max_tokens: n,
+        ignore_eog: true,
+        ..GenerateParams::default()
+    };
+    s.generate(prompt, &params, &mut Sampler::new(config), |_| true)
+        .tokens
 }
