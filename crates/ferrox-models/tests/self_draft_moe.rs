@@ -16,7 +16,7 @@ use ferrox_models::speculative::{Beside, LongestMatchDrafter, ReducedExperts, Sp
 
 fn speculation() -> Option<Speculation> {
     let lookup = Box::new(LongestMatchDrafter::new(2));
-    fixed_speculation(Box::new(Beside::new(ReducedExperts::new(1), lookup)), 3)
+    fixed_speculation(Box::new(Beside::with(ReducedExperts::new(1), lookup)), 3)
 }
 
 fn run(s: &mut Session<'_>, prompt: &[usize], config: SamplerConfig) -> Vec<usize> {

@@ -108,7 +108,7 @@ impl DrafterKind {
             DrafterKind::Longest => Box::new(LongestMatchDrafter::new(2)),
             DrafterKind::Ngram => Box::new(PromptLookupSpeculator::new(3, DEFAULT_DRAFT_MAX)),
             DrafterKind::Recall => Box::new(RecallDrafter::new(recall.clone())),
-            DrafterKind::Experts => Box::new(Beside::new(
+            DrafterKind::Experts => Box::new(Beside::with(
                 ReducedExperts::new(DRAFT_EXPERTS),
                 Box::new(LongestMatchDrafter::new(2)),
             )),

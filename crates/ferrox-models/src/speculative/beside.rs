@@ -1,7 +1,10 @@
-//! A drafter running model weights — a separate draft model ([`super::DraftModel`]) or the
-//! model itself with fewer experts ([`ReducedExperts`]) — beside a lookup drafter. Lookup
-//! drafts cost nothing, so they stand while they are kept at least as often as the model
-//! part's; the model part drafts otherwise. Its time counts in the draft-length cost model
+//! A drafter running model weights — the model's MTP block or a draft head
+//! ([`super::MtpBlock`]), a separate draft model ([`super::DraftModel`]), the model itself with
+//! fewer experts ([`ReducedExperts`]) — beside a lookup drafter, through one policy. Lookup
+//! drafts cost nothing and copy long runs verbatim (code edits): where the model part's first
+//! token is known for free and agrees, or where the lookup's drafts were kept at least as
+//! often as the part's, the lookup's draft stands; otherwise the part drafts, chaining only as
+//! far as its own kept rate makes worth it. Its time counts in the draft-length cost model
 //! ([`super::Speculation`]), which decodes plainly where drafting costs more than it saves.
 
 use super::kept::Kept;
@@ -13,10 +16,28 @@ use crate::TokenId;
 
 /// The part of a [`Beside`] drafter that runs weights.
 pub trait ModelDraft: Send {
-    /// Name in statistics and metrics.
-    fn name(&self) -> &'static str;
+    /// Name in statistics and metrics; `None` while the part cannot draft at all (the model
+    /// has no MTP block): the drafter is then its lookup, under that name.
+    fn name(&self) -> Option<&'static str>;
+    /// Whether the part can draft for this request (else the lookup's draft stands).
+    fn ready(&self, _cx: &DraftIn<'_>) -> bool {
+        true
+    }
+    /// Its first draft token when known without running anything (an MTP block gets it
+    /// while taking in the verified rows).
+    fn first(&self, _cx: &DraftIn<'_>) -> Option<TokenId> {
+        None
+    }
     /// Up to `cx.max` tokens to follow `cx.history`, appended to `out` (see [`DraftIn`]).
     fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>);
+    /// See [`Drafter::wants_hidden`], [`Drafter::observe`], [`Drafter::resume_limit`].
+    fn wants_hidden(&self) -> bool {
+        false
+    }
+    fn observe(&mut self, _dec: &Decoder, _o: Observation<'_>) {}
+    fn resume_limit(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// A [`ModelDraft`] with a lookup drafter beside it.
@@ -30,7 +51,7 @@ pub struct Beside<M> {
 }
 
 impl<M: ModelDraft> Beside<M> {
-    pub fn new(model: M, lookup: Box<dyn Drafter>) -> Self {
+    pub fn with(model: M, lookup: Box<dyn Drafter>) -> Self {
         Beside {
             model,
             lookup,
@@ -50,8 +71,13 @@ impl<M: ModelDraft> Drafter for Beside<M> {
         let start = out.len();
         self.lookup.propose_with(cx.reborrow(), out);
         self.by_model = false;
-        if out.len() > start && self.kept[1].rate() >= self.kept[0].rate() {
+        if !self.model.ready(&cx) {
             return;
+        }
+        match out.get(start) {
+            Some(&t) if self.model.first(&cx) == Some(t) => return,
+            Some(_) if self.kept[1].rate() >= self.kept[0].rate() => return,
+            _ => {}
         }
         out.truncate(start);
         self.by_model = true;
@@ -68,10 +94,9 @@ impl<M: ModelDraft> Drafter for Beside<M> {
     }
 
     fn source(&self) -> &'static str {
-        if self.by_model {
-            self.model.name()
-        } else {
-            self.lookup.source()
+        match self.model.name() {
+            Some(name) if self.by_model => name,
+            _ => self.lookup.source(),
         }
     }
 
@@ -80,19 +105,20 @@ impl<M: ModelDraft> Drafter for Beside<M> {
     }
 
     fn name(&self) -> &'static str {
-        self.model.name()
+        self.model.name().unwrap_or_else(|| self.lookup.name())
     }
 
     fn wants_hidden(&self) -> bool {
-        self.lookup.wants_hidden()
+        self.model.wants_hidden() || self.lookup.wants_hidden()
     }
 
     fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
+        self.model.observe(dec, o);
         self.lookup.observe(dec, o);
     }
 
     fn resume_limit(&self) -> usize {
-        self.lookup.resume_limit()
+        self.model.resume_limit().min(self.lookup.resume_limit())
     }
 }
 
@@ -122,8 +148,12 @@ impl ReducedExperts {
 }
 
 impl ModelDraft for ReducedExperts {
-    fn name(&self) -> &'static str {
-        "experts"
+    fn name(&self) -> Option<&'static str> {
+        Some("experts")
+    }
+
+    fn ready(&self, cx: &DraftIn<'_>) -> bool {
+        Self::fits(cx.dec)
     }
 
     fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
@@ -132,7 +162,7 @@ impl ModelDraft for ReducedExperts {
             return;
         };
         let pos = cx.history.len() - 1;
-        if !Self::fits(dec) || caches.iter().any(|c| c.len() != pos) {
+        if caches.iter().any(|c| c.len() != pos) {
             return;
         }
         let mut tok = fed;

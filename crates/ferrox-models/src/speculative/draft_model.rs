@@ -141,7 +141,7 @@ impl DraftModel {
             cached: Vec::new(),
             logits: Vec::new(),
         };
-        Beside::new(run, lookup)
+        Beside::with(run, lookup)
     }
 }
 
@@ -158,8 +158,8 @@ pub struct DraftModelRun {
 }
 
 impl ModelDraft for DraftModelRun {
-    fn name(&self) -> &'static str {
-        "draft-model"
+    fn name(&self) -> Option<&'static str> {
+        Some("draft-model")
     }
 
     /// The model's greedy draft. Its caches keep what they share with `history` and take in

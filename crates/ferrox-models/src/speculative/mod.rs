@@ -38,7 +38,7 @@ pub use draft_model::{
 };
 pub use longest::LongestMatchDrafter;
 pub use lookup::PromptLookupSpeculator;
-pub use mtp::MtpDrafter;
+pub use mtp::{MtpBlock, MtpDrafter};
 pub use recall::{RecallDrafter, RecallIndex, SharedRecall, PROMPT_TAIL};
 pub use speculation::{DraftIn, Drafter, Observation, SpecStats, Speculation};
 pub use verify::{verify, verify_rows, verify_rows_constrained, Verdict};

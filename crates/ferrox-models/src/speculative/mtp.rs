@@ -5,12 +5,11 @@
 //! model's at the next position.
 //!
 //! The block's first token comes with feeding the verified rows; the rest of its draft is only
-//! chained when asked for. A lookup drafter runs beside it: long verbatim copies (code edits)
-//! are the lookup's, so its draft is taken, and the chain skipped, when it starts with the
-//! block's first token; otherwise the block drafts. Verification is the engine's, exact
-//! whatever is drafted.
+//! chained when asked for. It drafts beside a lookup drafter ([`Beside`]): long verbatim copies
+//! (code edits) are the lookup's, so its draft is taken, and the chain skipped, when it starts
+//! with the block's first token. Verification is the engine's, exact whatever is drafted.
 
-use super::kept::Kept;
+use super::beside::{Beside, ModelDraft};
 use super::{DraftIn, Drafter, Observation};
 use crate::decoder::Decoder;
 use crate::mtp::MtpOut;
@@ -18,8 +17,9 @@ use crate::sampling::argmax;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 
-pub struct MtpDrafter {
-    fallback: Box<dyn Drafter>,
+/// The model's MTP block (or a trained draft head loaded as one) as a drafter's model part:
+/// its cache, kept level with the model's, and its first draft token.
+pub struct MtpBlock {
     /// The block's cache: position `i` holds the pair (hidden state `i`, token `i + 1`).
     /// Created at the first observation (models without a block never make one).
     cache: Option<KvCache>,
@@ -37,18 +37,15 @@ pub struct MtpDrafter {
     /// The block's first draft token and the history length (through the sampled token) it
     /// follows.
     first: Option<(TokenId, usize)>,
-    /// Whether the block made the last draft (else the fallback's stood).
-    by_block: bool,
-    /// How often each part's drafts were kept (block, fallback): where they disagree on the
-    /// first token, the one kept more often drafts.
-    kept: [Kept; 2],
 }
 
+/// The block drafting beside a lookup drafter (`--drafter auto`, every server slot).
+pub type MtpDrafter = Beside<MtpBlock>;
+
 impl MtpDrafter {
-    /// The block's drafts, with `fallback`'s where they agree with its first token.
-    pub fn new(fallback: Box<dyn Drafter>) -> MtpDrafter {
-        MtpDrafter {
-            fallback,
+    /// The model's block (where it has one), with `lookup` beside it.
+    pub fn new(lookup: Box<dyn Drafter>) -> MtpDrafter {
+        let block = MtpBlock {
             cache: None,
             base: 0,
             fed: 0,
@@ -56,11 +53,12 @@ impl MtpDrafter {
             tokens: Vec::new(),
             row: Vec::new(),
             first: None,
-            by_block: false,
-            kept: [Kept::default(); 2],
-        }
+        };
+        Beside::with(block, lookup)
     }
+}
 
+impl MtpBlock {
     /// Feeds the pairs of `o`'s verified rows and, when decoding, takes the block's first
     /// draft token (`None`: nothing taken). Where `o` starts past the pairs the block has (a
     /// prefix restored from the prompt cache or copied from another slot) or before them, the
@@ -133,56 +131,24 @@ impl MtpDrafter {
     }
 }
 
-impl Drafter for MtpDrafter {
-    fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
-        self.fallback.propose_into(history, max, out);
+impl ModelDraft for MtpBlock {
+    fn name(&self) -> Option<&'static str> {
+        // Without a block (the model has none) the drafter is its lookup, under that name.
+        self.cache.as_ref().map(|_| "mtp")
     }
 
-    fn propose_with(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
-        let (dec, history, max) = (cx.dec, cx.history, cx.max);
-        let start = out.len();
-        self.fallback.propose_into(history, max, out);
-        self.by_block = false;
-        let Some((first, _)) = self.first.take().filter(|&(_, at)| at == history.len()) else {
-            return;
-        };
-        match out.get(start) {
-            Some(&t) if t == first => return,
-            // They disagree: the part whose drafts were kept more often drafts.
-            Some(_) if self.kept[1].rate() >= self.kept[0].rate() => return,
-            _ => {}
-        }
-        out.truncate(start);
-        self.by_block = true;
-        let len = self.kept[0].chain_len(max);
-        self.chain(dec, first, len, out);
+    fn ready(&self, cx: &DraftIn<'_>) -> bool {
+        self.first(cx).is_some()
     }
 
-    fn verified(&mut self, drafted: usize, accepted: usize) {
-        let part = usize::from(!self.by_block);
-        self.kept[part].add(drafted, accepted);
-        if part == 1 {
-            self.fallback.verified(drafted, accepted);
-        }
+    fn first(&self, cx: &DraftIn<'_>) -> Option<TokenId> {
+        let (t, at) = self.first?;
+        (at == cx.history.len()).then_some(t)
     }
 
-    fn source(&self) -> &'static str {
-        if self.by_block {
-            "mtp"
-        } else {
-            self.fallback.source()
-        }
-    }
-
-    fn finished(&mut self, history: &[TokenId], prompt_len: usize) {
-        self.fallback.finished(history, prompt_len);
-    }
-
-    fn name(&self) -> &'static str {
-        // Without a block (the model has none) this is its fallback, under that name.
-        match self.cache {
-            Some(_) => "mtp",
-            None => self.fallback.name(),
+    fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
+        if let Some(first) = self.first(&cx) {
+            self.chain(cx.dec, first, cx.max, out);
         }
     }
 
