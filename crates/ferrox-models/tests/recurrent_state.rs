@@ -29,20 +29,35 @@ fn tokens() -> Vec<usize> {
     ))
 }
 
+/// `n` token ids spread over the fixture's 512-token vocabulary (longer than `tokens()`).
+fn spread(n: usize) -> Vec<usize> {
+    (0..n).map(|i| (i * 37 + 11) % 512).collect()
+}
+
 /// Logits of `tokens` in one forward on fresh caches.
 fn fresh(dec: &Decoder, tokens: &[usize]) -> Vec<Vec<f32>> {
     let mut caches = dec.new_caches();
     dec.forward_batch(tokens, 0, &mut caches)
 }
 
+/// Fresh caches after forwards of `t` in chunks ending at each of `ends` (each forward starts
+/// where the last ended).
+fn forwarded(dec: &Decoder, t: &[usize], ends: &[usize]) -> Vec<KvCache> {
+    let mut caches = dec.new_caches();
+    let mut start = 0;
+    for &end in ends {
+        dec.forward_batch(&t[start..end], start, &mut caches);
+        start = end;
+    }
+    caches
+}
+
 #[test]
 fn rollback_inside_a_forward_replays_from_the_checkpoint() {
     let dec = hf();
     let t = tokens();
-    let mut caches = dec.new_caches();
-    dec.forward_batch(&t[..12], 0, &mut caches);
     // A verify of 8 rows at 12, of which only 3 are kept: the next forward starts at 15.
-    dec.forward_batch(&t[12..20], 12, &mut caches);
+    let mut caches = forwarded(&dec, &t, &[12, 20]);
     for c in &mut caches {
         c.truncate(15);
     }
@@ -63,9 +78,7 @@ fn every_cut_point_equals_a_fresh_run() {
     let t = tokens();
     let want = fresh(&dec, &t);
     for cut in [0, 1, 3, 9, 10, 13, 17, 19] {
-        let mut caches = dec.new_caches();
-        dec.forward_batch(&t[..10], 0, &mut caches);
-        dec.forward_batch(&t[10..18], 10, &mut caches);
+        let mut caches = forwarded(&dec, &t, &[10, 18]);
         let row = dec.forward_token(t[18], 18, &mut caches);
         assert_eq!(row, want[18]);
         // The decoder drops positions at or after `cut` itself.
@@ -78,9 +91,7 @@ fn every_cut_point_equals_a_fresh_run() {
 fn recurrent_cache_keeps_rows_and_a_valid_state() {
     let dec = hf();
     let t = tokens();
-    let mut caches = dec.new_caches();
-    dec.forward_batch(&t[..7], 0, &mut caches);
-    dec.forward_batch(&t[7..9], 7, &mut caches);
+    let caches = forwarded(&dec, &t, &[7, 9]);
     let c: &KvCache = &caches[0];
     assert_eq!(c.len(), 9);
     assert_eq!((c.state_at(), c.checkpoint_at()), (Some(9), Some(7)));
@@ -196,7 +207,7 @@ fn prefix_reuse_equals_a_fresh_session() {
 #[test]
 fn bounded_caches_keep_a_window_of_rows() {
     let dec = hf();
-    let t: Vec<usize> = (0..60).map(|i| (i * 37 + 11) % 512).collect();
+    let t = spread(60);
     let want = fresh(&dec, &t);
     let mut caches = dec.new_caches();
     caches.iter_mut().for_each(|c| c.set_bounded(true));
@@ -290,7 +301,7 @@ fn long_prefill_and_replay_on_parallel_heads_equal_single_tokens() {
     // 80 rows: the first block of 64 positions runs its heads in parallel, single tokens on
     // one thread; the rows must not care.
     let dec = hf();
-    let t: Vec<usize> = (0..80).map(|i| (i * 37 + 11) % 512).collect();
+    let t = spread(80);
     let batch = fresh(&dec, &t);
     let mut caches = dec.new_caches();
     for (p, &tok) in t.iter().enumerate() {

@@ -72,17 +72,52 @@ pub(crate) const FIM_MID_TEXTS: &[&str] = &[
 ];
 
 impl FimIds {
+    /// GGUF's name of each id (`tokenizer.ggml.fim_{name}_token_id`), in [`slots`](Self::slots)
+    /// order.
+    const GGUF_NAMES: [&'static str; 6] = ["pre", "suf", "mid", "pad", "rep", "sep"];
+
+    /// The ids, one list for every reading and filling of them.
+    fn slots(&mut self) -> [&mut Option<TokenId>; 6] {
+        let FimIds {
+            pre,
+            suf,
+            mid,
+            pad,
+            rep,
+            sep,
+        } = self;
+        [pre, suf, mid, pad, rep, sep]
+    }
+
+    /// The ids `id(name)` gives for each of [`GGUF_NAMES`](Self::GGUF_NAMES).
+    pub(crate) fn read<E>(id: impl Fn(&str) -> Result<Option<TokenId>, E>) -> Result<Self, E> {
+        let mut ids = FimIds::default();
+        for (slot, name) in ids.slots().into_iter().zip(Self::GGUF_NAMES) {
+            *slot = id(name)?;
+        }
+        Ok(ids)
+    }
+
+    /// Each id passed through `f` (the spec's ids checked against the vocabulary).
+    pub(crate) fn map(mut self, f: impl Fn(Option<TokenId>) -> Option<TokenId>) -> Self {
+        for slot in self.slots() {
+            *slot = f(*slot);
+        }
+        self
+    }
+
     /// Fills the ids the metadata did not give from the token texts (first listed text wins).
     pub(crate) fn detect(&mut self, vocab: &Vocab) {
         let find = |list: &[&str]| list.iter().find_map(|t| vocab.get(t));
-        for (slot, list) in [
-            (&mut self.pre, FIM_PRE_TEXTS),
-            (&mut self.suf, FIM_SUF_TEXTS),
-            (&mut self.mid, FIM_MID_TEXTS),
-            (&mut self.pad, FIM_PAD_TEXTS),
-            (&mut self.rep, FIM_REP_TEXTS),
-            (&mut self.sep, FIM_SEP_TEXTS),
-        ] {
+        let texts = [
+            FIM_PRE_TEXTS,
+            FIM_SUF_TEXTS,
+            FIM_MID_TEXTS,
+            FIM_PAD_TEXTS,
+            FIM_REP_TEXTS,
+            FIM_SEP_TEXTS,
+        ];
+        for (slot, list) in self.slots().into_iter().zip(texts) {
             if slot.is_none() {
                 *slot = find(list);
             }
@@ -209,6 +244,11 @@ mod tests {
         )
     }
 
+    /// One `input_extra` chunk.
+    fn chunk<'a>(filename: Option<&'a str>, text: &'a str) -> FimChunk<'a> {
+        FimChunk { filename, text }
+    }
+
     fn bytes(s: &str) -> Vec<TokenId> {
         s.bytes().map(|b| 3 + b as TokenId).collect()
     }
@@ -226,16 +266,7 @@ mod tests {
     #[test]
     fn repo_level_layout_as_llama_server() {
         let t = vocab(&FIM, false);
-        let extra = [
-            FimChunk {
-                filename: Some("a.py"),
-                text: "x=1\n",
-            },
-            FimChunk {
-                filename: None,
-                text: "y",
-            },
-        ];
+        let extra = [chunk(Some("a.py"), "x=1\n"), chunk(None, "y")];
         let input = FimInput {
             prefix: "ab",
             suffix: "cd",
@@ -262,10 +293,8 @@ mod tests {
         let t = vocab(&FIM, true);
         let prefix = "p".repeat(30) + "P";
         let suffix = "S".to_string() + &"s".repeat(30);
-        let extra = [FimChunk {
-            filename: Some("f"),
-            text: &"e".repeat(40),
-        }];
+        let text = "e".repeat(40);
+        let extra = [chunk(Some("f"), &text)];
         let input = FimInput {
             prefix: &prefix,
             suffix: &suffix,
@@ -303,10 +332,7 @@ mod tests {
     #[test]
     fn without_repo_and_file_tokens_chunks_get_llama_server_separator() {
         let t = vocab(&FIM[..3], false);
-        let extra = [FimChunk {
-            filename: Some("a.py"),
-            text: "x",
-        }];
+        let extra = [chunk(Some("a.py"), "x")];
         let input = FimInput {
             prefix: "a",
             suffix: "b",

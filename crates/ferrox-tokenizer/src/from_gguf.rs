@@ -2,7 +2,8 @@
 
 use ferrox_format::gguf::{GgufFile, MetaValue};
 
-use crate::{TokenId, Tokenizer, TokenizerError, TokenizerSpec};
+use crate::fim::FimIds;
+use crate::{SpecialTokens, TokenId, Tokenizer, TokenizerError, TokenizerSpec};
 
 const P: &str = "tokenizer.ggml.";
 
@@ -78,20 +79,17 @@ impl TokenizerSpec {
             scores,
             token_types,
             merges: strs("merges")?,
-            bos_id: id("bos_token_id")?,
-            eos_id: id("eos_token_id")?,
-            eot_id: id("eot_token_id")?,
-            eom_id: id("eom_token_id")?,
-            unk_id: id("unknown_token_id")?,
+            special: SpecialTokens {
+                bos: id("bos_token_id")?,
+                eos: id("eos_token_id")?,
+                eot: id("eot_token_id")?,
+                eom: id("eom_token_id")?,
+                unk: id("unknown_token_id")?,
+                pad: id("padding_token_id")?,
+            },
             sep_id: id("seperator_token_id")?,
-            pad_id: id("padding_token_id")?,
             mask_id: id("mask_token_id")?,
-            fim_pre_id: id("fim_pre_token_id")?,
-            fim_suf_id: id("fim_suf_token_id")?,
-            fim_mid_id: id("fim_mid_token_id")?,
-            fim_pad_id: id("fim_pad_token_id")?,
-            fim_rep_id: id("fim_rep_token_id")?,
-            fim_sep_id: id("fim_sep_token_id")?,
+            fim: FimIds::read(|name| id(&format!("fim_{name}_token_id")))?,
             add_bos: flag("add_bos_token")?,
             add_eos: flag("add_eos_token")?,
             add_space_prefix: flag("add_space_prefix")?,

@@ -112,20 +112,13 @@ impl Ids {
             add_space_prefix = b;
         }
         let ids = Ids {
-            bos: pick(spec.bos_id, bos),
-            eos: pick(spec.eos_id, eos),
-            unk: pick(spec.unk_id, unk),
-            eot: in_range(spec.eot_id),
-            eom: in_range(spec.eom_id),
-            pad: in_range(spec.pad_id),
-            fim: FimIds {
-                pre: in_range(spec.fim_pre_id),
-                suf: in_range(spec.fim_suf_id),
-                mid: in_range(spec.fim_mid_id),
-                pad: in_range(spec.fim_pad_id),
-                rep: in_range(spec.fim_rep_id),
-                sep: in_range(spec.fim_sep_id),
-            },
+            bos: pick(spec.special.bos, bos),
+            eos: pick(spec.special.eos, eos),
+            unk: pick(spec.special.unk, unk),
+            eot: in_range(spec.special.eot),
+            eom: in_range(spec.special.eom),
+            pad: in_range(spec.special.pad),
+            fim: spec.fim.map(in_range),
             add_bos,
             add_eos: spec.add_eos.unwrap_or(false),
             add_space_prefix,

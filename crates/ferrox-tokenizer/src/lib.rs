@@ -58,20 +58,13 @@ pub struct TokenizerSpec {
     /// GGUF token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
     pub token_types: Option<Vec<i32>>,
     pub merges: Option<Vec<String>>,
-    pub bos_id: Option<TokenId>,
-    pub eos_id: Option<TokenId>,
-    pub eot_id: Option<TokenId>,
-    pub eom_id: Option<TokenId>,
-    pub unk_id: Option<TokenId>,
+    /// `tokenizer.ggml.*_token_id` as the file gives them (the tokenizer's own
+    /// [`SpecialTokens`] are these checked against the vocabulary, or detected).
+    pub special: SpecialTokens,
     pub sep_id: Option<TokenId>,
-    pub pad_id: Option<TokenId>,
     pub mask_id: Option<TokenId>,
-    pub fim_pre_id: Option<TokenId>,
-    pub fim_suf_id: Option<TokenId>,
-    pub fim_mid_id: Option<TokenId>,
-    pub fim_pad_id: Option<TokenId>,
-    pub fim_rep_id: Option<TokenId>,
-    pub fim_sep_id: Option<TokenId>,
+    /// `tokenizer.ggml.fim_*_token_id`.
+    pub fim: fim::FimIds,
     pub add_bos: Option<bool>,
     pub add_eos: Option<bool>,
     pub add_space_prefix: Option<bool>,

@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use ferrox_tokenizer::{TokenId, Tokenizer, TokenizerSpec};
+use ferrox_tokenizer::{SpecialTokens, TokenId, Tokenizer, TokenizerSpec};
 use proptest::prelude::*;
 
 /// Counts live bytes and their peak since the last `reset_peak`.

@@ -25,14 +25,14 @@ pub fn mla_moe_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, 
     Ok(cfg)
 }
 
-/// MLA + MoE + indexer from `config.json` (`rope_interleaved`: the indexer's RoPE pairing).
-pub fn dsa_from_hf(
+/// MLA + MoE + indexer from `config.json` (`ROPE_INTERLEAVED`: the indexer's RoPE pairing; a
+/// const parameter so that a family names its reader as data: `dsa_from_hf::<true>`).
+pub fn dsa_from_hf<const ROPE_INTERLEAVED: bool>(
     c: &HfConfig,
     arch: &'static str,
-    rope_interleaved: bool,
 ) -> Result<ModelConfig, LoadError> {
     let mut cfg = mla_moe_from_hf(c, arch)?;
-    hf_dsa(c, &mut cfg, rope_interleaved)?;
+    hf_dsa(c, &mut cfg, ROPE_INTERLEAVED)?;
     Ok(cfg)
 }
 
@@ -51,15 +51,14 @@ pub fn mla_moe_from_gguf(
     Ok(cfg)
 }
 
-/// MLA + MoE + indexer from GGUF metadata (`gating` when the file does not say).
-pub fn dsa_from_gguf(
+/// MLA + MoE + indexer from GGUF metadata (`GATING` when the file does not say; parameters
+/// as [`dsa_from_hf`]'s).
+pub fn dsa_from_gguf<const GATING: usize, const ROPE_INTERLEAVED: bool>(
     g: &GgufMeta,
     arch: &'static str,
-    gating: usize,
-    rope_interleaved: bool,
 ) -> Result<ModelConfig, LoadError> {
-    let mut cfg = mla_moe_from_gguf(g, arch, |_| gating)?;
-    gguf_dsa(g, &mut cfg, rope_interleaved)?;
+    let mut cfg = mla_moe_from_gguf(g, arch, |_| GATING)?;
+    gguf_dsa(g, &mut cfg, ROPE_INTERLEAVED)?;
     Ok(cfg)
 }
 

@@ -13,14 +13,15 @@ use crate::config::{ModelConfig, MoeConfig};
 use crate::weights::LoadError;
 use serde_json::Value;
 
-/// With `use_sliding_window`, the layers `layer_types` marks, else those from
-/// `max_window_layers` on; no sliding layers otherwise.
-pub fn hf_sliding(c: &HfConfig, cfg: &mut ModelConfig) -> Result<(), LoadError> {
-    if !c.bool(&keys::USE_SLIDING_WINDOW)?.unwrap_or(false) {
-        return Ok(());
+/// The base config (NeoX RoPE) with the `use_sliding_window` switch: when on, the layers
+/// `layer_types` marks slide, else those from `max_window_layers` on; none otherwise.
+pub fn hf_base(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
+    if c.bool(&keys::USE_SLIDING_WINDOW)?.unwrap_or(false) {
+        let first = c.usize(&keys::MAX_WINDOW_LAYERS)?.unwrap_or(cfg.n_layers);
+        c.sliding_by_types_or(&mut cfg, |l| l >= first)?;
     }
-    let first = c.usize(&keys::MAX_WINDOW_LAYERS)?.unwrap_or(cfg.n_layers);
-    c.sliding_by_types_or(cfg, |l| l >= first)
+    Ok(cfg)
 }
 
 /// Dense FFN on the layers of `mlp_only_layers` and all but every `decoder_sparse_step`-th (or

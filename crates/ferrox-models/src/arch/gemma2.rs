@@ -10,23 +10,22 @@ use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("gemma2", config_from_hf, config_from_gguf, tensors)
-        .hf(&["gemma2"])
-        .gguf(&["gemma2"]);
+pub static ARCH: Architecture = Architecture::new("gemma2", tensors)
+    .hf(&["gemma2"], config_from_hf)
+    .gguf(&["gemma2"], config_from_gguf);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [&[ATTN_NORM][..], GEMMA_NORMS, STD_ATTN, DENSE_FFN].concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = common_gemma::from_hf(c, "gemma2")?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = common_gemma::from_hf(c, arch)?;
     c.sliding_by_types_or(&mut cfg, |l| l % 2 == 0)?;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = common_gemma::from_gguf(g, "gemma2", 4608)?;
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = common_gemma::from_gguf(g, arch, 4608)?;
     cfg.sliding_window = g.opt_usize(&keys::SLIDING_WINDOW)?.filter(|&w| w > 0);
     if cfg.sliding_window.is_some() {
         cfg.set_sliding_layers(|l| l % 2 == 0);

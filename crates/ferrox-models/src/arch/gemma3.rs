@@ -11,17 +11,16 @@ use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::{ModelConfig, RopeScaling};
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("gemma3", config_from_hf, config_from_gguf, tensors)
-        .hf(&["gemma3_text", "gemma3"])
-        .gguf(&["gemma3"]);
+pub static ARCH: Architecture = Architecture::new("gemma3", tensors)
+    .hf(&["gemma3_text", "gemma3"], config_from_hf)
+    .gguf(&["gemma3"], config_from_gguf);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [&[ATTN_NORM][..], GEMMA_NORMS, STD_ATTN, DENSE_FFN].concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = common_gemma::from_hf(c, "gemma3")?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = common_gemma::from_hf(c, arch)?;
     cfg.qk_norm = true;
     let (hd, max_pos) = (cfg.head_dim, cfg.max_seq_len);
     cfg.rope = c.rope(Some("full_attention"), hd, false, max_pos)?;
@@ -39,8 +38,8 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 
 /// llama.cpp's Gemma 3 rules: every 6th layer global, local RoPE base 10000, query scale
 /// `key_length^-0.5` (27B: `(hidden / heads)^-0.5`); norms already stored as `1 + w`.
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = common_gemma::from_gguf(g, "gemma3", 5376)?;
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = common_gemma::from_gguf(g, arch, 5376)?;
     cfg.qk_norm = true;
     cfg.sliding_window = g.opt_usize(&keys::SLIDING_WINDOW)?;
     let pattern = g.opt_usize(&keys::SLIDING_PATTERN)?.unwrap_or(6).max(1);

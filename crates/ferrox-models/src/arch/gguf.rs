@@ -84,6 +84,16 @@ impl MoeDefaults {
     }
 }
 
+/// The whole GGUF reader of a family that is the base config alone (`INTERLEAVED`: as
+/// [`GgufMeta::base`]'s `interleaved`, a const parameter so that a family names its reader as
+/// data: `base_only::<true>`).
+pub fn base_only<const INTERLEAVED: bool>(
+    g: &GgufMeta,
+    arch: &'static str,
+) -> Result<ModelConfig, LoadError> {
+    g.base(arch, INTERLEAVED)
+}
+
 impl GgufMeta {
     /// A GQA family that may have experts: the base config, `sliding_all`, the optional
     /// attention tensors and the expert section.

@@ -9,10 +9,9 @@ use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("glm4", config_from_hf, config_from_gguf, tensors)
-        .hf(&["glm4"])
-        .gguf(&["glm4"]);
+pub static ARCH: Architecture = Architecture::new("glm4", tensors)
+    .hf(&["glm4"], config_from_hf)
+    .gguf(&["glm4"], config_from_gguf);
 
 const POST_NORMS_FUSED_MLP: &[TensorSpec] = table![
     "blk.{}.post_attention_norm.weight" => "model.layers.{}.post_self_attn_layernorm.weight", [Hidden];
@@ -25,16 +24,16 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, STD_ATTN, POST_NORMS_FUSED_MLP].concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("glm4", true)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, true)?;
     cfg.post_norms = true;
     c.sliding_from_layer_types(&mut cfg)?;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
     // No experts: `gqa_moe` reads none.
-    let mut cfg = g.gqa_moe("glm4", true, MoeDefaults::gating(GATING_SOFTMAX))?;
+    let mut cfg = g.gqa_moe(arch, true, MoeDefaults::gating(GATING_SOFTMAX))?;
     cfg.post_norms = true;
     Ok(cfg)
 }

@@ -13,10 +13,9 @@ use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("glm4_moe", config_from_hf, config_from_gguf, tensors)
-        .hf(&["glm4_moe"])
-        .gguf(&["glm4moe"]);
+pub static ARCH: Architecture = Architecture::new("glm4_moe", tensors)
+    .hf(&["glm4_moe"], config_from_hf)
+    .gguf(&["glm4moe"], config_from_gguf);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     let ffn_norm = FFN_NORM.gguf_as("blk.{}.post_attention_norm.weight");
@@ -30,14 +29,14 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     .concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("glm4_moe", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     cfg.qk_norm = c.bool(&keys::USE_QK_NORM)?.unwrap_or(false);
     c.sliding_from_layer_types(&mut cfg)?;
     common_deepseek::hf_moe(c, &mut cfg)?;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    g.gqa_moe("glm4_moe", false, MoeDefaults::gating(GATING_SIGMOID))
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    g.gqa_moe(arch, false, MoeDefaults::gating(GATING_SIGMOID))
 }

@@ -4,15 +4,7 @@
 
 use super::common_deepseek::mla_moe_from_hf;
 use super::tables::mla_moe_layers;
-use super::{no_gguf, Architecture, HfConfig};
-use crate::config::ModelConfig;
-use crate::weights::LoadError;
+use super::Architecture;
 
 pub static ARCH: Architecture =
-    Architecture::new("glm4_moe_lite", config_from_hf, no_gguf, mla_moe_layers)
-        .hf(&["glm4_moe_lite"])
-        .gguf(&[]);
-
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    mla_moe_from_hf(c, "glm4_moe_lite")
-}
+    Architecture::new("glm4_moe_lite", mla_moe_layers).hf(&["glm4_moe_lite"], mla_moe_from_hf);

@@ -7,29 +7,15 @@
 use super::common_deepseek::{dsa_from_gguf, dsa_from_hf};
 use super::gguf::GATING_SIGMOID;
 use super::tables::mla_dsa_layers;
-use super::{Architecture, GgufMeta, HfConfig};
+use super::Architecture;
 use crate::config::{
     Dims, DsaConfig, IndexerKind, MlaConfig, ModelConfig, MoeConfig, RopeConfig, RopeScaling,
     RouterScoring,
 };
-use crate::weights::LoadError;
 
-pub static ARCH: Architecture = Architecture::new(
-    "glm_moe_dsa",
-    config_from_hf,
-    config_from_gguf,
-    mla_dsa_layers,
-)
-.hf(&["glm_moe_dsa"])
-.gguf(&["glm-dsa"]);
-
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    dsa_from_hf(c, "glm_moe_dsa", true)
-}
-
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    dsa_from_gguf(g, "glm_moe_dsa", GATING_SIGMOID, true)
-}
+pub static ARCH: Architecture = Architecture::new("glm_moe_dsa", mla_dsa_layers)
+    .hf(&["glm_moe_dsa"], dsa_from_hf::<true>)
+    .gguf(&["glm-dsa"], dsa_from_gguf::<GATING_SIGMOID, true>);
 
 /// GLM-5.2 (`glm_moe_dsa`): MLA + DSA indexer + MoE, the shape the engine was designed around.
 /// Dimensions are transformers' `GlmMoeDsaConfig` defaults (GLM-5); GLM-5.2 adds indexer

@@ -20,10 +20,9 @@ use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::{Activation, ModelConfig, RopeScaling};
 use crate::weights::{opt, table, Dim::*, LoadError, TensorRef, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("gpt_oss", config_from_hf, config_from_gguf, tensors)
-        .hf(&["gpt_oss"])
-        .gguf(&["gpt-oss"]);
+pub static ARCH: Architecture = Architecture::new("gpt_oss", tensors)
+    .hf(&["gpt_oss"], config_from_hf)
+    .gguf(&["gpt-oss"], config_from_gguf);
 
 const ATTN: &[TensorSpec] = table![
     "blk.{}.attn_output.bias" => "model.layers.{}.self_attn.o_proj.bias", [Hidden];
@@ -157,11 +156,10 @@ fn gpt_oss_common(cfg: &mut ModelConfig, alpha: f32, limit: f32) {
     cfg.moe.norm_topk_prob = true;
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("gpt_oss", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     c.sliding_from_layer_types(&mut cfg)?;
-    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
-    c.softmax_moe(&mut cfg, experts, width, true)?;
+    c.softmax_moe(&mut cfg, None, true)?;
     c.moe_everywhere(&mut cfg)?;
     let alpha = c.f32(&keys::SWIGLU_ALPHA)?.unwrap_or(1.702);
     let limit = c.f32(&keys::SWIGLU_LIMIT)?.unwrap_or(7.0);
@@ -172,9 +170,9 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 /// llama.cpp's `gpt-oss`: NeoX RoPE, SWA pattern 2 (even layers slide), softmax over the
 /// selected logits (`LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`), the reference's SwiGLU
 /// constants (`swiglu_oai` in ggml has alpha 1.702 and limit 7 built in).
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
     let mut cfg = g.gqa_moe(
-        "gpt_oss",
+        arch,
         false,
         MoeDefaults::gating(GATING_SOFTMAX).renormalised(),
     )?;

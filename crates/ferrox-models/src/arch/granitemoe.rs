@@ -16,10 +16,9 @@ use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("granitemoe", config_from_hf, config_from_gguf, tensors)
-        .hf(&["granitemoe"])
-        .gguf(&["granitemoe"]);
+pub static ARCH: Architecture = Architecture::new("granitemoe", tensors)
+    .hf(&["granitemoe"], config_from_hf)
+    .gguf(&["granitemoe"], config_from_gguf);
 
 const MOE: &[TensorSpec] = table![
     "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.block_sparse_moe.router.layer.weight", [Of(experts), Hidden];
@@ -35,23 +34,22 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, STD_ATTN, MOE].concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("granitemoe", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     cfg.tie_embeddings = c.bool(&keys::TIE_EMBEDDINGS)?.unwrap_or(true);
     common_granite::hf_multipliers(c, &mut cfg)?;
-    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
-    c.softmax_moe(&mut cfg, experts, width, true)?;
+    c.softmax_moe(&mut cfg, None, true)?;
     c.moe_everywhere(&mut cfg)?;
     Ok(cfg)
 }
 
 /// llama.cpp's `granitemoe`: adjacent-pair RoPE (q/k permuted), softmax routing renormalised
 /// over the chosen experts, experts as wide as `feed_forward_length`.
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
     let moe = MoeDefaults::gating(GATING_SOFTMAX)
         .renormalised()
         .expert_ffn_from_ffn();
-    let mut cfg = g.gqa_moe("granitemoe", true, moe)?;
+    let mut cfg = g.gqa_moe(arch, true, moe)?;
     common_granite::gguf_multipliers(g, &mut cfg)?;
     Ok(cfg)
 }

@@ -349,19 +349,26 @@ impl<'a> HfConfig<'a> {
         Ok(())
     }
 
-    /// Softmax top-`num_experts_per_tok` experts of `n_experts`, each `expert_ffn` wide,
-    /// weights renormalised when `renormalise` (Mixtral, Granite, OLMoE, Qwen-MoE).
+    /// Softmax top-`num_experts_per_tok` of `num_experts` experts, each as wide as
+    /// `expert_ffn` says (none: as the dense FFN), weights renormalised always when
+    /// `renormalise` (Mixtral, Granite, gpt-oss), else as `norm_topk_prob` says, default not
+    /// (OLMoE, Qwen-MoE).
     pub fn softmax_moe(
         &self,
         cfg: &mut ModelConfig,
-        n_experts: usize,
-        expert_ffn: usize,
+        expert_ffn: Option<&Key>,
         renormalise: bool,
     ) -> Result<(), LoadError> {
+        let n_experts = self.req(&keys::EXPERTS)?;
+        let expert_ffn_dim = match expert_ffn {
+            Some(k) => self.req(k)?,
+            None => cfg.ffn_dim,
+        };
+        let renormalise = renormalise || self.bool(&keys::EXPERT_WEIGHTS_NORM)?.unwrap_or(false);
         cfg.moe = MoeConfig {
             n_experts,
             n_experts_active: self.req(&keys::EXPERTS_USED)?,
-            expert_ffn_dim: expert_ffn,
+            expert_ffn_dim,
             norm_topk_prob: renormalise,
             ..MoeConfig::none(cfg.hidden_dim)
         };
@@ -373,6 +380,14 @@ impl<'a> HfConfig<'a> {
         let all = vec![true; cfg.n_layers];
         self.moe_layers(cfg, all)
     }
+}
+
+/// The whole `config.json` reader of a family that is Llama's config alone (Llama, Phi-3):
+/// the base config with NeoX RoPE, sliding layers as `layer_types` lists them.
+pub fn llama_like(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
+    c.sliding_from_layer_types(&mut cfg)?;
+    Ok(cfg)
 }
 
 /// `p`: the RoPE dict (`rope_parameters` or `rope_scaling`); `original_max`: the top-level

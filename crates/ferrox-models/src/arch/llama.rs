@@ -2,26 +2,15 @@
 //! Reference: transformers `modeling_llama.py`; llama.cpp `LLM_ARCH_LLAMA` (its converter
 //! permutes q/k rows, so GGUF Llama rotates adjacent pairs).
 
+use super::gguf::base_only;
+use super::hf::llama_like;
 use super::tables::llama_layers;
-use super::{keys, Architecture, Claim::Lacks, GgufMeta, HfConfig};
-use crate::config::ModelConfig;
-use crate::weights::LoadError;
+use super::{keys, Architecture, Claim::Lacks};
 
-pub static ARCH: Architecture =
-    Architecture::new("llama", config_from_hf, config_from_gguf, llama_layers)
-        .hf(&["llama"])
-        .gguf(&["llama"])
-        // llama.cpp also stores Mixtral (experts) and Mistral (a window) as `llama`.
-        .claims(&[Lacks(&keys::EXPERTS), Lacks(&keys::SLIDING_WINDOW)]);
-
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("llama", false)?;
-    c.sliding_from_layer_types(&mut cfg)?;
-    Ok(cfg)
-}
-
-/// Llama 3.x frequency scaling arrives as the `rope_freqs.weight` factors, which the builder
-/// applies wherever a file has them.
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    g.base("llama", true)
-}
+pub static ARCH: Architecture = Architecture::new("llama", llama_layers)
+    .hf(&["llama"], llama_like)
+    // Llama 3.x frequency scaling arrives as the `rope_freqs.weight` factors, which the builder
+    // applies wherever a file has them.
+    .gguf(&["llama"], base_only::<true>)
+    // llama.cpp also stores Mixtral (experts) and Mistral (a window) as `llama`.
+    .claims(&[Lacks(&keys::EXPERTS), Lacks(&keys::SLIDING_WINDOW)]);

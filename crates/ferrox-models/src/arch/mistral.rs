@@ -9,20 +9,19 @@ use super::{keys, Architecture, Claim::Has, Claim::Lacks, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
-pub static ARCH: Architecture =
-    Architecture::new("mistral", config_from_hf, config_from_gguf, llama_layers)
-        .hf(&["mistral"])
-        .gguf(&["llama"])
-        .claims(&[Lacks(&keys::EXPERTS), Has(&keys::SLIDING_WINDOW)]);
+pub static ARCH: Architecture = Architecture::new("mistral", llama_layers)
+    .hf(&["mistral"], config_from_hf)
+    .gguf(&["llama"], config_from_gguf)
+    .claims(&[Lacks(&keys::EXPERTS), Has(&keys::SLIDING_WINDOW)]);
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("mistral", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     c.sliding_all(&mut cfg, true)?;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("mistral", true)?;
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base(arch, true)?;
     g.sliding_all(&mut cfg)?;
     Ok(cfg)
 }

@@ -9,16 +9,15 @@ use super::{keys, Architecture, Claim::Has, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("mixtral", config_from_hf, config_from_gguf, tensors)
-        .hf(&["mixtral"])
-        .gguf(&["llama"])
-        .claims(&[Has(&keys::EXPERTS)])
-        .experts(ExpertNames {
-            gate: "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
-            up: "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight",
-            down: "model.layers.{}.block_sparse_moe.experts.{e}.w2.weight",
-        });
+pub static ARCH: Architecture = Architecture::new("mixtral", tensors)
+    .hf(&["mixtral"], config_from_hf)
+    .gguf(&["llama"], config_from_gguf)
+    .claims(&[Has(&keys::EXPERTS)])
+    .experts(ExpertNames {
+        gate: "model.layers.{}.block_sparse_moe.experts.{e}.w1.weight",
+        up: "model.layers.{}.block_sparse_moe.experts.{e}.w3.weight",
+        down: "model.layers.{}.block_sparse_moe.experts.{e}.w2.weight",
+    });
 
 const MIXTRAL_MOE: &[TensorSpec] = table![
     "blk.{}.ffn_gate_inp.weight" => "model.layers.{}.block_sparse_moe.gate.weight", [Of(experts), Hidden];
@@ -32,19 +31,18 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, STD_ATTN, MIXTRAL_MOE].concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("mixtral", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     cfg.qkv_bias = false;
     c.sliding_all(&mut cfg, true)?;
-    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
-    c.softmax_moe(&mut cfg, experts, width, true)?;
+    c.softmax_moe(&mut cfg, None, true)?;
     c.moe_everywhere(&mut cfg)?;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
     g.gqa_moe(
-        "mixtral",
+        arch,
         true,
         MoeDefaults::gating(GATING_SOFTMAX)
             .renormalised()

@@ -86,25 +86,22 @@ pub struct MtpFormat {
     pub chain_normed: bool,
 }
 
-type HfReader = fn(&HfConfig) -> Result<ModelConfig, LoadError>;
-type GgufReader = fn(&GgufMeta) -> Result<ModelConfig, LoadError>;
+/// A family's config reader for `config.json`, given the family's name (`ModelConfig::arch`).
+type HfReader = fn(&HfConfig, &'static str) -> Result<ModelConfig, LoadError>;
+/// A family's config reader for GGUF metadata, given the family's name.
+type GgufReader = fn(&GgufMeta, &'static str) -> Result<ModelConfig, LoadError>;
 
 impl Architecture {
-    /// A family named `name` with its config readers and tensor table; it answers to no
-    /// `model_type` or GGUF architecture until [`hf`](Self::hf) / [`gguf`](Self::gguf) say so.
-    pub const fn new(
-        name: &'static str,
-        config_from_hf: HfReader,
-        config_from_gguf: GgufReader,
-        tensors: fn(&ModelConfig) -> Vec<TensorSpec>,
-    ) -> Self {
+    /// A family named `name` with its tensor table; it answers to no `model_type` or GGUF
+    /// architecture until [`hf`](Self::hf) / [`gguf`](Self::gguf) say so and how to read them.
+    pub const fn new(name: &'static str, tensors: fn(&ModelConfig) -> Vec<TensorSpec>) -> Self {
         Architecture {
             name,
             hf_model_types: &[],
             gguf_archs: &[],
             gguf_claims: &[],
-            config_from_hf,
-            config_from_gguf,
+            config_from_hf: no_hf,
+            config_from_gguf: no_gguf,
             tensors,
             hf_experts: tables::HF_EXPERTS,
             mtp: MtpFormat {
@@ -114,12 +111,16 @@ impl Architecture {
             },
         }
     }
-    pub const fn hf(mut self, model_types: &'static [&'static str]) -> Self {
+    /// Loads the Hugging Face `model_types`, their config read by `reader`.
+    pub const fn hf(mut self, model_types: &'static [&'static str], reader: HfReader) -> Self {
         self.hf_model_types = model_types;
+        self.config_from_hf = reader;
         self
     }
-    pub const fn gguf(mut self, archs: &'static [&'static str]) -> Self {
+    /// Loads the GGUF architectures `archs`, their config read by `reader`.
+    pub const fn gguf(mut self, archs: &'static [&'static str], reader: GgufReader) -> Self {
         self.gguf_archs = archs;
+        self.config_from_gguf = reader;
         self
     }
     pub const fn experts(mut self, names: ExpertNames) -> Self {
@@ -191,9 +192,15 @@ pub static ARCHITECTURES: &[&Architecture] = &[
     &mixtral::ARCH,
 ];
 
-/// For families without a GGUF form.
-pub fn no_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+/// The reader of a family without a GGUF form (never claims a file: it names no GGUF
+/// architecture).
+fn no_gguf(g: &GgufMeta, _: &'static str) -> Result<ModelConfig, LoadError> {
     Err(unsupported(g.arch()))
+}
+
+/// The reader of a family without a Hub form (likewise never claims one).
+fn no_hf(_: &HfConfig, name: &'static str) -> Result<ModelConfig, LoadError> {
+    Err(unsupported(name))
 }
 
 /// The registry entry named `name` (canonical name).
@@ -267,7 +274,7 @@ pub fn hf_claimant<'r>(
 pub fn gguf_config(g: &GgufMeta) -> Result<(&'static Architecture, ModelConfig), LoadError> {
     let name = g.arch().to_string();
     let arch = gguf_claimant(ARCHITECTURES, g)?;
-    let cfg = (arch.config_from_gguf)(g)?;
+    let cfg = (arch.config_from_gguf)(g, arch.name)?;
     validate(&cfg, &Keys::Gguf(&name))?;
     Ok((arch, cfg))
 }
@@ -285,7 +292,7 @@ pub fn parse_hf_config(text: &str) -> Result<(&'static Architecture, ModelConfig
         .str(&keys::MODEL_TYPE)?
         .ok_or_else(|| c.bad(&keys::MODEL_TYPE, "is missing"))?;
     let arch = hf_claimant(ARCHITECTURES, mt)?;
-    let cfg = (arch.config_from_hf)(&c)?;
+    let cfg = (arch.config_from_hf)(&c, arch.name)?;
     validate(&cfg, &Keys::Hf(&c))?;
     Ok((arch, cfg))
 }

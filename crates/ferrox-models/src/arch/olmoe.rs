@@ -4,14 +4,13 @@
 
 use super::gguf::{MoeDefaults, GATING_SOFTMAX};
 use super::tables::{NORMS, ROUTED_FFN};
-use super::{keys, Architecture, GgufMeta, HfConfig};
+use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{table, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("olmoe", config_from_hf, config_from_gguf, tensors)
-        .hf(&["olmoe"])
-        .gguf(&["olmoe"]);
+pub static ARCH: Architecture = Architecture::new("olmoe", tensors)
+    .hf(&["olmoe"], config_from_hf)
+    .gguf(&["olmoe"], config_from_gguf);
 
 const ATTN: &[TensorSpec] = table![
     "blk.{}.attn_q.weight" => "model.layers.{}.self_attn.q_proj.weight", [QDim, Hidden];
@@ -27,21 +26,19 @@ fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, ATTN, ROUTED_FFN].concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("olmoe", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     cfg.qk_norm = true;
-    let (experts, width) = (c.req(&keys::EXPERTS)?, cfg.ffn_dim);
-    let renormalise = c.bool(&keys::EXPERT_WEIGHTS_NORM)?.unwrap_or(false);
-    c.softmax_moe(&mut cfg, experts, width, renormalise)?;
+    c.softmax_moe(&mut cfg, None, false)?;
     c.moe_everywhere(&mut cfg)?;
     Ok(cfg)
 }
 
 /// llama.cpp's `olmoe`: NeoX RoPE, softmax routing without renormalisation, experts as wide as
 /// `feed_forward_length`, q/k norms by presence.
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
     g.gqa_moe(
-        "olmoe",
+        arch,
         false,
         MoeDefaults::gating(GATING_SOFTMAX).expert_ffn_from_ffn(),
     )

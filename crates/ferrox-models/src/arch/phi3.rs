@@ -8,15 +8,20 @@
 //! its converter's `Phi3MiniModel`. LongRoPE is read by the shared config readers
 //! (`HfConfig::base`, `GgufMeta::base`).
 
+use super::gguf::base_only;
+use super::hf::llama_like;
 use super::tables::{ffn2, NORMS};
-use super::{Architecture, GgufMeta, HfConfig};
+use super::Architecture;
 use crate::config::ModelConfig;
-use crate::weights::{table, Dim::*, LoadError, TensorSpec};
+use crate::weights::{table, Dim::*, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("phi3", config_from_hf, config_from_gguf, tensors)
-        .hf(&["phi3"])
-        .gguf(&["phi3"]);
+pub static ARCH: Architecture = Architecture::new("phi3", tensors)
+    .hf(&["phi3"], llama_like)
+    // llama.cpp's `phi3`: q/k rows not permuted (NeoX halves). The converter writes
+    // `attention.sliding_window` (0 when unset), which llama.cpp ignores for Phi-3 ("Phi SWA
+    // is currently disabled"); the Hub reader slides only with `layer_types`, which a GGUF
+    // has not, so no layer slides here either.
+    .gguf(&["phi3"], base_only::<false>);
 
 fn qkv_rows(c: &ModelConfig) -> usize {
     (c.n_heads + 2 * c.n_kv_heads) * c.head_dim
@@ -31,18 +36,4 @@ const FUSED: &[TensorSpec] = table![
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, FUSED].concat()
-}
-
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("phi3", false)?;
-    c.sliding_from_layer_types(&mut cfg)?;
-    Ok(cfg)
-}
-
-/// llama.cpp's `phi3`: q/k rows not permuted (NeoX halves). The converter writes
-/// `attention.sliding_window` (0 when unset), which llama.cpp ignores for Phi-3 ("Phi SWA is
-/// currently disabled"); the Hub reader slides only with `layer_types`, which a GGUF has not,
-/// so no layer slides here either.
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    g.base("phi3", false)
 }

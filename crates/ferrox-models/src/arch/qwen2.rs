@@ -7,20 +7,18 @@ use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
-pub static ARCH: Architecture =
-    Architecture::new("qwen2", config_from_hf, config_from_gguf, llama_layers)
-        .hf(&["qwen2"])
-        .gguf(&["qwen2"]);
+pub static ARCH: Architecture = Architecture::new("qwen2", llama_layers)
+    .hf(&["qwen2"], config_from_hf)
+    .gguf(&["qwen2"], config_from_gguf);
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("qwen2", false)?;
-    common_qwen::hf_sliding(c, &mut cfg)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = common_qwen::hf_base(c, arch)?;
     cfg.qkv_bias = true;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("qwen2", false)?;
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base(arch, false)?;
     cfg.qkv_bias = true;
     Ok(cfg)
 }

@@ -11,25 +11,23 @@ use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::{LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("qwen2_moe", config_from_hf, config_from_gguf, tensors)
-        .hf(&["qwen2_moe"])
-        .gguf(&["qwen2moe"]);
+pub static ARCH: Architecture = Architecture::new("qwen2_moe", tensors)
+    .hf(&["qwen2_moe"], config_from_hf)
+    .gguf(&["qwen2moe"], config_from_gguf);
 
 fn tensors(_: &ModelConfig) -> Vec<TensorSpec> {
     [NORMS, STD_ATTN, DENSE_FFN, ROUTED_FFN, GATED_SHARED_EXPERT].concat()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("qwen2_moe", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = common_qwen::hf_base(c, arch)?;
     cfg.qkv_bias = true;
-    common_qwen::hf_sliding(c, &mut cfg)?;
     common_qwen::hf_gated_shared_moe(c, &mut cfg, false)?;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("qwen2_moe", false)?;
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base(arch, false)?;
     cfg.qkv_bias = true;
     g.moe(&mut cfg, MoeDefaults::gating(GATING_SOFTMAX))?;
     common_qwen::gguf_gated_shared_expert(g, &mut cfg)?;

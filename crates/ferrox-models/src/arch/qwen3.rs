@@ -7,19 +7,16 @@ use super::{Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
-pub static ARCH: Architecture =
-    Architecture::new("qwen3", config_from_hf, config_from_gguf, llama_layers)
-        .hf(&["qwen3"])
-        .gguf(&["qwen3"]);
+pub static ARCH: Architecture = Architecture::new("qwen3", llama_layers)
+    .hf(&["qwen3"], config_from_hf)
+    .gguf(&["qwen3"], config_from_gguf);
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("qwen3", false)?;
-    common_qwen::hf_sliding(c, &mut cfg)?;
-    Ok(with_qk_norm(cfg))
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    common_qwen::hf_base(c, arch).map(with_qk_norm)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    g.base("qwen3", false).map(with_qk_norm)
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    g.base(arch, false).map(with_qk_norm)
 }
 
 /// Qwen3's one difference from Qwen2's layout (it has no q/k/v bias unless configured).

@@ -9,30 +9,23 @@ use super::{keys, Architecture, GgufMeta, HfConfig};
 use crate::config::ModelConfig;
 use crate::weights::LoadError;
 
-pub static ARCH: Architecture = Architecture::new(
-    "qwen3_moe",
-    config_from_hf,
-    config_from_gguf,
-    gqa_moe_layers,
-)
-.hf(&["qwen3_moe"])
-.gguf(&["qwen3moe"]);
+pub static ARCH: Architecture = Architecture::new("qwen3_moe", gqa_moe_layers)
+    .hf(&["qwen3_moe"], config_from_hf)
+    .gguf(&["qwen3moe"], config_from_gguf);
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("qwen3_moe", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     cfg.qk_norm = true;
     let sliding = c.bool(&keys::USE_SLIDING_WINDOW)?.unwrap_or(false);
     c.sliding_all(&mut cfg, sliding)?;
-    let (experts, width) = (c.req(&keys::EXPERTS)?, c.req(&keys::EXPERT_FFN)?);
-    let renormalise = c.bool(&keys::EXPERT_WEIGHTS_NORM)?.unwrap_or(false);
-    c.softmax_moe(&mut cfg, experts, width, renormalise)?;
+    c.softmax_moe(&mut cfg, Some(&keys::EXPERT_FFN), false)?;
     common_qwen::hf_moe_layers(c, &mut cfg)?;
     Ok(cfg)
 }
 
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
     g.gqa_moe(
-        "qwen3_moe",
+        arch,
         false,
         MoeDefaults::gating(GATING_SOFTMAX).renormalised(),
     )

@@ -22,15 +22,14 @@ use super::{keys, Architecture, GgufMeta, HfConfig, MtpFormat};
 use crate::config::{AttnKind, LinearAttnConfig, ModelConfig, NormKind};
 use crate::weights::{req, table, Dim::*, LoadError, TensorSpec};
 
-pub static ARCH: Architecture =
-    Architecture::new("qwen3_next", config_from_hf, config_from_gguf, tensors)
-        .hf(&["qwen3_next"])
-        .gguf(&["qwen3next"])
-        .mtp(MtpFormat {
-            tensors: MTP,
-            hf_layer: Some("mtp.layers.0."),
-            chain_normed: true,
-        });
+pub static ARCH: Architecture = Architecture::new("qwen3_next", tensors)
+    .hf(&["qwen3_next"], config_from_hf)
+    .gguf(&["qwen3next"], config_from_gguf)
+    .mtp(MtpFormat {
+        tensors: MTP,
+        hf_layer: Some("mtp.layers.0."),
+        chain_normed: true,
+    });
 
 /// Its MTP block's own tensors (vLLM `qwen3_next_mtp.py`): the embedding and head are the
 /// model's.
@@ -157,8 +156,8 @@ fn by_interval(n_layers: usize, interval: usize) -> Vec<bool> {
     (0..n_layers).map(|l| (l + 1) % k != 0).collect()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("qwen3_next", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = c.base(arch, false)?;
     // The Hub configs do not count the block its checkpoints carry (vLLM assumes one); the
     // loader keeps it only when its tensors are there.
     cfg.mtp_layers = c.usize(&keys::NEXTN_LAYERS)?.unwrap_or(1);
@@ -200,8 +199,8 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 
 /// llama.cpp's `llama_model_qwen3next::load_arch_hparams`: softmax routing with the selected
 /// weights always renormalised, one gated shared expert.
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("qwen3_next", false)?;
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base(arch, false)?;
     cfg.qk_norm = true;
     cfg.attn_output_gate = true;
     let n = cfg.n_layers;

@@ -11,20 +11,18 @@ use crate::config::ModelConfig;
 use crate::weights::LoadError;
 use serde_json::Value;
 
-pub static ARCH: Architecture =
-    Architecture::new("smollm3", config_from_hf, config_from_gguf, llama_layers)
-        .hf(&["smollm3"])
-        .gguf(&["smollm3"]);
+pub static ARCH: Architecture = Architecture::new("smollm3", llama_layers)
+    .hf(&["smollm3"], config_from_hf)
+    .gguf(&["smollm3"], config_from_gguf);
 
 /// Every `every`-th layer (1-based) without RoPE.
 fn no_rope_every(n_layers: usize, every: usize) -> Vec<bool> {
     (0..n_layers).map(|l| (l + 1) % every == 0).collect()
 }
 
-fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
-    let mut cfg = c.base("smollm3", false)?;
+fn config_from_hf(c: &HfConfig, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = common_qwen::hf_base(c, arch)?;
     cfg.tie_embeddings = c.bool(&keys::TIE_EMBEDDINGS)?.unwrap_or(true);
-    common_qwen::hf_sliding(c, &mut cfg)?;
     let n = cfg.n_layers;
     cfg.no_rope = match c.get(&keys::NO_ROPE_LAYERS).and_then(Value::as_array) {
         Some(flags) => {
@@ -39,8 +37,8 @@ fn config_from_hf(c: &HfConfig) -> Result<ModelConfig, LoadError> {
 /// llama.cpp's `smollm3`: adjacent-pair RoPE (the converter permutes q/k), NoPE on every 4th
 /// layer. GGUF keeps no `no_rope_layers`: a checkpoint with another pattern converts to a file
 /// that llama.cpp, and this reader, run with the fixed one.
-fn config_from_gguf(g: &GgufMeta) -> Result<ModelConfig, LoadError> {
-    let mut cfg = g.base("smollm3", true)?;
+fn config_from_gguf(g: &GgufMeta, arch: &'static str) -> Result<ModelConfig, LoadError> {
+    let mut cfg = g.base(arch, true)?;
     cfg.no_rope = no_rope_every(cfg.n_layers, 4);
     Ok(cfg)
 }

@@ -254,6 +254,19 @@ impl Parser<'_> {
         Some(c)
     }
 
+    /// Whether the next character closes the string or class being read (then consumed); the
+    /// end of the text is an error, `unterminated`.
+    fn closes(&mut self, close: char, unterminated: &str) -> Result<bool, GbnfError> {
+        match self.peek() {
+            None => Err(self.err(unterminated)),
+            Some(c) if c == close => {
+                self.pos += 1;
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+
     fn line(&self) -> usize {
         1 + self.src[..self.pos.min(self.src.len())]
             .bytes()
@@ -329,15 +342,8 @@ impl Parser<'_> {
                 '"' => {
                     self.pos += 1;
                     let mut s = String::new();
-                    loop {
-                        match self.peek() {
-                            None => return Err(self.err("unterminated string")),
-                            Some('"') => {
-                                self.pos += 1;
-                                break;
-                            }
-                            Some(_) => s.push(self.char()?),
-                        }
+                    while !self.closes('"', "unterminated string")? {
+                        s.push(self.char()?);
                     }
                     Node::Literal(s)
                 }
@@ -461,15 +467,7 @@ impl Parser<'_> {
             rx.push('^');
         }
         let mut empty = true;
-        loop {
-            match self.peek() {
-                None => return Err(self.err("unterminated character class")),
-                Some(']') => {
-                    self.pos += 1;
-                    break;
-                }
-                _ => {}
-            }
+        while !self.closes(']', "unterminated character class")? {
             let lo = self.char()?;
             push_class_char(&mut rx, lo);
             empty = false;

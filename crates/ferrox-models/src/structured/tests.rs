@@ -7,7 +7,7 @@ use crate::decoder::Decoder;
 use crate::generate::{GenerateParams, Session, StopReason};
 use crate::sampling::{Sampler, SamplerConfig};
 use crate::speculative::{AdaptiveDraft, Drafter, Speculation};
-use ferrox_tokenizer::TokenizerSpec;
+use ferrox_tokenizer::{SpecialTokens, TokenizerSpec};
 use serde_json::json;
 
 const PIECES: [&str; 12] = [
@@ -44,10 +44,13 @@ fn tokenizer() -> Tokenizer {
         tokens,
         scores: Some((0..n).map(|i| -(i as f32)).collect()),
         token_types: Some(types),
-        bos_id: Some(1),
-        eos_id: Some(2),
-        eot_id: Some(n - 1),
-        unk_id: Some(0),
+        special: SpecialTokens {
+            bos: Some(1),
+            eos: Some(2),
+            eot: Some(n - 1),
+            unk: Some(0),
+            ..Default::default()
+        },
         add_space_prefix: Some(false),
         add_bos: Some(false),
         ..Default::default()

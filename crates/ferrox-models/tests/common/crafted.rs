@@ -56,6 +56,11 @@ impl Model {
         self
     }
 
+    /// The file with `llama.{key}` set to `v`, refused by that key.
+    fn bad_key(self, key: &str, v: MetaValue, name: &'static str) -> Crafted {
+        let key = format!("llama.{key}");
+        self.set(&key, v).crafted(name, &key)
+    }
     fn crafted(self, name: &'static str, key: &str) -> Crafted {
         Crafted {
             name,
@@ -104,44 +109,34 @@ pub fn cases(manifest: &Path) -> Vec<Crafted> {
     let llama = || Model::open(&tiny_gguf_path(manifest, "llama"));
     let mixtral = || Model::open(&tiny_gguf_path(manifest, "mixtral"));
     let u32v = MetaValue::U32;
-    let k = |s: &str| format!("llama.{s}");
     vec![
-        llama()
-            .set(&k("attention.head_count"), u32v(0))
-            .crafted("head_count = 0", &k("attention.head_count")),
-        llama()
-            .set(&k("block_count"), MetaValue::U64(1 << 40))
-            .crafted("block_count = 2^40", &k("block_count")),
-        llama()
-            .set(&k("attention.head_count_kv"), u32v(3))
-            .crafted("3 KV heads for 4 heads", &k("attention.head_count_kv")),
-        llama()
-            .set(&k("attention.head_count_kv"), MetaValue::I32(-1))
-            .crafted("negative KV heads", &k("attention.head_count_kv")),
-        llama()
-            .set(&k("rope.dimension_count"), u32v(32))
-            .crafted("rope dim 32 > head dim 16", &k("rope.dimension_count")),
-        llama()
-            .set(&k("attention.key_length"), u32v(0))
-            .crafted("head dim 0", &k("attention.key_length")),
-        llama()
-            .set(&k("context_length"), u32v(0))
-            .crafted("context 0", &k("context_length")),
-        llama()
-            .set(&k("context_length"), MetaValue::U64(1 << 40))
-            .crafted("context 2^40", &k("context_length")),
-        llama()
-            .set(&k("embedding_length"), MetaValue::U64(1 << 40))
-            .crafted("hidden 2^40", &k("embedding_length")),
-        llama()
-            .set(&k("rope.freq_base"), MetaValue::String("1e4".into()))
-            .crafted("float key as a string", &k("rope.freq_base")),
-        llama()
-            .set(&k("attention.layer_norm_rms_epsilon"), u32v(0))
-            .crafted(
-                "norm epsilon 0 (an integer)",
-                &k("attention.layer_norm_rms_epsilon"),
-            ),
+        llama().bad_key("attention.head_count", u32v(0), "head_count = 0"),
+        llama().bad_key("block_count", MetaValue::U64(1 << 40), "block_count = 2^40"),
+        llama().bad_key("attention.head_count_kv", u32v(3), "3 KV heads for 4 heads"),
+        llama().bad_key(
+            "attention.head_count_kv",
+            MetaValue::I32(-1),
+            "negative KV heads",
+        ),
+        llama().bad_key(
+            "rope.dimension_count",
+            u32v(32),
+            "rope dim 32 > head dim 16",
+        ),
+        llama().bad_key("attention.key_length", u32v(0), "head dim 0"),
+        llama().bad_key("context_length", u32v(0), "context 0"),
+        llama().bad_key("context_length", MetaValue::U64(1 << 40), "context 2^40"),
+        llama().bad_key("embedding_length", MetaValue::U64(1 << 40), "hidden 2^40"),
+        llama().bad_key(
+            "rope.freq_base",
+            MetaValue::String("1e4".into()),
+            "float key as a string",
+        ),
+        llama().bad_key(
+            "attention.layer_norm_rms_epsilon",
+            u32v(0),
+            "norm epsilon 0 (an integer)",
+        ),
         llama()
             .tensor("token_embd.weight", |t| {
                 t.dims = vec![64, 0];
@@ -173,12 +168,8 @@ pub fn cases(manifest: &Path) -> Vec<Crafted> {
             "no ffn_gate beside an unfused ffn_up",
             "blk.0.ffn_up.weight",
         ),
-        mixtral()
-            .set(&k("expert_used_count"), u32v(0))
-            .crafted("0 experts used", &k("expert_used_count")),
-        mixtral()
-            .set(&k("expert_used_count"), u32v(5))
-            .crafted("5 of 4 experts used", &k("expert_used_count")),
+        mixtral().bad_key("expert_used_count", u32v(0), "0 experts used"),
+        mixtral().bad_key("expert_used_count", u32v(5), "5 of 4 experts used"),
     ]
 }
 

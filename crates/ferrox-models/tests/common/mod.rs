@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 pub mod tiny;
 // The Python interpreter and the JSON fixture readers, which the ferrox-cli tests include too.
 mod shared;
+/// The engine's own greedy choice (first index of the largest logit).
+pub use ferrox_models::sampling::argmax;
 pub use shared::*;
 
 pub fn fixture(rel: &str) -> PathBuf {
@@ -48,16 +50,6 @@ pub fn read_npy_f32(path: &Path) -> (Vec<usize>, Vec<f32>) {
         .collect();
     assert_eq!(data.len(), shape.iter().product::<usize>());
     (shape, data)
-}
-
-pub fn argmax(x: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {

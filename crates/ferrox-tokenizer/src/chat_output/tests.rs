@@ -19,6 +19,13 @@ fn parse(format: ToolFormat, thinking: bool, text: &str, step: usize) -> Vec<Out
     merged
 }
 
+/// `text` parses to `want` fed in pieces of each of `steps` bytes.
+fn assert_parses_in_steps(format: ToolFormat, text: &str, steps: &[usize], want: &[OutputPart]) {
+    for &step in steps {
+        assert_eq!(parse(format, false, text, step), want, "step {step}");
+    }
+}
+
 fn call(name: &str, args: Value) -> OutputPart {
     OutputPart::ToolCall(ToolCall {
         name: name.into(),
@@ -33,19 +40,13 @@ fn content(s: &str) -> OutputPart {
 #[test]
 fn hermes_calls_between_text_any_chunking() {
     let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
-    for step in [1, 2, 3, 7, 1000] {
-        let got = parse(ToolFormat::Hermes, false, text, step);
-        assert_eq!(
-            got,
-            vec![
-                content("Let me check.\n"),
-                call("get_weather", json!({"city": "Paris"})),
-                content("\n"),
-                call("now", json!({})),
-            ],
-            "step {step}"
-        );
-    }
+    let want = [
+        content("Let me check.\n"),
+        call("get_weather", json!({"city": "Paris"})),
+        content("\n"),
+        call("now", json!({})),
+    ];
+    assert_parses_in_steps(ToolFormat::Hermes, text, &[1, 2, 3, 7, 1000], &want);
 }
 
 #[test]
@@ -63,15 +64,11 @@ fn broken_call_is_text_and_plain_text_passes() {
 #[test]
 fn reasoning_is_split_off() {
     let text = "<think>\nLet me think.\n</think>\n\nThe answer is 4.";
-    for step in [1, 4, 100] {
-        assert_eq!(
-            parse(ToolFormat::Hermes, false, text, step),
-            vec![
-                OutputPart::Reasoning("\nLet me think.\n".into()),
-                content("The answer is 4."),
-            ]
-        );
-    }
+    let want = [
+        OutputPart::Reasoning("\nLet me think.\n".into()),
+        content("The answer is 4."),
+    ];
+    assert_parses_in_steps(ToolFormat::Hermes, text, &[1, 4, 100], &want);
     // The prompt opened the block (DeepSeek-R1): the output starts inside it.
     assert_eq!(
         parse(ToolFormat::None, true, "hmm</think>yes", 2),
@@ -142,16 +139,11 @@ fn fenced_or_bare_json_answer_calls_an_offered_tool() {
 #[test]
 fn harmony_channels_and_calls() {
     let text = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"SF\"}<|call|>";
-    for step in [1, 3, 1000] {
-        assert_eq!(
-            parse(ToolFormat::Harmony, false, text, step),
-            vec![
-                OutputPart::Reasoning("Need weather.".into()),
-                call("get_weather", json!({"city": "SF"})),
-            ],
-            "step {step}"
-        );
-    }
+    let want = [
+        OutputPart::Reasoning("Need weather.".into()),
+        call("get_weather", json!({"city": "SF"})),
+    ];
+    assert_parses_in_steps(ToolFormat::Harmony, text, &[1, 3, 1000], &want);
     // The recipient may come before the channel; the call may end with the output.
     let early = "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}";
     assert_eq!(

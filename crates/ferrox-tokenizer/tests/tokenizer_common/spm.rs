@@ -3,7 +3,7 @@
 //! `src/fim.rs` too) and in `tests/special_runs.rs`; the including module provides
 //! `Tokenizer` and `TokenizerSpec`.
 
-use super::{Tokenizer, TokenizerSpec};
+use super::{SpecialTokens, Tokenizer, TokenizerSpec};
 
 /// A `llama` (SentencePiece) vocabulary: `<unk>` (0, the unknown token), `<s>` (1, bos),
 /// `</s>` (2, eos), the 256 byte tokens `<0x00>`..`<0xFF>` (ids 3..259), then `pieces` as
@@ -30,9 +30,12 @@ pub fn spm_vocab(
         tokens,
         scores: Some(scores),
         token_types: Some(types),
-        bos_id: Some(1),
-        eos_id: Some(2),
-        unk_id: Some(0),
+        special: SpecialTokens {
+            bos: Some(1),
+            eos: Some(2),
+            unk: Some(0),
+            ..Default::default()
+        },
         ..rest
     })
     .unwrap()
