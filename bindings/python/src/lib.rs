@@ -80,6 +80,8 @@ impl Model {
                 recall_tokens: ferrox_models::engine::DEFAULT_RECALL_TOKENS,
                 cache_disk: None,
                 identity: None,
+                // The bindings draft as the server does by default (no separate draft model).
+                draft: None,
             },
         ));
         let rt = tokio::runtime::Builder::new_multi_thread()
