@@ -164,10 +164,16 @@ impl ModelDraft for DraftModelRun {
 
     /// The model's greedy draft. Its caches keep what they share with `history` and take in
     /// the rest in one forward; the sequence's own caches are not touched.
+    /// Within the draft model's context (past it, the lookup's draft stands).
+    fn ready(&self, cx: &DraftIn<'_>) -> bool {
+        let len = cx.history.len();
+        len > 0 && len + cx.max <= self.model.decoder.config.max_seq_len
+    }
+
     fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
         let (history, max) = (cx.history, cx.max);
         let dec = &*self.model.decoder;
-        if history.is_empty() || history.len() + max > dec.config.max_seq_len {
+        if !self.ready(&cx) {
             return;
         }
         // At least the last token is fed: its logits give the first draft token.
