@@ -5,10 +5,10 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use ferrox_tokenizer::chat_output::{OutputParser, OutputPart, ToolCall};
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use super::error::UNFINISHED;
 use super::tools::OutputSetup;
 use super::ApiError;
 use crate::backend::{Event, GenSummary, TokenLogprob};
@@ -106,8 +106,7 @@ impl Pieces {
                     continue;
                 }
                 None => {
-                    self.queue
-                        .push_back(Piece::Failed("generation ended unexpectedly".into()));
+                    self.queue.push_back(Piece::Failed(UNFINISHED.into()));
                     self.ended = true;
                     continue;
                 }
@@ -166,13 +165,8 @@ pub(super) async fn collect(pieces: &mut Pieces) -> Result<Answer, ApiError> {
                     summary,
                 })
             }
-            Piece::Failed(msg) => {
-                return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg))
-            }
+            Piece::Failed(msg) => return Err(ApiError::failed(msg)),
         }
     }
-    Err(ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "generation ended unexpectedly",
-    ))
+    Err(ApiError::unfinished())
 }

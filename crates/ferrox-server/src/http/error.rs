@@ -10,6 +10,9 @@ use serde::de::DeserializeOwned;
 use super::AppState;
 use crate::api::{ErrorBody, ErrorDetail};
 
+/// What a generation whose events stopped before its end says (a 500, or a stream's error).
+pub(super) const UNFINISHED: &str = "generation ended unexpectedly";
+
 /// An OpenAI-format error response.
 #[derive(Debug)]
 pub struct ApiError {
@@ -43,6 +46,14 @@ impl ApiError {
     }
     pub(super) fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
+    }
+    /// A generation the engine failed (or lost): the request's 500.
+    pub(super) fn failed(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+    }
+    /// A generation whose events stopped before its end.
+    pub(super) fn unfinished() -> ApiError {
+        ApiError::failed(UNFINISHED)
     }
     /// The same error, its message led by `p` (what it was about).
     pub(super) fn prefix(mut self, p: &str) -> ApiError {

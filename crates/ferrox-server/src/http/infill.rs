@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -22,7 +22,7 @@ use super::answer::{collect, Piece, Pieces};
 use super::endpoint::Kind;
 use super::error::authed_body;
 use super::params::validate;
-use super::submit::{compile_grammar, finish, submit};
+use super::submit::{compile_grammar, finish, submit_one};
 use super::{ApiError, Shared};
 use crate::api::CommonParams;
 use crate::backend::{BackendError, FinishReason, GenSummary, TokenLogprob};
@@ -136,9 +136,7 @@ pub(super) async fn infill(State(s): State<Shared>, headers: HeaderMap, body: By
         compile_grammar(&s, &b.common, &mut params).await?;
         let stops = params.stop.clone();
         let prompt_tokens = prompt.len();
-        let rx = submit(&s, prompt, &params, 1)?
-            .pop()
-            .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no generation"))?;
+        let rx = submit_one(&s, prompt, &params)?;
         let out = Out {
             model: b.common.model.clone(),
             prompt_tokens,

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
@@ -22,7 +22,7 @@ use super::error::authed_body;
 use super::generate::{prepare_chat, Prepared};
 use super::infill::{fim_prompt, Fim};
 use super::params::validate;
-use super::submit::{compile_grammar, submit};
+use super::submit::{compile_grammar, submit_one};
 use super::tools::OutputSetup;
 use super::{ApiError, Shared};
 use crate::api::{ChatRequest, CommonParams};
@@ -371,9 +371,7 @@ enum Route {
 
 async fn run(s: &Shared, shape: &Shape, route: Route, p: Prepared) -> Result<Response, ApiError> {
     let prompt_tokens = p.prompt.len();
-    let rx = submit(s, p.prompt, &p.params, 1)?
-        .pop()
-        .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no generation"))?;
+    let rx = submit_one(s, p.prompt, &p.params)?;
     let out = Out {
         model: shape.model.clone(),
         route,

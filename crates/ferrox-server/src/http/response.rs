@@ -2,7 +2,6 @@
 //! `text_completion`) and the pieces streamed chunks are made of, for `n` choices (OpenAI API
 //! reference: the chat completion object, the legacy completion object, `logprobs`).
 
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -161,15 +160,10 @@ async fn collect_one(mut rx: UnboundedReceiver<Event>) -> Result<Choice, ApiErro
                     summary,
                 })
             }
-            Event::Failed(msg) => {
-                return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg))
-            }
+            Event::Failed(msg) => return Err(ApiError::failed(msg)),
         }
     }
-    Err(ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "generation ended unexpectedly",
-    ))
+    Err(ApiError::unfinished())
 }
 
 /// The whole response of every choice (they run concurrently; collected in order).

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::endpoint::Kind;
+use super::error::UNFINISHED;
 use super::response::Meta;
 use super::tools::{call_json, OutputSetup};
 use crate::backend::{Event, FinishReason, TokenLogprob};
@@ -101,7 +102,7 @@ impl St {
                 out
             }
             Some(Event::Failed(msg)) => failed(meta, index, &msg),
-            None => failed(meta, index, "generation ended unexpectedly"),
+            None => failed(meta, index, UNFINISHED),
         }
     }
 }

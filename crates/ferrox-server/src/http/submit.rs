@@ -94,3 +94,14 @@ pub(super) fn submit(
         .fetch_add(prompt_tokens as u64, Ordering::Relaxed);
     Ok(rxs)
 }
+
+/// The one generation of a route without choices (`n`): its events.
+pub(super) fn submit_one(
+    s: &AppState,
+    prompt: Vec<TokenId>,
+    params: &GenParams,
+) -> Result<UnboundedReceiver<Event>, ApiError> {
+    submit(s, prompt, params, 1)?
+        .pop()
+        .ok_or_else(|| ApiError::failed("no generation"))
+}

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::answer::{collect, Piece, Pieces};
 use super::error::authed_body;
 use super::generate::{prepare_chat, render, Prepared};
-use super::submit::submit;
+use super::submit::submit_one;
 use super::{new_id, ApiError, Shared};
 use crate::backend::{FinishReason, GenSummary};
 use ferrox_tokenizer::chat_output::ToolCall;
@@ -89,9 +89,7 @@ pub(super) async fn messages(State(s): State<Shared>, headers: HeaderMap, body: 
             omit_thinking: b.thinking_omitted(),
             applied,
         };
-        let rx = submit(&s, p.prompt, &p.params, 1)?
-            .pop()
-            .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no generation"))?;
+        let rx = submit_one(&s, p.prompt, &p.params)?;
         let pieces = Pieces::new(rx, p.output.as_ref());
         if b.stream {
             // A long prompt's prefill sends nothing for minutes: Anthropic's `ping` events keep
@@ -280,7 +278,7 @@ impl Streaming {
                 out.push(event("message_stop", json!({"type": "message_stop"})));
             }
             Piece::Failed(msg) => {
-                let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg);
+                let e = ApiError::failed(msg);
                 out.push(event("error", e.anthropic_body()));
             }
         }

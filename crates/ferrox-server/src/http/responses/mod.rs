@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use super::answer::Pieces;
 use super::error::{authed_body, check_auth};
 use super::generate::prepare_chat;
-use super::submit::{finish, submit};
+use super::submit::{finish, submit_one};
 use super::{new_id, unix_now, ApiError, Shared};
 use crate::api::ChatRequest;
 use output::{Ended, Head, Turn};
@@ -59,9 +59,7 @@ pub(super) async fn create(State(s): State<Shared>, headers: HeaderMap, body: By
             encrypted: b.wants_encrypted(),
             namespaces: t.namespaces,
         };
-        let rx = submit(&s, p.prompt, &p.params, 1)?
-            .pop()
-            .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no generation"))?;
+        let rx = submit_one(&s, p.prompt, &p.params)?;
         let run = Run {
             s: s.clone(),
             turn: Turn::new(head),
@@ -160,16 +158,11 @@ impl Run {
         while let Some((_, ended)) = self.step().await {
             match ended {
                 Some(Ended::Response(r)) => return Ok(Json(r).into_response()),
-                Some(Ended::Failed(msg)) => {
-                    return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, msg))
-                }
+                Some(Ended::Failed(msg)) => return Err(ApiError::failed(msg)),
                 None => {}
             }
         }
-        Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "generation ended unexpectedly",
-        ))
+        Err(ApiError::unfinished())
     }
 
     fn events(mut self) -> impl Stream<Item = Result<SseEvent, Infallible>> {
