@@ -14,7 +14,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::error::{authed_body, check_auth, parse_body};
+use super::error::{check_auth, parse_body, Authed};
 use super::params::check_model;
 use super::{ApiError, Shared};
 use crate::backend::BackendError;
@@ -35,7 +35,7 @@ enum Input {
 }
 
 #[derive(Debug, Deserialize)]
-struct OpenAiBody {
+pub(super) struct OpenAiBody {
     model: String,
     input: Input,
     encoding_format: Option<String>,
@@ -61,7 +61,7 @@ fn yes() -> bool {
 }
 
 #[derive(Debug, Deserialize)]
-struct OllamaLegacyBody {
+pub(super) struct OllamaLegacyBody {
     model: String,
     prompt: String,
     #[serde(flatten)]
@@ -161,9 +161,9 @@ fn base64_f32(v: &[f32]) -> String {
     out
 }
 
-pub(super) async fn openai(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn openai(Authed { s, body }: Authed<OpenAiBody>) -> Response {
     let r = async {
-        let b: OpenAiBody = authed_body(&s, &headers, &body)?;
+        let b = body?;
         let base64 = match b.encoding_format.as_deref() {
             None | Some("float") => false,
             Some("base64") => true,
@@ -220,13 +220,9 @@ pub(super) async fn ollama(State(s): State<Shared>, headers: HeaderMap, body: By
     r.unwrap_or_else(ApiError::ollama)
 }
 
-pub(super) async fn ollama_legacy(
-    State(s): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub(super) async fn ollama_legacy(Authed { s, body }: Authed<OllamaLegacyBody>) -> Response {
     let r = async {
-        let b: OllamaLegacyBody = authed_body(&s, &headers, &body)?;
+        let b = body?;
         let lists = token_lists(&s, &b.model, Input::Text(b.prompt), None, &b.extra, true).await?;
         let (mut vectors, _) = run(&s, lists).await?;
         Ok::<_, ApiError>(Json(json!({"embedding": vectors.pop()})).into_response())

@@ -2,12 +2,14 @@
 //! the JSON body.
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
 
-use super::AppState;
+use super::{AppState, Shared};
 use crate::api::{ErrorBody, ErrorDetail};
 
 /// What a generation whose events stopped before its end says (a 500, or a stream's error).
@@ -199,14 +201,23 @@ pub(super) fn host_ok(options: &super::Options, headers: &HeaderMap) -> Result<(
     }
 }
 
-/// The API key checked, then the JSON body parsed: every POST route's first step.
-pub(super) fn authed_body<T: DeserializeOwned>(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<T, ApiError> {
-    check_auth(state, headers)?;
-    parse_body(headers, body)
+/// A POST route's request: the server, and the body as `T` once the API key is checked and
+/// the JSON parsed (every POST route's first step). An error is the route's to answer, in its
+/// own API's format; only a body that cannot be read at all is refused here.
+pub(super) struct Authed<T> {
+    pub s: Shared,
+    pub body: Result<T, ApiError>,
+}
+
+impl<T: DeserializeOwned> FromRequest<Shared> for Authed<T> {
+    type Rejection = BytesRejection;
+
+    async fn from_request(req: Request, s: &Shared) -> Result<Self, Self::Rejection> {
+        let headers = req.headers().clone();
+        let bytes = Bytes::from_request(req, s).await?;
+        let body = check_auth(s, &headers).and_then(|()| parse_body(&headers, &bytes));
+        Ok(Authed { s: s.clone(), body })
+    }
 }
 
 /// Parses a JSON body ourselves so malformed JSON and wrong types get OpenAI-format 400s.

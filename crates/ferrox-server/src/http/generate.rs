@@ -1,15 +1,12 @@
 //! `/v1/chat/completions` and `/v1/completions`: the request checks, submission to the
 //! scheduler (`submit`), and the whole-response form (the streamed form is in `stream`).
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use ferrox_tokenizer::TokenId;
 use serde_json::Value;
 
 use super::endpoint::Kind;
-use super::error::authed_body;
+use super::error::Authed;
 use super::infill::{fim_prompt, Fim};
 use super::params::validate;
 use super::render::OwnedChat;
@@ -22,9 +19,9 @@ use crate::api::{ChatRequest, CommonParams, CompletionRequest, PromptField};
 use crate::backend::{GenParams, RenderedChat};
 use ferrox_tokenizer::chat_output::ToolFormat;
 
-pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn chat(Authed { s, body }: Authed<ChatRequest>) -> Response {
     let r = async {
-        let req: ChatRequest = authed_body(&s, &headers, &body)?;
+        let req = body?;
         let p = prepare_chat(&s, &req).await?;
         start(&s, Kind::Chat, &req.common, p.prompt, p.params, p.output).await
     }
@@ -92,13 +89,9 @@ pub(super) async fn prepare_chat(s: &Shared, req: &ChatRequest) -> Result<Prepar
     })
 }
 
-pub(super) async fn completions(
-    State(s): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub(super) async fn completions(Authed { s, body }: Authed<CompletionRequest>) -> Response {
     let r = async {
-        let req: CompletionRequest = authed_body(&s, &headers, &body)?;
+        let req = body?;
         let text = match &req.prompt {
             PromptField::Text(t) => t.clone(),
             PromptField::Texts(v) if v.len() == 1 => v[0].clone(),

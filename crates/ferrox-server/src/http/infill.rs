@@ -6,9 +6,6 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -20,7 +17,7 @@ use serde_json::{json, Map, Value};
 
 use super::answer::{collect, Piece, Pieces};
 use super::endpoint::Kind;
-use super::error::authed_body;
+use super::error::Authed;
 use super::params::validate;
 use super::submit::{compile_grammar, finish, submit_one};
 use super::{ApiError, Shared};
@@ -120,9 +117,9 @@ fn llama_server_fields(s: &Shared, mut body: Map<String, Value>) -> Result<Value
     Ok(Value::Object(body))
 }
 
-pub(super) async fn infill(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn infill(Authed { s, body }: Authed<Map<String, Value>>) -> Response {
     let r = async {
-        let raw: Map<String, Value> = authed_body(&s, &headers, &body)?;
+        let raw = body?;
         let b: InfillBody = serde_json::from_value(llama_server_fields(&s, raw)?)
             .map_err(|e| ApiError::bad(format!("invalid /infill request: {e}")))?;
         let fim = Fim {

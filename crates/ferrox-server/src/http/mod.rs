@@ -30,7 +30,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
@@ -45,7 +44,7 @@ pub use listen::Limits;
 pub use multi::{serve_until as serve_models_until, Front};
 pub use responses::StoreLimits;
 
-use error::{authed_body, check_auth};
+use error::{check_auth, Authed};
 
 /// Server settings that are not the model.
 #[derive(Debug, Clone, Default)]
@@ -253,22 +252,16 @@ async fn models(State(s): State<Shared>, headers: HeaderMap) -> Result<Json<Valu
     })))
 }
 
-async fn tokenize(
-    State(s): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let r: TokenizeRequest = authed_body(&s, &headers, &body)?;
+async fn tokenize(Authed { s, body }: Authed<TokenizeRequest>) -> Result<Json<Value>, ApiError> {
+    let r = body?;
     let tokens = off_workers(&s, move |b| b.tokenize(&r.content, r.add_special)).await?;
     Ok(Json(json!({"tokens": tokens})))
 }
 
 async fn detokenize(
-    State(s): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
+    Authed { s, body }: Authed<DetokenizeRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let r: DetokenizeRequest = authed_body(&s, &headers, &body)?;
+    let r = body?;
     let text = off_workers(&s, move |b| b.detokenize(&r.tokens))
         .await?
         .map_err(|e| ApiError::bad(e.to_string()).param("tokens"))?;

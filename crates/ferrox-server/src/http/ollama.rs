@@ -7,8 +7,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
@@ -18,7 +17,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::answer::{Piece, Pieces};
 use super::endpoint::Kind;
-use super::error::authed_body;
+use super::error::Authed;
 use super::generate::{prepare_chat, Prepared};
 use super::infill::{fim_prompt, Fim};
 use super::params::validate;
@@ -103,7 +102,7 @@ pub(super) struct Shape {
 }
 
 #[derive(Debug, Deserialize)]
-struct ChatBody {
+pub(super) struct ChatBody {
     #[serde(default)]
     messages: Vec<OllamaMessage>,
     #[serde(default)]
@@ -113,7 +112,7 @@ struct ChatBody {
 }
 
 #[derive(Debug, Deserialize)]
-struct GenerateBody {
+pub(super) struct GenerateBody {
     #[serde(default)]
     prompt: String,
     #[serde(default)]
@@ -250,9 +249,9 @@ fn chat_request(fields: Map<String, Value>) -> Result<ChatRequest, ApiError> {
     serde_json::from_value(Value::Object(fields)).map_err(|e| ApiError::bad(e.to_string()))
 }
 
-pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn chat(Authed { s, body }: Authed<ChatBody>) -> Response {
     let r = async {
-        let b: ChatBody = authed_body(&s, &headers, &body)?;
+        let b = body?;
         let mut fields = openai_fields(&b.shape)?;
         let msgs = b
             .messages
@@ -275,9 +274,9 @@ pub(super) async fn chat(State(s): State<Shared>, headers: HeaderMap, body: Byte
     r.unwrap_or_else(ApiError::ollama)
 }
 
-pub(super) async fn generate(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn generate(Authed { s, body }: Authed<GenerateBody>) -> Response {
     let r = async {
-        let b: GenerateBody = authed_body(&s, &headers, &body)?;
+        let b = body?;
         refuse_generate_fields(&b)?;
         let mut fields = openai_fields(&b.shape)?;
         if b.prompt.is_empty() {

@@ -6,16 +6,15 @@
 
 use std::sync::atomic::Ordering;
 
-use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::error::authed_body;
+use super::error::Authed;
 use super::params::check_model;
 use super::{ApiError, Shared};
 use crate::backend::BackendError;
@@ -36,7 +35,7 @@ enum Document {
 }
 
 #[derive(Debug, Deserialize)]
-struct Body {
+pub(super) struct Body {
     model: Option<String>,
     query: String,
     documents: Option<Vec<Document>>,
@@ -78,9 +77,9 @@ fn check(s: &Shared, b: &Body, n: usize) -> Result<(), ApiError> {
     }
 }
 
-pub(super) async fn rerank(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn rerank(Authed { s, body }: Authed<Body>) -> Response {
     let r = async {
-        let mut b: Body = authed_body(&s, &headers, &body)?;
+        let mut b = body?;
         let docs = match (b.documents.take(), b.texts.take()) {
             (Some(_), Some(_)) => {
                 return Err(ApiError::bad("give documents or texts, not both").param("texts"))

@@ -5,9 +5,6 @@
 
 use std::convert::Infallible;
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,7 +12,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 
 use super::answer::{collect, Piece, Pieces};
-use super::error::authed_body;
+use super::error::Authed;
 use super::generate::{prepare_chat, render, Prepared};
 use super::submit::submit_one;
 use super::{new_id, ApiError, Shared};
@@ -26,24 +23,15 @@ use request::{chat_request, fold_system_turns, MessagesBody};
 mod context;
 mod request;
 
-/// The request, checked, with its `context_management` edits applied (those it reports).
-async fn read(
-    s: &Shared,
-    headers: &HeaderMap,
-    body: &Bytes,
-) -> Result<(MessagesBody, Vec<Value>), ApiError> {
-    let mut b: MessagesBody = authed_body(s, headers, body)?;
+/// The request with its `context_management` edits applied (those it reports).
+async fn read(s: &Shared, mut b: MessagesBody) -> Result<(MessagesBody, Vec<Value>), ApiError> {
     let applied = context::apply(s, &mut b).await?;
     Ok((b, applied))
 }
 
-pub(super) async fn count_tokens(
-    State(s): State<Shared>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub(super) async fn count_tokens(Authed { s, body }: Authed<MessagesBody>) -> Response {
     let r = async {
-        let (b, _) = read(&s, &headers, &body).await?;
+        let (b, _) = read(&s, body?).await?;
         let mut req = chat_request(&b)?;
         let rendered = match render(&s, &req).await {
             Err(e) if fold_system_turns(&mut req) => render(&s, &req).await.map_err(|_| e)?,
@@ -65,9 +53,9 @@ async fn prepare(s: &Shared, b: &MessagesBody) -> Result<Prepared, ApiError> {
     }
 }
 
-pub(super) async fn messages(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn messages(Authed { s, body }: Authed<MessagesBody>) -> Response {
     let r = async {
-        let (b, applied) = read(&s, &headers, &body).await?;
+        let (b, applied) = read(&s, body?).await?;
         let max_tokens = match b.max_tokens {
             None => return Err(ApiError::bad("max_tokens: field required")),
             Some(m) if m < 1 => {

@@ -29,7 +29,7 @@ const HARMLESS: &[&str] = &[
 const TOOL_HINTS: &[&str] = &["cache_control", "eager_input_streaming"];
 
 #[derive(Debug, Deserialize)]
-pub(super) struct MessagesBody {
+pub(in crate::http) struct MessagesBody {
     pub model: String,
     /// Required by the Messages API (not by `count_tokens`).
     pub max_tokens: Option<i64>,
@@ -75,14 +75,14 @@ impl MessagesBody {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub(super) struct Message {
+pub(in crate::http) struct Message {
     pub role: String,
     pub content: Content,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
-pub(super) enum Content {
+pub(in crate::http) enum Content {
     Text(String),
     Blocks(Vec<Value>),
 }

@@ -10,7 +10,6 @@ mod store;
 
 use std::convert::Infallible;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -20,7 +19,7 @@ use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Value};
 
 use super::answer::Pieces;
-use super::error::{authed_body, check_auth};
+use super::error::{check_auth, Authed};
 use super::generate::prepare_chat;
 use super::submit::{finish, submit_one};
 use super::{new_id, unix_now, ApiError, Shared};
@@ -30,9 +29,9 @@ use request::ResponsesBody;
 pub(super) use store::Store;
 pub use store::StoreLimits;
 
-pub(super) async fn create(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+pub(super) async fn create(Authed { s, body }: Authed<ResponsesBody>) -> Response {
     let r = async {
-        let b: ResponsesBody = authed_body(&s, &headers, &body)?;
+        let b = body?;
         request::check(&b)?;
         let mut history = match &b.previous_response_id {
             Some(id) => s

@@ -30,7 +30,7 @@ const HARMLESS: &[&str] = &[
 const INCLUDES: &[&str] = &["reasoning.encrypted_content"];
 
 #[derive(Debug, Deserialize)]
-pub(super) struct ResponsesBody {
+pub(in crate::http) struct ResponsesBody {
     pub model: String,
     /// A string (one user message) or a list of input items.
     pub input: Option<Value>,
