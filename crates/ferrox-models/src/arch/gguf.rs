@@ -15,7 +15,8 @@
 //!
 //! MLA and the DSA indexer are read by `common_deepseek`.
 
-use super::keys::{self, Key, MAX_LAYERS, MAX_VALUE};
+use super::early;
+use super::keys::{self, Key, MAX_VALUE};
 use crate::config::{Dims, ModelConfig, MoeConfig, RopeConfig, RopeScaling, RouterScoring};
 use crate::weights::LoadError;
 use ferrox_format::gguf::{GgufFile, MetaArray, MetaValue};
@@ -231,13 +232,8 @@ impl GgufMeta {
     /// the whole config.
     pub fn base(&self, arch: &'static str, interleaved: bool) -> Result<ModelConfig, LoadError> {
         let hidden = self.usize(&keys::HIDDEN)?;
-        let blocks = self.usize(&keys::LAYERS)?;
-        if !(1..=MAX_LAYERS).contains(&blocks) {
-            return Err(self.bad(
-                &keys::LAYERS,
-                format!("= {blocks} is outside 1..={MAX_LAYERS}"),
-            ));
-        }
+        let blocks = early::layer_count(self.usize(&keys::LAYERS)?)
+            .map_err(|e| self.bad(&keys::LAYERS, e))?;
         let nextn = self.opt_usize(&keys::NEXTN_LAYERS)?.unwrap_or(0);
         if nextn >= blocks {
             return Err(self.bad(
@@ -245,10 +241,8 @@ impl GgufMeta {
                 format!("= {nextn} leaves none of {blocks} blocks for the decoder"),
             ));
         }
-        let n_heads = self.usize(&keys::HEADS)?;
-        if n_heads == 0 {
-            return Err(self.bad(&keys::HEADS, "is 0"));
-        }
+        let n_heads =
+            early::head_count(self.usize(&keys::HEADS)?).map_err(|e| self.bad(&keys::HEADS, e))?;
         let head_dim = self.opt_usize(&keys::HEAD_DIM)?.unwrap_or(hidden / n_heads);
         let dims = Dims {
             vocab: self

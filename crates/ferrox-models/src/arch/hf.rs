@@ -6,7 +6,8 @@
 //! Field meanings and defaults follow transformers 5.x configuration classes; both the 5.x
 //! `rope_parameters` dict and the older `rope_theta` + `rope_scaling` pair are read.
 
-use super::keys::{self, Key, MAX_LAYERS, MAX_VALUE};
+use super::early;
+use super::keys::{self, Key, MAX_VALUE};
 use crate::config::{Activation, AttnKind, Dims, ModelConfig, MoeConfig, RopeConfig, RopeScaling};
 use crate::weights::LoadError;
 use serde_json::{Map, Value};
@@ -155,18 +156,10 @@ impl<'a> HfConfig<'a> {
             ));
         }
         let hidden = self.req(&keys::HIDDEN)?;
-        let n_layers = self.req(&keys::LAYERS)?;
-        // The per-layer lists are allocated from this count before anything else is checked.
-        if !(1..=MAX_LAYERS).contains(&n_layers) {
-            return Err(self.bad(
-                &keys::LAYERS,
-                format!("= {n_layers} is outside 1..={MAX_LAYERS}"),
-            ));
-        }
-        let n_heads = self.req(&keys::HEADS)?;
-        if n_heads == 0 {
-            return Err(self.bad(&keys::HEADS, "is 0"));
-        }
+        let n_layers =
+            early::layer_count(self.req(&keys::LAYERS)?).map_err(|e| self.bad(&keys::LAYERS, e))?;
+        let n_heads =
+            early::head_count(self.req(&keys::HEADS)?).map_err(|e| self.bad(&keys::HEADS, e))?;
         let dims = Dims {
             vocab: self.req(&keys::VOCAB)?,
             hidden,

@@ -16,6 +16,7 @@ pub mod common_granite;
 pub mod common_qwen;
 pub mod deepseek_v3;
 pub mod deepseek_v32;
+mod early;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gguf;
