@@ -48,3 +48,47 @@ fn bench_json_has_llama_bench_fields() {
     assert!(per_token > 200_000_000, "{per_token}");
     assert!(rows[1]["gb_per_s"].as_f64().unwrap() > 0.0);
 }
+
+/// `bench spec -p A -p B`: each prompt file is one more workload prompt, every mode's output
+/// equal to plain decoding's.
+#[test]
+fn bench_spec_takes_several_prompt_files() {
+    let model = common::model("gemma3:270m");
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        ("story.txt", "Tell a short story about a cat."),
+        ("rain.txt", "Why does it rain?"),
+    ];
+    let mut args = vec!["bench", "spec", "-m", model.to_str().unwrap()];
+    let paths: Vec<String> = files
+        .iter()
+        .map(|(name, text)| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.to_str().unwrap().to_string()
+        })
+        .collect();
+    for p in &paths {
+        args.extend(["-p", p]);
+    }
+    args.extend(["--no-control", "-n", "8", "--drafters", "longest", "-t", "2"]);
+    let out = common::ferrox_checked(args);
+    let (stdout, stderr) = (common::stdout(&out), String::from_utf8_lossy(&out.stderr));
+    // Per prompt and mode on stderr; per set and mode, summed over the prompts, on stdout.
+    for (name, _) in files {
+        for mode in ["plain", "longest"] {
+            assert!(
+                stderr
+                    .lines()
+                    .any(|l| l.starts_with(&format!("workload {name}")) && l.contains(mode)),
+                "no {mode} row for {name}:\n{stderr}"
+            );
+        }
+    }
+    let table: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| workload")).collect();
+    assert_eq!(table.len(), 2, "{stdout}");
+    for row in table {
+        assert!(row.contains("| 16 |"), "8 tokens of each prompt: {row}");
+        assert!(row.ends_with("| yes |"), "{row}");
+    }
+}

@@ -29,9 +29,10 @@ pub struct Args {
     /// Workload: JSON lines with `instruction` and `code` (e.g. code-edit.jsonl).
     #[arg(short = 'f', long = "file")]
     pub file: Option<PathBuf>,
-    /// A plain-text prompt file, benchmarked as one more workload prompt.
+    /// A plain-text prompt file, benchmarked as one more workload prompt (repeatable: one
+    /// prompt per file).
     #[arg(short = 'p', long = "prompt-file")]
-    pub prompt_file: Option<PathBuf>,
+    pub prompt_file: Vec<PathBuf>,
     /// Tokenize `--prompt-file` as is (no chat template), as llama.cpp's examples do.
     #[arg(long)]
     pub raw: bool,
@@ -216,7 +217,7 @@ fn load_prompts(args: &Args, tok: &Tokenizer) -> anyhow::Result<Vec<Prompt>> {
             });
         }
     }
-    if let Some(f) = &args.prompt_file {
+    for f in &args.prompt_file {
         let text =
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
         let ids = if args.raw {
