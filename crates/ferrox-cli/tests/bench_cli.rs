@@ -71,7 +71,15 @@ fn bench_spec_takes_several_prompt_files() {
     for p in &paths {
         args.extend(["-p", p]);
     }
-    args.extend(["--no-control", "-n", "8", "--drafters", "longest", "-t", "2"]);
+    args.extend([
+        "--no-control",
+        "-n",
+        "8",
+        "--drafters",
+        "longest",
+        "-t",
+        "2",
+    ]);
     let out = common::ferrox_checked(args);
     let (stdout, stderr) = (common::stdout(&out), String::from_utf8_lossy(&out.stderr));
     // Per prompt and mode on stderr; per set and mode, summed over the prompts, on stdout.
@@ -85,7 +93,10 @@ fn bench_spec_takes_several_prompt_files() {
             );
         }
     }
-    let table: Vec<&str> = stdout.lines().filter(|l| l.starts_with("| workload")).collect();
+    let table: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| workload"))
+        .collect();
     assert_eq!(table.len(), 2, "{stdout}");
     for row in table {
         assert!(row.contains("| 16 |"), "8 tokens of each prompt: {row}");
