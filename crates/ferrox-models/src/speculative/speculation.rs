@@ -62,7 +62,12 @@ pub struct DraftIn<'a> {
     pub dec: &'a Decoder,
     pub caches: &'a mut [KvCache],
     pub history: &'a [TokenId],
+    /// The length controller's choice, from the acceptance of all the drafter's drafts.
     pub max: usize,
+    /// What the budget, the context and the longest draft allow (`room >= max`): a combining
+    /// drafter may let a part whose own drafts are kept more often than the pool's draft
+    /// longer (see [`super::Beside`]).
+    pub room: usize,
 }
 
 impl DraftIn<'_> {
@@ -73,6 +78,7 @@ impl DraftIn<'_> {
             caches: &mut *self.caches,
             history: self.history,
             max: self.max,
+            room: self.room,
         }
     }
 }
@@ -163,16 +169,18 @@ impl Speculation {
         }
         let start = out.len();
         let t = std::time::Instant::now();
+        let room = room.min(self.adaptive.max_len).max(want);
         let cx = DraftIn {
             dec,
             caches,
             history,
             max: want,
+            room,
         };
         self.drafter.propose_with(cx, out);
         self.draft_secs += t.elapsed().as_secs_f64();
         // A draft past the room would be verified beyond the budget or the context.
-        out.truncate(start + want);
+        out.truncate(start + room);
     }
 
     /// Hands the drafter what a forward computed ([`Drafter::observe`]); its time counts
