@@ -53,12 +53,17 @@ pub fn load_share(path: &Path, share: &Share) -> Result<Decoder, LoadError> {
     let head = head_src.as_ref().map(|src| DraftHead {
         src,
         path: &head_path,
+        chain_normed: src.file.get_bool(CHAIN_NORMED).unwrap_or(false),
     });
     let (arch, cfg, src) = (opened.arch, opened.cfg.clone(), &*opened.src);
     let mut dec = crate::build::build_with_head(arch, cfg, src, share, head)?;
     opened.finish(&mut dec);
     Ok(dec)
 }
+
+/// A draft head's metadata: trained to chain from its own state through its `head_norm`
+/// (`train_draft_head.py --steps`); heads without it chain the state as is.
+const CHAIN_NORMED: &str = "ferrox.draft_head.chain_normed";
 
 /// Where a model's trained draft head lives: `NAME.draft-head.gguf` beside `NAME.gguf`, or
 /// `draft-head.gguf` inside a Hugging Face directory.

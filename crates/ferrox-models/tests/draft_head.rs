@@ -28,7 +28,12 @@ fn f32_tensor(name: &str, dims: &[u64], v: &[f32]) -> TensorOut {
 
 /// The head's tensors for the tiny Llama (2 layers, width 64, vocabulary 512), sub-vocabulary
 /// `ids`, with `edit` applied before writing.
-fn head_file(dir: &Path, ids: &[f32], edit: impl FnOnce(&mut Vec<TensorOut>)) {
+fn head_file(
+    dir: &Path,
+    ids: &[f32],
+    meta: Vec<(String, MetaValue)>,
+    edit: impl FnOnce(&mut Vec<TensorOut>),
+) {
     let model = GgufFile::open(&fixture("gguf-tiny/llama.gguf")).unwrap();
     let all = model.tensors_out();
     let (h, n) = (64usize, 2);
@@ -78,21 +83,30 @@ fn head_file(dir: &Path, ids: &[f32], edit: impl FnOnce(&mut Vec<TensorOut>)) {
         f32_tensor(&nx("draft_vocab"), &[ids.len() as u64], ids),
     ]);
     edit(&mut out);
-    let meta = vec![(
+    let arch = (
         "general.architecture".to_string(),
         MetaValue::String("llama".into()),
-    )];
+    );
+    let meta = [vec![arch], meta].concat();
     std::fs::write(dir.join("model.draft-head.gguf"), to_bytes(&meta, &out)).unwrap();
 }
 
 fn with_head(ids: &[f32], edit: impl FnOnce(&mut Vec<TensorOut>)) -> tempfile::TempDir {
+    with_head_meta(ids, Vec::new(), edit)
+}
+
+fn with_head_meta(
+    ids: &[f32],
+    meta: Vec<(String, MetaValue)>,
+    edit: impl FnOnce(&mut Vec<TensorOut>),
+) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
         fixture("gguf-tiny/llama.gguf"),
         dir.path().join("model.gguf"),
     )
     .unwrap();
-    head_file(dir.path(), ids, edit);
+    head_file(dir.path(), ids, meta, edit);
     dir
 }
 
@@ -116,7 +130,25 @@ fn a_draft_head_beside_the_model_drafts_and_speculation_equals_plain() {
     let mtp = dec.mtp.as_ref().expect("the draft head was not loaded");
     assert_eq!(mtp.vocab.as_ref().map(Vec::len), Some(256));
     assert_eq!(mtp.token(3), 6);
+    assert!(
+        !mtp.chain_normed,
+        "a head that does not say so chains its state as is"
+    );
+    speculation_equals_plain(&dec);
+}
 
+/// A head trained to chain through its `head_norm` (`train_draft_head.py --steps`) says so in
+/// its metadata and is chained that way; its drafts change, decoding's tokens do not.
+#[test]
+fn a_head_trained_to_chain_through_its_norm_is_chained_so() {
+    let key = "ferrox.draft_head.chain_normed".to_string();
+    let dir = with_head_meta(&even_ids(), vec![(key, MetaValue::Bool(true))], |_| {});
+    let dec = Decoder::load(dir.path().join("model.gguf")).unwrap();
+    assert!(dec.mtp.as_ref().expect("no head").chain_normed);
+    speculation_equals_plain(&dec);
+}
+
+fn speculation_equals_plain(dec: &Decoder) {
     let prompt = ids(&read_json(&fixture("hf-tiny/llama/input_ids.json")));
     let sampled = SamplerConfig {
         temperature: 0.8,
@@ -129,11 +161,11 @@ fn a_draft_head_beside_the_model_drafts_and_speculation_equals_plain() {
             ignore_eog: true,
             ..GenerateParams::default()
         };
-        let mut plain = Session::without_tokenizer(&dec, 256);
+        let mut plain = Session::without_tokenizer(dec, 256);
         let want = plain.generate(&prompt, &params, &mut Sampler::new(cfg.clone()), |_| true);
         let mut spec = Speculation::new(Box::new(MtpDrafter::new(Box::new(Nothing))), 3);
         spec.adaptive = AdaptiveDraft::fixed(3);
-        let mut s = Session::without_tokenizer(&dec, 256);
+        let mut s = Session::without_tokenizer(dec, 256);
         s.set_speculation(Some(spec));
         let got = s.generate(&prompt, &params, &mut Sampler::new(cfg.clone()), |_| true);
         assert_eq!(got.tokens, want.tokens, "{cfg:?}");

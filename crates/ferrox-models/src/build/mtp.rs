@@ -16,6 +16,9 @@ pub struct DraftHead<'a> {
     pub src: &'a dyn WeightSource,
     /// Where it came from, for errors.
     pub path: &'a Path,
+    /// Whether a chained draft reads the head's state through its `head_norm` (the form its
+    /// first step reads the model's normed state in), as it was trained to.
+    pub chain_normed: bool,
 }
 
 impl Parts<'_> {
@@ -58,7 +61,7 @@ impl Parts<'_> {
             ..*self
         };
         let format = MtpFormat {
-            chain_normed: false,
+            chain_normed: head.chain_normed,
             ..*format
         };
         let mut mtp = parts.block(table, &format).map_err(refused)?;
