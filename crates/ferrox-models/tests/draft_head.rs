@@ -12,9 +12,12 @@ use common::{fixture, ids, read_json};
 use ferrox_core::quant::GgmlType;
 use ferrox_format::gguf::{to_bytes, GgufFile, MetaValue, TensorOut};
 use ferrox_models::decoder::Decoder;
+use ferrox_models::decoder::{SeqBatch, OWN_CACHES};
 use ferrox_models::generate::{GenerateParams, Session};
 use ferrox_models::sampling::{Sampler, SamplerConfig};
-use ferrox_models::speculative::{AdaptiveDraft, Drafter, MtpDrafter, Speculation};
+use ferrox_models::speculative::{
+    AdaptiveDraft, DraftIn, Drafter, MtpDrafter, Observation, Speculation,
+};
 use std::path::Path;
 
 fn f32_tensor(name: &str, dims: &[u64], v: &[f32]) -> TensorOut {
@@ -172,6 +175,70 @@ fn speculation_equals_plain(dec: &Decoder) {
         assert!(got.spec.drafted > 0, "{:?}", got.spec);
         eprintln!("{cfg:?}: {:?}", got.spec);
     }
+}
+
+/// While the lookup copies (its long drafts kept whole) the head's rows wait and are taken in
+/// with the next feed in one batch: its cache, first token and chain are then what feeding
+/// every row as it came gives.
+#[test]
+fn rows_that_waited_while_the_lookup_copied_feed_the_head_as_if_fed_all_along() {
+    let dir = with_head(&even_ids(), |_| {});
+    let dec = Decoder::load(dir.path().join("model.gguf")).unwrap();
+    let prompt = ids(&read_json(&fixture("hf-tiny/llama/input_ids.json")));
+    let (n, d) = (prompt.len(), dec.config.hidden_dim);
+    let (k, m) = (n / 3, 2 * n / 3);
+    assert!(0 < k && k < m && m < n, "prompt of {n} tokens");
+    let mut caches = dec.new_caches();
+    let (mut logits, mut hidden) = (Vec::new(), Vec::new());
+    let mut seq = [SeqBatch {
+        tokens: &prompt,
+        pos: 0,
+        caches: &mut caches,
+        first_logit_row: n - 1,
+        key: OWN_CACHES,
+    }];
+    dec.forward_multi_hidden(&mut seq, &mut logits, &mut hidden);
+    let sampled = 7;
+    let obs = |from: usize, to: usize, following: usize, decoding: bool| Observation {
+        pos: from,
+        hidden: &hidden[from * d..to * d],
+        history: &prompt[..to],
+        following: Some(following),
+        decoding,
+    };
+    let draft = |drafter: &mut MtpDrafter| {
+        let history = [&prompt[..], &[sampled]].concat();
+        let mut out = Vec::new();
+        let cx = DraftIn {
+            dec: &dec,
+            caches: &mut [],
+            history: &history,
+            max: 3,
+            room: 3,
+        };
+        drafter.propose_with(cx, &mut out);
+        out
+    };
+    let mut all_along = MtpDrafter::new(Box::new(Nothing));
+    all_along.observe(&dec, obs(0, k, prompt[k], false));
+    all_along.observe(&dec, obs(k, m, prompt[m], true));
+    all_along.observe(&dec, obs(m, n, sampled, true));
+    let mut waited = MtpDrafter::new(Box::new(Nothing));
+    waited.observe(&dec, obs(0, k, prompt[k], false));
+    // The lookup's draft of 8 kept whole: copying, the next rows wait.
+    waited.verified(8, 8);
+    waited.observe(&dec, obs(k, m, prompt[m], true));
+    assert_eq!(
+        draft(&mut waited),
+        Vec::<usize>::new(),
+        "no first token while rows wait"
+    );
+    waited.verified(1, 0);
+    waited.observe(&dec, obs(m, n, sampled, true));
+    let want = draft(&mut all_along);
+    // Two tokens: nothing kept or missed yet, one each way (`Kept::chain_len`).
+    assert_eq!(want.len(), 2, "the head drafts a chain");
+    assert_eq!(draft(&mut waited), want);
 }
 
 #[test]

@@ -6,6 +6,8 @@
 //! often as the part's, the lookup's draft stands; otherwise the part drafts, chaining only as
 //! far as its own kept rate makes worth it. Its time counts in the draft-length cost model
 //! ([`super::Speculation`]), which decodes plainly where drafting costs more than it saves.
+//! While the lookup copies (a long draft kept whole), the part's rows wait and it takes them
+//! in with the next feed, in one batch ([`ModelDraft::defer`]).
 
 use super::kept::Kept;
 use super::{DraftIn, Drafter, Observation};
@@ -35,10 +37,20 @@ pub trait ModelDraft: Send {
         false
     }
     fn observe(&mut self, _dec: &Decoder, _o: Observation<'_>) {}
+    /// The rows of `o` while the lookup copies: a part that must see every row (an MTP
+    /// block's cache) may keep them to take in with the next [`observe`](Self::observe), in
+    /// one batch, instead of now; it drafts nothing until then.
+    fn defer(&mut self, dec: &Decoder, o: Observation<'_>) {
+        self.observe(dec, o);
+    }
     fn resume_limit(&self) -> usize {
         usize::MAX
     }
 }
+
+/// A lookup draft of at least this many tokens kept whole: the lookup is copying (a code
+/// edit's unchanged lines), and the model part's rows wait ([`ModelDraft::defer`]).
+const COPYING: usize = 4;
 
 /// A [`ModelDraft`] with a lookup drafter beside it.
 pub struct Beside<M> {
@@ -48,6 +60,8 @@ pub struct Beside<M> {
     by_model: bool,
     /// How often each part's drafts were kept (model, lookup).
     kept: [Kept; 2],
+    /// The lookup's last draft was long and kept whole ([`COPYING`]).
+    copying: bool,
 }
 
 impl<M: ModelDraft> Beside<M> {
@@ -57,18 +71,20 @@ impl<M: ModelDraft> Beside<M> {
             lookup,
             by_model: false,
             kept: [Kept::default(); 2],
+            copying: false,
         }
     }
 }
 
 impl<M: ModelDraft> Drafter for Beside<M> {
     fn propose_into(&mut self, history: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
-        self.by_model = false;
+        (self.by_model, self.copying) = (false, false);
         self.lookup.propose_into(history, max, out);
     }
 
     fn propose_with(&mut self, mut cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
         let start = out.len();
+        self.copying = false;
         // The controller's length pools both parts' acceptance; a lookup draft that stands
         // runs as far as its own kept rate makes likely (it costs nothing per token), so the
         // model part's misses do not cut the verbatim copies of code edits short.
@@ -103,6 +119,7 @@ impl<M: ModelDraft> Drafter for Beside<M> {
         if part == 1 {
             self.lookup.verified(drafted, accepted);
         }
+        self.copying = part == 1 && drafted >= COPYING && accepted == drafted;
     }
 
     fn source(&self) -> &'static str {
@@ -125,7 +142,10 @@ impl<M: ModelDraft> Drafter for Beside<M> {
     }
 
     fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
-        self.model.observe(dec, o);
+        match self.copying {
+            true => self.model.defer(dec, o),
+            false => self.model.observe(dec, o),
+        }
         self.lookup.observe(dec, o);
     }
 

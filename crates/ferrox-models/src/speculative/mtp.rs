@@ -37,7 +37,15 @@ pub struct MtpBlock {
     /// The block's first draft token and the history length (through the sampled token) it
     /// follows.
     first: Option<(TokenId, usize)>,
+    /// Verified rows not yet taken in ([`ModelDraft::defer`]): their hidden states, from
+    /// sequence position `waiting_pos`.
+    waiting: Vec<f32>,
+    waiting_pos: usize,
 }
+
+/// At most this many rows wait; past it they are dropped and the block starts over where it
+/// is next fed (as after a prefix it never saw).
+const MAX_WAITING: usize = 1024;
 
 /// The block drafting beside a lookup drafter (`--drafter auto`, every server slot).
 pub type MtpDrafter = Beside<MtpBlock>;
@@ -53,6 +61,8 @@ impl MtpDrafter {
             tokens: Vec::new(),
             row: Vec::new(),
             first: None,
+            waiting: Vec::new(),
+            waiting_pos: 0,
         };
         Beside::with(block, lookup)
     }
@@ -107,6 +117,11 @@ impl MtpBlock {
         Some(())
     }
 
+    /// The sequence position after the waiting rows.
+    fn waiting_end(&self, d: usize) -> usize {
+        self.waiting_pos + self.waiting.len() / d
+    }
+
     /// The block's draft after `first`: `max` tokens in all, chained from its state.
     fn chain(&mut self, dec: &Decoder, first: TokenId, max: usize, out: &mut Vec<TokenId>) {
         let (Some(cache), Some(block)) = (self.cache.as_mut(), dec.mtp.as_ref()) else {
@@ -159,9 +174,48 @@ impl ModelDraft for MtpBlock {
     fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
         // No first token unless this feed gives one (a feed it cannot take drafts none).
         self.first = None;
-        if dec.mtp.is_some() {
-            self.advance(dec, o);
+        if dec.mtp.is_none() {
+            return;
         }
+        let d = dec.config.hidden_dim;
+        if self.waiting.is_empty() || self.waiting_end(d) != o.pos {
+            self.waiting.clear();
+            self.advance(dec, o);
+            return;
+        }
+        // The waiting rows and these in one batch, as if fed all along.
+        let mut rows = std::mem::take(&mut self.waiting);
+        rows.extend_from_slice(o.hidden);
+        let all = Observation {
+            pos: self.waiting_pos,
+            hidden: &rows,
+            ..o
+        };
+        self.advance(dec, all);
+        rows.clear();
+        self.waiting = rows;
+    }
+
+    fn defer(&mut self, dec: &Decoder, o: Observation<'_>) {
+        self.first = None;
+        let d = dec.config.hidden_dim;
+        // The verified rows: those of the history (the last one's pair waits for the token
+        // sampled after it, which the next feed's history holds).
+        let n = o.history.len().saturating_sub(o.pos);
+        if dec.mtp.is_none() || n * d > o.hidden.len() {
+            return;
+        }
+        let joins = !self.waiting.is_empty() && self.waiting_end(d) == o.pos;
+        let joins_fed = self.waiting.is_empty() && self.fed == o.pos;
+        if !(joins || joins_fed) || self.waiting.len() / d + n > MAX_WAITING {
+            // Rows it cannot join to what it holds: it starts over at the next feed.
+            self.waiting.clear();
+            return;
+        }
+        if self.waiting.is_empty() {
+            self.waiting_pos = o.pos;
+        }
+        self.waiting.extend_from_slice(&o.hidden[..n * d]);
     }
 
     fn resume_limit(&self) -> usize {
