@@ -202,13 +202,18 @@ def shifted(x, s, fill):
     return F.pad(x[:, s - 1 :], (0, s - 1), value=fill) if s > 1 else x
 
 
+def layer_tensor(L, key):
+    """The GGUF name of the head layer's parameter `key` (`attn_q_weight` -> `blk.L.attn_q.weight`)."""
+    return f"blk.{L}." + key.replace("_weight", ".weight").replace("_bias", ".bias")
+
+
 def load_head(m, path, L):
     """A head written by this script, into `m` (to evaluate it, or to train it further)."""
     r = gguf.GGUFReader(str(path))
     ht = {x.name: torch.from_numpy(np.ascontiguousarray(dequantize(x.data, x.tensor_type), dtype=np.float32)) for x in r.tensors}
     with torch.no_grad():
         for k in m.w:
-            m.w[k].copy_(ht[f"blk.{L}." + k.replace("_weight", ".weight").replace("_bias", ".bias")].reshape(m.w[k].shape))
+            m.w[k].copy_(ht[layer_tensor(L, k)].reshape(m.w[k].shape))
         for name, p in [("enorm", m.enorm), ("hnorm", m.hnorm), ("eh_proj", m.eh_proj), ("shared_head_norm", m.head_norm)]:
             p.copy_(ht[f"blk.{L}.nextn.{name}.weight"].reshape(p.shape))
     m.head = ht[f"blk.{L}.nextn.draft_head.weight"].reshape(-1, m.head.shape[1])
@@ -317,7 +322,7 @@ def main():
     w.add_uint32("ferrox.draft_head.block", L)
     # How the head was trained to chain: from its own state through `head_norm`, or as is.
     w.add_bool("ferrox.draft_head.chain_normed", chain_normed)
-    out = {f"blk.{L}.{k.replace('_weight', '.weight').replace('_bias', '.bias')}": v for k, v in model.w.items()}
+    out = {layer_tensor(L, k): v for k, v in model.w.items()}
     out[f"blk.{L}.nextn.enorm.weight"] = model.enorm
     out[f"blk.{L}.nextn.hnorm.weight"] = model.hnorm
     out[f"blk.{L}.nextn.eh_proj.weight"] = model.eh_proj

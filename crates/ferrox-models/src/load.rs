@@ -50,11 +50,14 @@ pub fn load_share(path: &Path, share: &Share) -> Result<Decoder, LoadError> {
         }),
         false => None,
     };
-    let head = head_src.as_ref().map(|src| DraftHead {
-        src,
-        path: &head_path,
-        chain_normed: src.file.get_bool(CHAIN_NORMED).unwrap_or(false),
-    });
+    let head = match &head_src {
+        Some(src) => Some(DraftHead {
+            src,
+            path: &head_path,
+            chain_normed: chain_normed(&src.file, &head_path)?,
+        }),
+        None => None,
+    };
     let (arch, cfg, src) = (opened.arch, opened.cfg.clone(), &*opened.src);
     let mut dec = crate::build::build_with_head(arch, cfg, src, share, head)?;
     opened.finish(&mut dec);
@@ -64,6 +67,19 @@ pub fn load_share(path: &Path, share: &Share) -> Result<Decoder, LoadError> {
 /// A draft head's metadata: trained to chain from its own state through its `head_norm`
 /// (`train_draft_head.py --steps`); heads without it chain the state as is.
 const CHAIN_NORMED: &str = "ferrox.draft_head.chain_normed";
+
+/// A head's [`CHAIN_NORMED`]: absent is false; any value but a bool is refused by name.
+fn chain_normed(file: &GgufFile, path: &Path) -> Result<bool, LoadError> {
+    file.get(CHAIN_NORMED)
+        .map(|v| {
+            v.as_bool().ok_or_else(|| LoadError::Format {
+                path: path.to_path_buf(),
+                msg: format!("draft head: {CHAIN_NORMED} is not a bool"),
+            })
+        })
+        .transpose()
+        .map(|v| v.unwrap_or(false))
+}
 
 /// Where a model's trained draft head lives: `NAME.draft-head.gguf` beside `NAME.gguf`, or
 /// `draft-head.gguf` inside a Hugging Face directory.

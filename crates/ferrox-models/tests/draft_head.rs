@@ -151,6 +151,22 @@ fn a_head_trained_to_chain_through_its_norm_is_chained_so() {
     speculation_equals_plain(&dec);
 }
 
+/// A head whose `chain_normed` is not a bool is refused by name rather than read as absent.
+#[test]
+fn a_head_whose_chain_key_is_not_a_bool_is_refused() {
+    let key = "ferrox.draft_head.chain_normed".to_string();
+    let dir = with_head_meta(
+        &even_ids(),
+        vec![(key, MetaValue::String("yes".into()))],
+        |_| {},
+    );
+    let err = Decoder::load(dir.path().join("model.gguf"))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("chain_normed is not a bool"), "{err}");
+}
+
 fn speculation_equals_plain(dec: &Decoder) {
     let prompt = ids(&read_json(&fixture("hf-tiny/llama/input_ids.json")));
     let sampled = SamplerConfig {

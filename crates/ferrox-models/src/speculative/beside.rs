@@ -84,28 +84,22 @@ impl<M: ModelDraft> Drafter for Beside<M> {
 
     fn propose_with(&mut self, mut cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
         let start = out.len();
-        self.copying = false;
+        (self.by_model, self.copying) = (false, false);
         // The controller's length pools both parts' acceptance; a lookup draft that stands
         // runs as far as its own kept rate makes likely (it costs nothing per token), so the
         // model part's misses do not cut the verbatim copies of code edits short.
-        let (max, room) = (cx.max, cx.room);
-        cx.max = room;
-        self.lookup.propose_with(cx.reborrow(), out);
-        cx.max = max;
-        let lookup_len = max.max(self.kept[1].chain_len(room));
-        self.by_model = false;
+        let wide = DraftIn {
+            max: cx.room,
+            ..cx.reborrow()
+        };
+        self.lookup.propose_with(wide, out);
         if !self.model.ready(&cx) {
-            out.truncate(start + max);
-            return;
+            return out.truncate(start + cx.max);
         }
-        match out.get(start) {
-            Some(&t) if self.model.first(&cx) == Some(t) => {
-                return out.truncate(start + lookup_len)
+        if let Some(&t) = out.get(start) {
+            if self.model.first(&cx) == Some(t) || self.kept[1].rate() >= self.kept[0].rate() {
+                return out.truncate(start + cx.max.max(self.kept[1].chain_len(cx.room)));
             }
-            Some(_) if self.kept[1].rate() >= self.kept[0].rate() => {
-                return out.truncate(start + lookup_len)
-            }
-            _ => {}
         }
         out.truncate(start);
         self.by_model = true;

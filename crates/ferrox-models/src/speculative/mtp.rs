@@ -38,9 +38,8 @@ pub struct MtpBlock {
     /// follows.
     first: Option<(TokenId, usize)>,
     /// Verified rows not yet taken in ([`ModelDraft::defer`]): their hidden states, from
-    /// sequence position `waiting_pos`.
+    /// sequence position `fed` on.
     waiting: Vec<f32>,
-    waiting_pos: usize,
 }
 
 /// At most this many rows wait; past it they are dropped and the block starts over where it
@@ -62,7 +61,6 @@ impl MtpDrafter {
             row: Vec::new(),
             first: None,
             waiting: Vec::new(),
-            waiting_pos: 0,
         };
         Beside::with(block, lookup)
     }
@@ -117,9 +115,9 @@ impl MtpBlock {
         Some(())
     }
 
-    /// The sequence position after the waiting rows.
+    /// The sequence position after the waiting rows (they follow the pairs fed).
     fn waiting_end(&self, d: usize) -> usize {
-        self.waiting_pos + self.waiting.len() / d
+        self.fed + self.waiting.len() / d
     }
 
     /// The block's draft after `first`: `max` tokens in all, chained from its state.
@@ -187,7 +185,7 @@ impl ModelDraft for MtpBlock {
         let mut rows = std::mem::take(&mut self.waiting);
         rows.extend_from_slice(o.hidden);
         let all = Observation {
-            pos: self.waiting_pos,
+            pos: self.fed,
             hidden: &rows,
             ..o
         };
@@ -205,15 +203,10 @@ impl ModelDraft for MtpBlock {
         if dec.mtp.is_none() || n * d > o.hidden.len() {
             return;
         }
-        let joins = !self.waiting.is_empty() && self.waiting_end(d) == o.pos;
-        let joins_fed = self.waiting.is_empty() && self.fed == o.pos;
-        if !(joins || joins_fed) || self.waiting.len() / d + n > MAX_WAITING {
+        if self.waiting_end(d) != o.pos || self.waiting.len() / d + n > MAX_WAITING {
             // Rows it cannot join to what it holds: it starts over at the next feed.
             self.waiting.clear();
             return;
-        }
-        if self.waiting.is_empty() {
-            self.waiting_pos = o.pos;
         }
         self.waiting.extend_from_slice(&o.hidden[..n * d]);
     }
