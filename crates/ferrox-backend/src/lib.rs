@@ -10,7 +10,7 @@ use ferrox_models::decoder::Decoder;
 use ferrox_models::embedding::{self, Pooling};
 use ferrox_models::engine::prefix_disk::{CacheKey, PrefixDisk};
 use ferrox_models::engine::slot_file::SlotFileError;
-use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams};
+use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams, GenerateParams};
 use ferrox_models::generate::StopReason;
 use ferrox_models::speculative::DraftModel;
 use ferrox_models::structured::{Constraint, Grammar, GrammarCompiler};
@@ -326,18 +326,21 @@ impl Stepper for ModelStepper<'_> {
     fn admit(&mut self, id: u64, prompt: &[TokenId], p: &GenParams) -> Result<(), String> {
         let params = BatchParams {
             sampler: p.sampler.clone(),
-            max_tokens: p.max_tokens,
-            stop: p.stop.clone(),
             logprobs: p.logprobs,
-            keep_special: p.keep_special,
-            // Each generation runs its own copy of the compiled grammar's start state.
-            constraint: p
-                .compiled
-                .as_ref()
-                .and_then(|c| c.0.downcast_ref::<Constraint>())
-                .cloned(),
+            limits: GenerateParams {
+                max_tokens: p.max_tokens,
+                stop: p.stop.clone(),
+                keep_special: p.keep_special,
+                // Each generation runs its own copy of the compiled grammar's start state.
+                constraint: p
+                    .compiled
+                    .as_ref()
+                    .and_then(|c| c.0.downcast_ref::<Constraint>())
+                    .cloned(),
+                ignore_eog: false,
+            },
         };
-        if p.compiled.is_some() && params.constraint.is_none() {
+        if p.compiled.is_some() && params.limits.constraint.is_none() {
             return Err("the request's grammar was compiled by another backend".into());
         }
         self.engine

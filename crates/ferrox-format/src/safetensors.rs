@@ -4,23 +4,12 @@
 //! `model.safetensors.index.json` (`weight_map`: tensor name → file). Files are memory-mapped;
 //! tensors are views into the map.
 
+use crate::FileError;
 use ferrox_core::quant::GgmlType;
 use ferrox_core::storage::Bytes;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Why a safetensors file or directory was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum SafetensorsError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {msg}")]
-    Format { path: PathBuf, msg: String },
-}
 
 /// One stored tensor: `shape` row-major, outermost first; `data` viewed in the map.
 #[derive(Debug, Clone)]
@@ -33,22 +22,21 @@ pub struct Tensor {
 /// Every tensor of a model directory: the files listed by `model.safetensors.index.json`
 /// (in name order), else the single `model.safetensors`. A name stored twice keeps the copy of
 /// the later file.
-pub fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>, SafetensorsError> {
+pub fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>, FileError> {
     let index = dir.join("model.safetensors.index.json");
     let files: Vec<PathBuf> = if index.exists() {
-        let text = std::fs::read_to_string(&index).map_err(|e| SafetensorsError::Io {
+        let text = std::fs::read_to_string(&index).map_err(|e| FileError::Io {
             path: index.clone(),
             source: e,
         })?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| SafetensorsError::Format {
-                path: index.clone(),
-                msg: e.to_string(),
-            })?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| FileError::Format {
+            path: index.clone(),
+            msg: e.to_string(),
+        })?;
         let map = v
             .get("weight_map")
             .and_then(|m| m.as_object())
-            .ok_or_else(|| SafetensorsError::Format {
+            .ok_or_else(|| FileError::Format {
                 path: index.clone(),
                 msg: "no weight_map".into(),
             })?;
@@ -62,7 +50,7 @@ pub fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>, SafetensorsError>
     } else {
         let single = dir.join("model.safetensors");
         if !single.exists() {
-            return Err(SafetensorsError::Format {
+            return Err(FileError::Format {
                 path: dir.to_path_buf(),
                 msg: "no model.safetensors or model.safetensors.index.json".into(),
             });
@@ -77,23 +65,23 @@ pub fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>, SafetensorsError>
 }
 
 /// Every tensor of one `.safetensors` file.
-pub fn read_file(path: &Path) -> Result<HashMap<String, Tensor>, SafetensorsError> {
+pub fn read_file(path: &Path) -> Result<HashMap<String, Tensor>, FileError> {
     let mut tensors = HashMap::new();
     read_file_into(path, &mut tensors)?;
     Ok(tensors)
 }
 
-fn read_file_into(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<(), SafetensorsError> {
-    let file = std::fs::File::open(path).map_err(|e| SafetensorsError::Io {
+fn read_file_into(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<(), FileError> {
+    let file = std::fs::File::open(path).map_err(|e| FileError::Io {
         path: path.to_path_buf(),
         source: e,
     })?;
     // SAFETY: the file is opened read-only and model files are not modified while mapped.
-    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| SafetensorsError::Io {
+    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FileError::Io {
         path: path.to_path_buf(),
         source: e,
     })?;
-    let fmt_err = |msg: String| SafetensorsError::Format {
+    let fmt_err = |msg: String| FileError::Format {
         path: path.to_path_buf(),
         msg,
     };

@@ -11,6 +11,7 @@ use crate::decoder::{Decoder, ModelSource};
 use crate::distributed::{ExpertSplit, Share};
 use crate::weights::{read_to_string, GgufSource, LoadError, SafetensorsDir, WeightSource};
 use ferrox_format::gguf::GgufFile;
+use ferrox_format::FileError;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -72,9 +73,8 @@ const CHAIN_NORMED: &str = "ferrox.draft_head.chain_normed";
 fn chain_normed(file: &GgufFile, path: &Path) -> Result<bool, LoadError> {
     file.get(CHAIN_NORMED)
         .map(|v| {
-            v.as_bool().ok_or_else(|| LoadError::Format {
-                path: path.to_path_buf(),
-                msg: format!("draft head: {CHAIN_NORMED} is not a bool"),
+            v.as_bool().ok_or_else(|| {
+                FileError::format(path, format!("draft head: {CHAIN_NORMED} is not a bool")).into()
             })
         })
         .transpose()
@@ -177,8 +177,5 @@ pub fn load_hf_config(dir: &Path) -> Result<ModelConfig, LoadError> {
 
 /// A GGUF file, its refusal naming the path.
 fn open_gguf(path: &Path) -> Result<GgufFile, LoadError> {
-    GgufFile::open(path).map_err(|e| LoadError::Format {
-        path: path.to_path_buf(),
-        msg: e.to_string(),
-    })
+    GgufFile::open(path).map_err(|e| FileError::format(path, e.to_string()).into())
 }

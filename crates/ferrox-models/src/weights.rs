@@ -10,20 +10,16 @@
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_core::quant::{self, GgmlType};
 use ferrox_core::storage::Bytes;
-use ferrox_format::safetensors::{self, SafetensorsError};
+use ferrox_format::safetensors;
+use ferrox_format::FileError;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {msg}")]
-    Format { path: PathBuf, msg: String },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("missing tensor `{0}`")]
     MissingTensor(String),
     #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
@@ -184,11 +180,7 @@ pub struct SafetensorsDir {
 
 impl SafetensorsDir {
     pub fn open(dir: &Path) -> Result<Self, LoadError> {
-        let tensors = safetensors::read_dir(dir)
-            .map_err(|e| match e {
-                SafetensorsError::Io { path, source } => LoadError::Io { path, source },
-                SafetensorsError::Format { path, msg } => LoadError::Format { path, msg },
-            })?
+        let tensors = safetensors::read_dir(dir)?
             .into_iter()
             .map(|(name, t)| {
                 let r = TensorRef {
@@ -220,10 +212,7 @@ impl WeightSource for SafetensorsDir {
 }
 
 pub(crate) fn read_to_string(path: &Path) -> Result<String, LoadError> {
-    std::fs::read_to_string(path).map_err(|e| LoadError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })
+    Ok(std::fs::read_to_string(path).map_err(|e| FileError::io(path, e))?)
 }
 
 /// Symbolic dimension in a tensor table, resolved against the config.

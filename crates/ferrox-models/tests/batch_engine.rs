@@ -27,11 +27,10 @@ const PROMPTS: [&str; 4] = [
 
 /// Stops at three newlines, with two log-probabilities a token.
 fn params(temp: f32, seed: u64, max: usize) -> BatchParams {
-    BatchParams {
-        stop: vec!["\n\n\n".into()],
-        logprobs: Some(2),
-        ..common::batch_params(temp, seed, max)
-    }
+    let mut p = common::batch_params(temp, seed, max);
+    p.limits.stop = vec!["\n\n\n".into()];
+    p.logprobs = Some(2);
+    p
 }
 
 fn alone(

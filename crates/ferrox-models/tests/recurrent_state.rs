@@ -11,7 +11,7 @@ use common::tiny::{tiny_gguf, tiny_reference};
 use common::{batch_params, ids, read_json};
 use ferrox_core::cache::KvCache;
 use ferrox_models::decoder::Decoder;
-use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams, GenerateParams, StopReason};
+use ferrox_models::engine::{BatchEngine, BatchEvent, BatchParams, StopReason};
 use ferrox_models::generate::Session;
 use ferrox_models::sampling::{Sampler, SamplerConfig};
 use ferrox_models::speculative::{AdaptiveDraft, Drafter, Speculation};
@@ -38,6 +38,20 @@ fn spread(n: usize) -> Vec<usize> {
 fn fresh(dec: &Decoder, tokens: &[usize]) -> Vec<Vec<f32>> {
     let mut caches = dec.new_caches();
     dec.forward_batch(tokens, 0, &mut caches)
+}
+
+/// Logits of `t` through `caches`: its first `prefill` tokens in one forward, then one token
+/// a forward.
+fn stepped(dec: &Decoder, t: &[usize], prefill: usize, caches: &mut [KvCache]) -> Vec<Vec<f32>> {
+    let mut rows = if prefill > 0 {
+        dec.forward_batch(&t[..prefill], 0, caches)
+    } else {
+        Vec::new()
+    };
+    for (p, &tok) in t.iter().enumerate().skip(prefill) {
+        rows.push(dec.forward_token(tok, p, caches));
+    }
+    rows
 }
 
 /// Fresh caches after forwards of `t` in chunks ending at each of `ends` (each forward starts
@@ -143,11 +157,12 @@ fn speculative_session_equals_plain_decoding() {
         let mut spec = Speculation::new(Box::new(oracle), 5);
         spec.adaptive = AdaptiveDraft::fixed(5);
         s.set_speculation(Some(spec));
-        let gp = GenerateParams {
-            max_tokens: p.max_tokens,
-            ..GenerateParams::default()
-        };
-        let out = s.generate(&prompt, &gp, &mut Sampler::new(p.sampler.clone()), |_| true);
+        let out = s.generate(
+            &prompt,
+            &p.limits,
+            &mut Sampler::new(p.sampler.clone()),
+            |_| true,
+        );
         assert_eq!(out.tokens, want, "temperature {temp}");
         let st = out.spec;
         assert!(
@@ -174,13 +189,9 @@ fn prefix_reuse_equals_a_fresh_session() {
     let t = tokens();
     let p = batch_params(0.0, 0, 12);
     let mut s = Session::new(&dec, &tok, 256);
-    let gp = GenerateParams {
-        max_tokens: p.max_tokens,
-        ..GenerateParams::default()
-    };
     let mut greedy = Sampler::new(SamplerConfig::greedy());
     let run = |s: &mut Session<'_>, prompt: &[usize], greedy: &mut Sampler| {
-        let got = s.generate(prompt, &gp, greedy, |_| true);
+        let got = s.generate(prompt, &p.limits, greedy, |_| true);
         assert_eq!(got.tokens, alone(&dec, &tok, prompt, &p));
         got.prompt_tokens
     };
@@ -211,11 +222,7 @@ fn bounded_caches_keep_a_window_of_rows() {
     let want = fresh(&dec, &t);
     let mut caches = dec.new_caches();
     caches.iter_mut().for_each(|c| c.set_bounded(true));
-    let mut got = dec.forward_batch(&t[..40], 0, &mut caches);
-    for (p, &tok) in t.iter().enumerate().skip(40) {
-        got.push(dec.forward_token(tok, p, &mut caches));
-    }
-    assert_eq!(got, want);
+    assert_eq!(stepped(&dec, &t, 40, &mut caches), want);
     // The recurrent layers hold the last row plus the 3-row convolution window; the
     // full-attention layer every row.
     assert_eq!(
@@ -280,12 +287,7 @@ fn continuous_batching_equals_lone_sessions() {
         let want: Vec<(String, StopReason)> = prompts
             .iter()
             .map(|q| {
-                let mut s = Session::new(&dec, &tok, 256);
-                let gp = GenerateParams {
-                    max_tokens: p.max_tokens,
-                    ..GenerateParams::default()
-                };
-                let out = s.generate(q, &gp, &mut Sampler::new(p.sampler.clone()), |_| true);
+                let out = common::alone(&dec, &tok, 256, q, &p);
                 (out.text, out.stop)
             })
             .collect();
@@ -303,10 +305,7 @@ fn long_prefill_and_replay_on_parallel_heads_equal_single_tokens() {
     let dec = hf();
     let t = spread(80);
     let batch = fresh(&dec, &t);
-    let mut caches = dec.new_caches();
-    for (p, &tok) in t.iter().enumerate() {
-        assert_eq!(dec.forward_token(tok, p, &mut caches), batch[p], "row {p}");
-    }
+    assert_eq!(stepped(&dec, &t, 0, &mut dec.new_caches()), batch);
     // A cut at 70 after one 80-row forward replays 70 positions (two blocks) from zero.
     let mut caches = dec.new_caches();
     dec.forward_batch(&t, 0, &mut caches);

@@ -337,7 +337,7 @@ mod tests {
             prefix: "a",
             suffix: "b",
             extra: &extra,
-            prompt: "",
+            ..FimInput::default()
         };
         let ids = t.fim_prompt(&input, 4096, Some(8)).unwrap();
         // SentencePiece writes the separator's spaces as `▁` (here in byte tokens).

@@ -20,25 +20,43 @@ pub struct StandardAttention {
     pub wq: WeightMatrix,
     pub wk: WeightMatrix,
     pub wv: WeightMatrix,
+    pub qkv_bias: Option<QkvBias>,
     pub wo: WeightMatrix,
-    pub bq: Option<Vec<f32>>,
-    pub bk: Option<Vec<f32>>,
-    pub bv: Option<Vec<f32>>,
-    pub q_norm: Option<RmsNorm>,
-    pub k_norm: Option<RmsNorm>,
+    /// Bias of the output projection (gpt-oss).
+    pub bo: Option<Vec<f32>>,
+    pub qk_norm: Option<QkNorm>,
     pub rope: Rope,
     pub n_heads: usize,
     pub n_kv_heads: usize,
     pub head_dim: usize,
-    pub scale: f32,
+    pub logits: Logits,
     pub window: Option<usize>,
-    pub softcap: Option<f32>,
-    /// Bias of the output projection (gpt-oss).
-    pub bo: Option<Vec<f32>>,
-    /// Per query head, a learned logit in every softmax's denominator (gpt-oss's sinks).
-    pub sinks: Option<Vec<f32>>,
     /// `wq` emits `[q, gate]` per head (`2 × head_dim` rows each).
     pub output_gate: bool,
+}
+
+/// How a query's scores become softmax logits.
+pub struct Logits {
+    /// `head_dim^-0.5` unless the model says otherwise (Gemma 3's `query_pre_attn_scalar`).
+    pub scale: f32,
+    /// `cap · tanh(score / cap)` (Gemma 2).
+    pub softcap: Option<f32>,
+    /// Per query head, a learned logit in every softmax's denominator (gpt-oss's sinks).
+    pub sinks: Option<Vec<f32>>,
+}
+
+/// Biases of the query, key and value projections (Qwen2, GLM-4): a model has all three or
+/// none.
+pub struct QkvBias {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+}
+
+/// Per-head RMSNorms of queries and keys before RoPE (Qwen3, Gemma 3): both or neither.
+pub struct QkNorm {
+    pub q: RmsNorm,
+    pub k: RmsNorm,
 }
 
 thread_local! {
@@ -83,21 +101,20 @@ impl StandardAttention {
             wq,
             wk,
             wv,
+            qkv_bias: None,
             wo,
-            bq: None,
-            bk: None,
-            bv: None,
-            q_norm: None,
-            k_norm: None,
+            bo: None,
+            qk_norm: None,
             rope,
             n_heads,
             n_kv_heads,
             head_dim,
-            scale: 1.0 / (head_dim as f32).sqrt(),
+            logits: Logits {
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                softcap: None,
+                sinks: None,
+            },
             window: None,
-            softcap: None,
-            bo: None,
-            sinks: None,
             output_gate: false,
         }
     }
@@ -137,9 +154,15 @@ impl StandardAttention {
         }
         self.wk.gemm(x, n, k);
         self.wv.gemm(x, n, v);
-        add_bias(q, self.bq.as_deref());
-        add_bias(k, self.bk.as_deref());
-        add_bias(v, self.bv.as_deref());
+        if let Some(b) = &self.qkv_bias {
+            add_bias(q, Some(&b.q));
+            add_bias(k, Some(&b.k));
+            add_bias(v, Some(&b.v));
+        }
+        let (q_norm, k_norm) = match &self.qk_norm {
+            Some(n) => (Some(&n.q), Some(&n.k)),
+            None => (None, None),
+        };
         let att = grow(&mut s.att, n * qd);
         let mut r0 = 0;
         for seg in segs.iter_mut() {
@@ -150,9 +173,7 @@ impl StandardAttention {
                 &mut q[r0 * qd..(r0 + seg.n) * qd],
                 &mut k[r0 * kvd..(r0 + seg.n) * kvd],
             );
-            for (x, heads, width, norm) in
-                [(qs, nh, qd, &self.q_norm), (ks, nkv, kvd, &self.k_norm)]
-            {
+            for (x, heads, width, norm) in [(qs, nh, qd, q_norm), (ks, nkv, kvd, k_norm)] {
                 let chunk = rows_chunk(width);
                 pool::for_each_chunk_mut(x, chunk, |c, rows| {
                     for (j, xi) in rows.chunks_exact_mut(width).enumerate() {
@@ -200,9 +221,13 @@ impl StandardAttention {
         // bf16 products when asked for and the cache is stored narrower than f32.
         let bf16 = cache.bf16_products();
         let how = |kvh: usize| Scoring {
-            scale: self.scale,
-            softcap: self.softcap,
-            sinks: self.sinks.as_deref().map(|s| &s[kvh * g..(kvh + 1) * g]),
+            scale: self.logits.scale,
+            softcap: self.logits.softcap,
+            sinks: self
+                .logits
+                .sinks
+                .as_deref()
+                .map(|s| &s[kvh * g..(kvh + 1) * g]),
             bf16,
         };
         let att = &mut att[..n * qd];

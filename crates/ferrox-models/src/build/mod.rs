@@ -6,6 +6,7 @@
 
 use crate::arch::tables::{ExpertNames, GLOBAL};
 use crate::arch::Architecture;
+use crate::blocks::attention::{QkNorm, QkvBias};
 use crate::blocks::deltanet::{DeltaNetWeights, GatedDeltaNet, QkvzProj};
 use crate::blocks::dsa::Indexer;
 use crate::blocks::mla::{KvB, Mla, MlaWeights};
@@ -232,24 +233,28 @@ impl Parts<'_> {
             self.rope(&p.rope)?,
         );
         if p.qkv_bias {
-            a.bq = Some(b.vector(&n("attn_q.bias"))?);
-            a.bk = Some(b.vector(&n("attn_k.bias"))?);
-            a.bv = Some(b.vector(&n("attn_v.bias"))?);
+            a.qkv_bias = Some(QkvBias {
+                q: b.vector(&n("attn_q.bias"))?,
+                k: b.vector(&n("attn_k.bias"))?,
+                v: b.vector(&n("attn_v.bias"))?,
+            });
         }
         if p.qk_norm {
-            a.q_norm = Some(self.norm(&n("attn_q_norm.weight"))?);
-            a.k_norm = Some(self.norm(&n("attn_k_norm.weight"))?);
+            a.qk_norm = Some(QkNorm {
+                q: self.norm(&n("attn_q_norm.weight"))?,
+                k: self.norm(&n("attn_k_norm.weight"))?,
+            });
         }
         if p.o_bias {
             a.bo = Some(b.vector(&n("attn_output.bias"))?);
         }
         if p.sinks {
-            a.sinks = Some(b.vector(&n("attn_sinks.weight"))?);
+            a.logits.sinks = Some(b.vector(&n("attn_sinks.weight"))?);
         }
         if let Some(s) = cfg.attn_scale {
-            a.scale = s;
+            a.logits.scale = s;
         }
-        a.softcap = cfg.attn_logit_softcap;
+        a.logits.softcap = cfg.attn_logit_softcap;
         a.window = p.window;
         a.output_gate = p.output_gate;
         Ok(a)

@@ -6,6 +6,7 @@ use super::{resolver, LayerPlan, Parts};
 use crate::arch::MtpFormat;
 use crate::mtp::Mtp;
 use crate::weights::{Bound, LoadError, Naming, TensorRef, TensorSpec, WeightSource};
+use ferrox_format::FileError;
 use std::path::Path;
 
 /// A draft head trained for a model that ships no MTP block (`scripts/train_draft_head.py`):
@@ -50,9 +51,8 @@ impl Parts<'_> {
         format: &MtpFormat,
         head: DraftHead<'_>,
     ) -> Result<Mtp, LoadError> {
-        let refused = |e: LoadError| LoadError::Format {
-            path: head.path.to_path_buf(),
-            msg: format!("draft head: {e}"),
+        let refused = |e: LoadError| {
+            LoadError::from(FileError::format(head.path, format!("draft head: {e}")))
         };
         let parts = Parts {
             src: head.src,

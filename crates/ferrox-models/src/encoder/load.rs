@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_format::gguf::GgufFile;
+use ferrox_format::FileError;
 use ferrox_tokenizer::wordpiece::WordPiece;
 use serde_json::Value;
 
@@ -44,17 +45,11 @@ fn json(path: &Path) -> Result<Option<Value>, LoadError> {
     }
     serde_json::from_str(&read_to_string(path)?)
         .map(Some)
-        .map_err(|e| LoadError::Format {
-            path: path.to_path_buf(),
-            msg: format!("not valid JSON: {e}"),
-        })
+        .map_err(|e| FileError::format(path, format!("not valid JSON: {e}")).into())
 }
 
 fn tok_err(path: &Path) -> impl FnOnce(ferrox_tokenizer::TokenizerError) -> LoadError + '_ {
-    move |e| LoadError::Format {
-        path: path.to_path_buf(),
-        msg: e.to_string(),
-    }
+    move |e| FileError::format(path, e.to_string()).into()
 }
 
 /// Tensors of one source under one naming.
@@ -205,12 +200,13 @@ fn st_task(dir: &Path) -> Result<Option<Task>, LoadError> {
         (true, false) => Pooling::Cls,
         (false, true) => Pooling::Mean,
         _ => {
-            return Err(LoadError::Format {
+            return Err(FileError::Format {
                 path,
                 msg: "ferrox pools by exactly one of pooling_mode_cls_token or \
                       pooling_mode_mean_tokens"
                     .into(),
-            })
+            }
+            .into())
         }
     };
     for k in [
@@ -218,10 +214,11 @@ fn st_task(dir: &Path) -> Result<Option<Task>, LoadError> {
         "pooling_mode_mean_sqrt_len_tokens",
     ] {
         if on(k) {
-            return Err(LoadError::Format {
+            return Err(FileError::Format {
                 path,
                 msg: format!("{k} is not supported"),
-            });
+            }
+            .into());
         }
     }
     Ok(Some(Task::Embed {
@@ -236,10 +233,7 @@ impl Encoder {
         if path.is_dir() {
             return Encoder::load_dir(path);
         }
-        let file = GgufFile::open(path).map_err(|e| LoadError::Format {
-            path: path.to_path_buf(),
-            msg: e.to_string(),
-        })?;
+        let file = GgufFile::open(path).map_err(|e| FileError::format(path, e.to_string()))?;
         let config = BertConfig::from_gguf(&file)?;
         let tokenizer = WordPiece::from_gguf(&file, config.max_positions).map_err(tok_err(path))?;
         let pooling_key = keys::POOLING.gguf_key(bert::GGUF_ARCH);
@@ -279,9 +273,11 @@ impl Encoder {
     }
 
     fn load_dir(dir: &Path) -> Result<Encoder, LoadError> {
-        let v: Value = json(&dir.join("config.json"))?.ok_or_else(|| LoadError::Io {
-            path: dir.join("config.json"),
-            source: std::io::ErrorKind::NotFound.into(),
+        let v: Value = json(&dir.join("config.json"))?.ok_or_else(|| {
+            FileError::io(
+                &dir.join("config.json"),
+                std::io::ErrorKind::NotFound.into(),
+            )
         })?;
         let obj = v
             .as_object()

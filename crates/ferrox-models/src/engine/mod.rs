@@ -37,7 +37,6 @@ use crate::speculative::{
     AdaptiveDraft, DraftModel, LongestMatchDrafter, MtpDrafter, RecallDrafter, RecallIndex,
     SharedRecall, Speculation,
 };
-use crate::structured::Constraint;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use ferrox_tokenizer::Tokenizer;
@@ -47,17 +46,15 @@ pub use stats::{BatchStats, DrafterCount};
 use std::time::Instant;
 use stop::StopRules;
 
-#[derive(Debug, Clone)]
+/// One generation of the batch: how its tokens are drawn and reported, and the limits it
+/// shares with a single-slot [`crate::generate::Session`] (length, stop strings, grammar,
+/// special tokens).
+#[derive(Debug, Clone, Default)]
 pub struct BatchParams {
     pub sampler: SamplerConfig,
-    pub max_tokens: usize,
-    pub stop: Vec<String>,
     /// Report each committed token's log-probability with this many alternatives.
     pub logprobs: Option<usize>,
-    /// Structured output: only tokens this grammar allows (see `structured`).
-    pub constraint: Option<Constraint>,
-    /// Special tokens stay in the text (see `GenerateParams::keep_special`).
-    pub keep_special: bool,
+    pub limits: GenerateParams,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -291,14 +288,7 @@ impl<'m> BatchEngine<'m> {
         p: &BatchParams,
     ) -> Result<(), AdmitError> {
         let slot = self.pick_slot(prompt)?;
-        let limits = GenerateParams {
-            max_tokens: p.max_tokens,
-            stop: p.stop.clone(),
-            ignore_eog: false,
-            constraint: p.constraint.clone(),
-            keep_special: p.keep_special,
-        };
-        self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &limits);
+        self.start(slot, id, prompt, Sampler::new(p.sampler.clone()), &p.limits);
         let fork = self.fork_source(slot, prompt);
         if let Some(job) = self.slots[slot].job.as_mut() {
             job.logprobs = p.logprobs;

@@ -5,7 +5,7 @@
 
 use super::sink::{JobEnd, Sink};
 use super::slot::Slot;
-use super::{BatchEngine, BatchParams, DrafterCount};
+use super::{BatchEngine, BatchParams, DrafterCount, GenerateParams};
 use crate::decoder::Decoder;
 use crate::sampling::{Sampler, SamplerConfig, TokenLogprob};
 use crate::speculative::{AdaptiveDraft, Drafter, MtpDrafter, Speculation};
@@ -94,11 +94,11 @@ fn run(dec: &Decoder, prompts: &[Vec<usize>], slots: usize) -> (HashMap<u64, Vec
     eng.prefill_chunk = 5;
     let params = BatchParams {
         sampler: SamplerConfig::greedy(),
-        max_tokens: 20,
-        stop: Vec::new(),
         logprobs: None,
-        constraint: None,
-        keep_special: false,
+        limits: GenerateParams {
+            max_tokens: 20,
+            ..GenerateParams::default()
+        },
     };
     let mut sink = Tokens::default();
     for (id, p) in prompts.iter().enumerate() {

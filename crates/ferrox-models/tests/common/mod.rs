@@ -86,11 +86,11 @@ pub fn batch_params(temp: f32, seed: u64, max: usize) -> BatchParams {
             seed,
             ..SamplerConfig::default()
         },
-        max_tokens: max,
-        stop: Vec::new(),
         logprobs: None,
-        constraint: None,
-        keep_special: false,
+        limits: GenerateParams {
+            max_tokens: max,
+            ..GenerateParams::default()
+        },
     }
 }
 
@@ -105,12 +105,12 @@ pub fn alone(
     p: &BatchParams,
 ) -> GenerateOutput {
     let mut s = Session::new(dec, tok, ctx);
-    let gp = GenerateParams {
-        max_tokens: p.max_tokens,
-        stop: p.stop.clone(),
-        ..GenerateParams::default()
-    };
-    s.generate(prompt, &gp, &mut Sampler::new(p.sampler.clone()), |_| true)
+    s.generate(
+        prompt,
+        &p.limits,
+        &mut Sampler::new(p.sampler.clone()),
+        |_| true,
+    )
 }
 
 pub fn top_k(x: &[f32], k: usize) -> Vec<usize> {
