@@ -231,6 +231,7 @@ fn rows_that_waited_while_the_lookup_copied_feed_the_head_as_if_fed_all_along() 
             history: &history,
             max: 3,
             room: 3,
+            lengths: &AdaptiveDraft::fixed(3),
         };
         drafter.propose_with(cx, &mut out);
         out

@@ -87,11 +87,15 @@ impl AdaptiveDraft {
         }
     }
 
-    /// The draft length with the best expected tokens per unit of time. Batches grow one row
+    /// The draft length with the best expected tokens per unit of time for a drafter whose
+    /// tokens are each kept with probability `a` (a part of a combining drafter asks with its
+    /// own acceptance; the controller's own choice uses the pooled one). Batches grow one row
     /// past the largest measured one at a time: batch cost is often a step function (kernels
     /// work on groups of rows), which interpolating across unmeasured sizes would hide.
-    fn best_len(&self) -> usize {
-        let a = self.acceptance();
+    pub fn len_at(&self, a: f64) -> usize {
+        if self.fixed || self.max_len == 0 {
+            return self.max_len;
+        }
         let measured_rows = self.cost.iter().rposition(|&c| c > 0.0).unwrap_or(0) + 1;
         let max_k = measured_rows.min(self.max_len);
         let (mut best, mut best_rate) = (0, 0.0);
@@ -116,7 +120,7 @@ impl AdaptiveDraft {
         if self.cost[0] == 0.0 {
             return 0;
         }
-        let best = self.best_len();
+        let best = self.len_at(self.acceptance());
         if best > 0 {
             self.backoff = 1;
             return best;

@@ -86,20 +86,24 @@ impl<M: ModelDraft> Drafter for Beside<M> {
         let start = out.len();
         (self.by_model, self.copying) = (false, false);
         // The controller's length pools both parts' acceptance; a lookup draft that stands
-        // runs as far as its own kept rate makes likely (it costs nothing per token), so the
-        // model part's misses do not cut the verbatim copies of code edits short.
+        // runs as far as the verify costs make worth it at its own acceptance (it costs nothing
+        // per token), so the model part's misses do not cut the verbatim copies of code edits
+        // short.
         let wide = DraftIn {
             max: cx.room,
             ..cx.reborrow()
         };
         self.lookup.propose_with(wide, out);
-        if !self.model.ready(&cx) {
-            return out.truncate(start + cx.max);
-        }
-        if let Some(&t) = out.get(start) {
-            if self.model.first(&cx) == Some(t) || self.kept[1].rate() >= self.kept[0].rate() {
-                return out.truncate(start + cx.max.max(self.kept[1].chain_len(cx.room)));
+        let stands = match out.get(start) {
+            _ if !self.model.ready(&cx) => true,
+            Some(&t) => {
+                self.model.first(&cx) == Some(t) || self.kept[1].rate() >= self.kept[0].rate()
             }
+            None => false,
+        };
+        if stands {
+            let len = cx.lengths.len_at(self.kept[1].rate()).clamp(1, cx.room);
+            return out.truncate(start + len);
         }
         out.truncate(start);
         self.by_model = true;
@@ -207,5 +211,72 @@ impl ModelDraft for ReducedExperts {
         for c in caches.iter_mut() {
             c.truncate(pos);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::speculative::AdaptiveDraft;
+
+    /// A model part whose rows wait (the lookup copies): it cannot draft.
+    struct Waiting;
+
+    impl ModelDraft for Waiting {
+        fn name(&self) -> Option<&'static str> {
+            Some("waiting")
+        }
+        fn ready(&self, _: &DraftIn<'_>) -> bool {
+            false
+        }
+        fn draft(&mut self, _: DraftIn<'_>, _: &mut Vec<TokenId>) {}
+    }
+
+    /// A lookup that always has as long a draft as it is allowed.
+    struct Copier;
+
+    impl Drafter for Copier {
+        fn propose_into(&mut self, _: &[TokenId], max: usize, out: &mut Vec<TokenId>) {
+            out.extend(std::iter::repeat_n(7, max));
+        }
+        fn name(&self) -> &'static str {
+            "copier"
+        }
+    }
+
+    #[test]
+    fn a_standing_lookup_draft_is_as_long_as_its_own_acceptance_pays() {
+        let dec = Decoder::new_random_small(crate::arch::glm_moe_dsa::glm_5_2_tiny(), 2, 8);
+        // Verify batches nearly as cheap as one row, every size measured.
+        let mut lengths = AdaptiveDraft::new(16);
+        for rows in 1..=17 {
+            lengths.record_cost(rows, 1.0 + 0.01 * rows as f64);
+        }
+        let mut b = Beside::with(Waiting, Box::new(Copier));
+        let mut draft = |b: &mut Beside<Waiting>| {
+            let mut out = Vec::new();
+            let cx = DraftIn {
+                dec: &dec,
+                caches: &mut [],
+                history: &[1, 2, 3],
+                // The pooled length (the model part's misses pull it down).
+                max: 2,
+                room: 16,
+                lengths: &lengths,
+            };
+            b.propose_with(cx, &mut out);
+            out.len()
+        };
+        // Kept whole every time: the whole room.
+        for _ in 0..20 {
+            draft(&mut b);
+            b.verified(16, 16);
+        }
+        assert_eq!(draft(&mut b), 16);
+        // Rejected at its first token every time: one token, however long it could be.
+        for _ in 0..100 {
+            b.verified(16, 0);
+        }
+        assert_eq!(draft(&mut b), 1);
     }
 }

@@ -68,6 +68,9 @@ pub struct DraftIn<'a> {
     /// drafter may let a part whose own drafts are kept more often than the pool's draft
     /// longer (see [`super::Beside`]).
     pub room: usize,
+    /// The length controller, whose measured verify costs give the best length for a part's
+    /// own acceptance ([`AdaptiveDraft::len_at`]).
+    pub lengths: &'a AdaptiveDraft,
 }
 
 impl DraftIn<'_> {
@@ -79,6 +82,7 @@ impl DraftIn<'_> {
             history: self.history,
             max: self.max,
             room: self.room,
+            lengths: self.lengths,
         }
     }
 }
@@ -176,6 +180,7 @@ impl Speculation {
             history,
             max: want,
             room,
+            lengths: &self.adaptive,
         };
         self.drafter.propose_with(cx, out);
         self.draft_secs += t.elapsed().as_secs_f64();
@@ -183,12 +188,12 @@ impl Speculation {
         out.truncate(start + room);
     }
 
-    /// Hands the drafter what a forward computed ([`Drafter::observe`]); its time counts
-    /// toward the next verify's cost.
+    /// Hands the drafter what a forward computed ([`Drafter::observe`]). Its time is not a
+    /// verify's: taking in the kept rows costs the same per committed token whatever the
+    /// draft length (the rows of a copy the lookup made even wait and go in at once), and an
+    /// overhead per token does not change which length gives the most tokens per second.
     pub fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
-        let t = std::time::Instant::now();
         self.drafter.observe(dec, o);
-        self.draft_secs += t.elapsed().as_secs_f64();
     }
 
     /// Feeds back the wall time of the forward that fed `rows` rows (token plus draft), for the
