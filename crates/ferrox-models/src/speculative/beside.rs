@@ -253,7 +253,7 @@ mod tests {
             lengths.record_cost(rows, 1.0 + 0.01 * rows as f64);
         }
         let mut b = Beside::with(Waiting, Box::new(Copier));
-        let mut draft = |b: &mut Beside<Waiting>| {
+        let draft = |b: &mut Beside<Waiting>| {
             let mut out = Vec::new();
             let cx = DraftIn {
                 dec: &dec,
