@@ -10,7 +10,10 @@ import time
 PROMPT = "def fibonacci(n):"
 
 SIGINT_CHILD = r"""
-import sys, time, ferrox
+import signal, sys, time, ferrox
+# A shell's background job starts with SIGINT ignored, and Python then keeps it ignored: take
+# Ctrl-C as a terminal's foreground script does, whoever launched the suite.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 llm = ferrox.Llama(sys.argv[1], n_ctx=4096, verbose=False)
 llm("def f():", max_tokens=2)  # warm: the weights are paged in
 print("ready", flush=True)
