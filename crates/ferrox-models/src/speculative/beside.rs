@@ -7,7 +7,9 @@
 //! far as its own kept rate makes worth it. Its time counts in the draft-length cost model
 //! ([`super::Speculation`]), which decodes plainly where drafting costs more than it saves.
 //! While the lookup copies (a long draft kept whole), the part's rows wait and it takes them
-//! in with the next feed, in one batch ([`ModelDraft::defer`]).
+//! in with the next feed, in one batch ([`ModelDraft::defer`]); so they do while the part
+//! rests, after a draft of its would not have paid at its own kept rate and the measured
+//! verify costs ([`REST`] rounds, then it drafts once more).
 
 use super::kept::Kept;
 use super::{DraftIn, Drafter, Observation};
@@ -52,6 +54,11 @@ pub trait ModelDraft: Send {
 /// edit's unchanged lines), and the model part's rows wait ([`ModelDraft::defer`]).
 const COPYING: usize = 4;
 
+/// Draft rounds a model part rests when its drafts do not pay at the measured verify costs
+/// (a code edit, where the lookup copies and the part's guesses miss): its rows wait and it
+/// drafts nothing; then it is fed and drafts once more, so its kept rate follows the text.
+const REST: usize = 16;
+
 /// A [`ModelDraft`] with a lookup drafter beside it.
 pub struct Beside<M> {
     model: M,
@@ -62,6 +69,10 @@ pub struct Beside<M> {
     kept: [Kept; 2],
     /// The lookup's last draft was long and kept whole ([`COPYING`]).
     copying: bool,
+    /// Draft rounds the model part still rests ([`REST`]), and whether its next chance to
+    /// draft is taken whatever its kept rate (it has rested).
+    rest: usize,
+    probe: bool,
 }
 
 impl<M: ModelDraft> Beside<M> {
@@ -72,6 +83,8 @@ impl<M: ModelDraft> Beside<M> {
             by_model: false,
             kept: [Kept::default(); 2],
             copying: false,
+            rest: 0,
+            probe: false,
         }
     }
 }
@@ -85,6 +98,10 @@ impl<M: ModelDraft> Drafter for Beside<M> {
     fn propose_with(&mut self, mut cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
         let start = out.len();
         (self.by_model, self.copying) = (false, false);
+        if self.rest > 0 {
+            self.rest -= 1;
+            self.probe = self.rest == 0;
+        }
         // The controller's length pools both parts' acceptance; a lookup draft that stands
         // runs as far as the verify costs make worth it at its own acceptance (it costs nothing
         // per token), so the model part's misses do not cut the verbatim copies of code edits
@@ -95,7 +112,7 @@ impl<M: ModelDraft> Drafter for Beside<M> {
         };
         self.lookup.propose_with(wide, out);
         let stands = match out.get(start) {
-            _ if !self.model.ready(&cx) => true,
+            _ if self.rest > 0 || !self.model.ready(&cx) => true,
             Some(&t) => {
                 self.model.first(&cx) == Some(t) || self.kept[1].rate() >= self.kept[0].rate()
             }
@@ -106,6 +123,11 @@ impl<M: ModelDraft> Drafter for Beside<M> {
             return out.truncate(start + len);
         }
         out.truncate(start);
+        if !self.probe && cx.lengths.len_at(self.kept[0].rate()) == 0 {
+            self.rest = REST;
+            return;
+        }
+        self.probe = false;
         self.by_model = true;
         cx.max = self.kept[0].chain_len(cx.max);
         self.model.draft(cx, out);
@@ -140,7 +162,7 @@ impl<M: ModelDraft> Drafter for Beside<M> {
     }
 
     fn observe(&mut self, dec: &Decoder, o: Observation<'_>) {
-        match self.copying {
+        match self.copying || self.rest > 0 {
             true => self.model.defer(dec, o),
             false => self.model.observe(dec, o),
         }
@@ -242,6 +264,88 @@ mod tests {
         fn name(&self) -> &'static str {
             "copier"
         }
+    }
+
+    /// A model part always ready to draft `9`, counting how its rows were handed over.
+    #[derive(Default)]
+    struct Guess {
+        fed: usize,
+        deferred: usize,
+    }
+
+    impl ModelDraft for Guess {
+        fn name(&self) -> Option<&'static str> {
+            Some("guess")
+        }
+        fn draft(&mut self, _: DraftIn<'_>, out: &mut Vec<TokenId>) {
+            out.push(9);
+        }
+        fn observe(&mut self, _: &Decoder, _: Observation<'_>) {
+            self.fed += 1;
+        }
+        fn defer(&mut self, _: &Decoder, _: Observation<'_>) {
+            self.deferred += 1;
+        }
+    }
+
+    /// A lookup with nothing to propose.
+    struct Empty;
+
+    impl Drafter for Empty {
+        fn propose_into(&mut self, _: &[TokenId], _: usize, _: &mut Vec<TokenId>) {}
+        fn name(&self) -> &'static str {
+            "empty"
+        }
+    }
+
+    #[test]
+    fn a_model_part_whose_drafts_do_not_pay_rests_then_tries_again() {
+        let dec = Decoder::new_random_small(crate::arch::glm_moe_dsa::glm_5_2_tiny(), 2, 8);
+        // A verify of two rows costs 1.2 of one: a draft token kept half the time pays, one
+        // kept a twentieth of the time does not.
+        let mut lengths = AdaptiveDraft::new(4);
+        lengths.record_cost(1, 1.0);
+        lengths.record_cost(2, 1.2);
+        let mut b = Beside::with(Guess::default(), Box::new(Empty));
+        let draft = |b: &mut Beside<Guess>| {
+            let mut out = Vec::new();
+            let cx = DraftIn {
+                dec: &dec,
+                caches: &mut [],
+                history: &[1, 2, 3],
+                max: 1,
+                room: 4,
+                lengths: &lengths,
+            };
+            b.propose_with(cx, &mut out);
+            out
+        };
+        let o = Observation {
+            pos: 2,
+            hidden: &[],
+            history: &[1, 2, 3],
+            following: None,
+            decoding: true,
+        };
+        assert_eq!(draft(&mut b), [9]);
+        for _ in 0..100 {
+            b.verified(1, 0);
+        }
+        b.observe(&dec, o);
+        assert_eq!((b.model.fed, b.model.deferred), (1, 0));
+        // It misses: no draft, and its rows wait while it rests.
+        assert!(draft(&mut b).is_empty());
+        b.observe(&dec, o);
+        assert_eq!((b.model.fed, b.model.deferred), (1, 1));
+        for _ in 1..REST {
+            assert!(draft(&mut b).is_empty());
+        }
+        // Rested: it drafts once more, whatever its kept rate.
+        assert_eq!(draft(&mut b), [9]);
+        b.verified(1, 0);
+        b.observe(&dec, o);
+        assert_eq!(b.model.fed, 2);
+        assert!(draft(&mut b).is_empty());
     }
 
     #[test]
