@@ -298,6 +298,27 @@ mod tests {
         }
     }
 
+    /// `b`'s draft after `[1, 2, 3]`, asked for `max` tokens with `room` for more.
+    fn ask<M: ModelDraft>(
+        b: &mut Beside<M>,
+        dec: &Decoder,
+        lengths: &AdaptiveDraft,
+        max: usize,
+        room: usize,
+    ) -> Vec<TokenId> {
+        let mut out = Vec::new();
+        let cx = DraftIn {
+            dec,
+            caches: &mut [],
+            history: &[1, 2, 3],
+            max,
+            room,
+            lengths,
+        };
+        b.propose_with(cx, &mut out);
+        out
+    }
+
     #[test]
     fn a_model_part_whose_drafts_do_not_pay_rests_then_tries_again() {
         let dec = Decoder::new_random_small(crate::arch::glm_moe_dsa::glm_5_2_tiny(), 2, 8);
@@ -307,19 +328,7 @@ mod tests {
         lengths.record_cost(1, 1.0);
         lengths.record_cost(2, 1.2);
         let mut b = Beside::with(Guess::default(), Box::new(Empty));
-        let draft = |b: &mut Beside<Guess>| {
-            let mut out = Vec::new();
-            let cx = DraftIn {
-                dec: &dec,
-                caches: &mut [],
-                history: &[1, 2, 3],
-                max: 1,
-                room: 4,
-                lengths: &lengths,
-            };
-            b.propose_with(cx, &mut out);
-            out
-        };
+        let draft = |b: &mut Beside<Guess>| ask(b, &dec, &lengths, 1, 4);
         let o = Observation {
             pos: 2,
             hidden: &[],
@@ -357,20 +366,8 @@ mod tests {
             lengths.record_cost(rows, 1.0 + 0.01 * rows as f64);
         }
         let mut b = Beside::with(Waiting, Box::new(Copier));
-        let draft = |b: &mut Beside<Waiting>| {
-            let mut out = Vec::new();
-            let cx = DraftIn {
-                dec: &dec,
-                caches: &mut [],
-                history: &[1, 2, 3],
-                // The pooled length (the model part's misses pull it down).
-                max: 2,
-                room: 16,
-                lengths: &lengths,
-            };
-            b.propose_with(cx, &mut out);
-            out.len()
-        };
+        // The pooled length is 2 (the model part's misses pull it down).
+        let draft = |b: &mut Beside<Waiting>| ask(b, &dec, &lengths, 2, 16).len();
         // Kept whole every time: the whole room.
         for _ in 0..20 {
             draft(&mut b);
