@@ -25,21 +25,13 @@ pub struct Tensor {
 pub fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>, FileError> {
     let index = dir.join("model.safetensors.index.json");
     let files: Vec<PathBuf> = if index.exists() {
-        let text = std::fs::read_to_string(&index).map_err(|e| FileError::Io {
-            path: index.clone(),
-            source: e,
-        })?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| FileError::Format {
-            path: index.clone(),
-            msg: e.to_string(),
-        })?;
+        let text = std::fs::read_to_string(&index).map_err(|e| FileError::io(&index, e))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| FileError::format(&index, e.to_string()))?;
         let map = v
             .get("weight_map")
             .and_then(|m| m.as_object())
-            .ok_or_else(|| FileError::Format {
-                path: index.clone(),
-                msg: "no weight_map".into(),
-            })?;
+            .ok_or_else(|| FileError::format(&index, "no weight_map"))?;
         let mut fs: Vec<String> = map
             .values()
             .filter_map(|f| f.as_str().map(String::from))
@@ -50,10 +42,10 @@ pub fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>, FileError> {
     } else {
         let single = dir.join("model.safetensors");
         if !single.exists() {
-            return Err(FileError::Format {
-                path: dir.to_path_buf(),
-                msg: "no model.safetensors or model.safetensors.index.json".into(),
-            });
+            return Err(FileError::format(
+                dir,
+                "no model.safetensors or model.safetensors.index.json",
+            ));
         }
         vec![single]
     };
@@ -72,19 +64,10 @@ pub fn read_file(path: &Path) -> Result<HashMap<String, Tensor>, FileError> {
 }
 
 fn read_file_into(path: &Path, out: &mut HashMap<String, Tensor>) -> Result<(), FileError> {
-    let file = std::fs::File::open(path).map_err(|e| FileError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+    let file = std::fs::File::open(path).map_err(|e| FileError::io(path, e))?;
     // SAFETY: the file is opened read-only and model files are not modified while mapped.
-    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FileError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
-    let fmt_err = |msg: String| FileError::Format {
-        path: path.to_path_buf(),
-        msg,
-    };
+    let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FileError::io(path, e))?;
+    let fmt_err = |msg: String| FileError::format(path, msg);
     let (header_len, meta) =
         ::safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| fmt_err(e.to_string()))?;
     let base = 8 + header_len;

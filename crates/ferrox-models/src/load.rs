@@ -71,14 +71,12 @@ const CHAIN_NORMED: &str = "ferrox.draft_head.chain_normed";
 
 /// A head's [`CHAIN_NORMED`]: absent is false; any value but a bool is refused by name.
 fn chain_normed(file: &GgufFile, path: &Path) -> Result<bool, LoadError> {
-    file.get(CHAIN_NORMED)
-        .map(|v| {
-            v.as_bool().ok_or_else(|| {
-                FileError::format(path, format!("draft head: {CHAIN_NORMED} is not a bool")).into()
-            })
-        })
-        .transpose()
-        .map(|v| v.unwrap_or(false))
+    match file.get(CHAIN_NORMED) {
+        None => Ok(false),
+        Some(v) => v.as_bool().ok_or_else(|| {
+            FileError::format(path, format!("draft head: {CHAIN_NORMED} is not a bool")).into()
+        }),
+    }
 }
 
 /// Where a model's trained draft head lives: `NAME.draft-head.gguf` beside `NAME.gguf`, or

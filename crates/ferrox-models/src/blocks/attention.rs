@@ -159,10 +159,8 @@ impl StandardAttention {
             add_bias(k, Some(&b.k));
             add_bias(v, Some(&b.v));
         }
-        let (q_norm, k_norm) = match &self.qk_norm {
-            Some(n) => (Some(&n.q), Some(&n.k)),
-            None => (None, None),
-        };
+        let q_norm = self.qk_norm.as_ref().map(|n| &n.q);
+        let k_norm = self.qk_norm.as_ref().map(|n| &n.k);
         let att = grow(&mut s.att, n * qd);
         let mut r0 = 0;
         for seg in segs.iter_mut() {

@@ -200,12 +200,11 @@ fn st_task(dir: &Path) -> Result<Option<Task>, LoadError> {
         (true, false) => Pooling::Cls,
         (false, true) => Pooling::Mean,
         _ => {
-            return Err(FileError::Format {
-                path,
-                msg: "ferrox pools by exactly one of pooling_mode_cls_token or \
-                      pooling_mode_mean_tokens"
-                    .into(),
-            }
+            return Err(FileError::format(
+                &path,
+                "ferrox pools by exactly one of pooling_mode_cls_token or \
+                 pooling_mode_mean_tokens",
+            )
             .into())
         }
     };
@@ -214,11 +213,7 @@ fn st_task(dir: &Path) -> Result<Option<Task>, LoadError> {
         "pooling_mode_mean_sqrt_len_tokens",
     ] {
         if on(k) {
-            return Err(FileError::Format {
-                path,
-                msg: format!("{k} is not supported"),
-            }
-            .into());
+            return Err(FileError::format(&path, format!("{k} is not supported")).into());
         }
     }
     Ok(Some(Task::Embed {

@@ -111,13 +111,13 @@ impl<M: ModelDraft> Drafter for Beside<M> {
             ..cx.reborrow()
         };
         self.lookup.propose_with(wide, out);
-        let stands = match out.get(start) {
-            _ if self.rest > 0 || !self.model.ready(&cx) => true,
-            Some(&t) => {
+        // The lookup's draft (even an empty one) stands while the part cannot draft;
+        // otherwise where the part agrees on its first token or is kept less often.
+        let stands = self.rest > 0
+            || !self.model.ready(&cx)
+            || out.get(start).is_some_and(|&t| {
                 self.model.first(&cx) == Some(t) || self.kept[1].rate() >= self.kept[0].rate()
-            }
-            None => false,
-        };
+            });
         if stands {
             let len = cx.lengths.len_at(self.kept[1].rate()).clamp(1, cx.room);
             return out.truncate(start + len);
