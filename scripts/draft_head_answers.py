@@ -5,7 +5,9 @@
 written as ChatML with Qwen2.5's default system prompt.
 
 Usage: draft_head_answers.py --url http://127.0.0.1:8080 --model NAME --out FILE
-       [--prompts 400] [--parallel 6] [--max-tokens 320]
+       [--pool first|wide] [--prompts 400] [--parallel 6] [--max-tokens 320]
+`--pool wide` draws from the templates and topics added after the first pool (every pairing
+with a new template or a new topic), so its prompts never repeat the first pool's.
 Standard library only.
 """
 
@@ -41,11 +43,53 @@ templates = [
  "Write a product description for an imaginary gadget inspired by {t}.",
  "Answer step by step: how would you teach a beginner the basics of {t}?",
 ]
+# The wide pool: other kinds of answers (letters, dialogues, lists, comparisons, advice, how-tos,
+# reviews, plans) and other subjects. Nothing from `bench spec`'s control set or the held-out
+# prompts (lighthouses, the sky's colour, coffee-shop names, trains and planes, hash maps; a
+# sailor's letter, cats purring, Lisbon, adopting a dog, tides, a football speech).
+more_topics = ["sourdough starters", "electric guitars", "the water cycle", "airline pricing",
+ "tax returns", "houseplants", "the Great Wall of China", "wolves", "3D printing", "quantum computers",
+ "the Renaissance", "bread mould", "typography", "running shoes", "nuclear power", "volunteering",
+ "the immune system", "city buses", "chocolate", "electric kettles", "smartphones", "the Vikings",
+ "beekeeping at home", "camping in winter", "public speaking", "mortgages", "rainwater tanks",
+ "crossword puzzles", "the Amazon river", "penguins", "the first computers", "password managers",
+ "regular expressions", "linked lists", "HTTP", "spreadsheet formulas", "sunscreen", "allergies",
+ "composting", "car tyres", "first aid", "knitting", "elephants", "the Moon's phases", "hurricanes",
+ "dinosaurs", "street food", "fermentation", "the metric system", "wedding planning", "moving house",
+ "a home office", "kites", "lighthouses of Japan", "the Eiffel Tower", "pottery", "vinyl records",
+ "snow", "salt", "maps", "trains in India", "space stations", "robots in factories", "microplastics",
+ "habits", "procrastination", "negotiation", "online privacy", "open-source software", "APIs"]
+more_templates = [
+ "Write a dialogue between two friends arguing about {t}.",
+ "Give a numbered list of practical tips for someone new to {t}.",
+ "Compare {t} today with {t} fifty years ago.",
+ "Write a formal letter to a city council proposing a project related to {t}.",
+ "I have ten minutes. Teach me the three most important ideas about {t}.",
+ "Write a review of a fictional book whose subject is {t}.",
+ "Plan a one-week study schedule for learning about {t}.",
+ "Write a limerick and then a haiku about {t}.",
+ "What questions would a journalist ask an expert on {t}? Give eight, with why each matters.",
+ "Write the opening paragraph of a mystery novel set around {t}.",
+ "Explain {t} using an analogy from cooking.",
+ "Write a short speech for a school assembly about {t}.",
+ "A friend says {t} is overrated. Write a polite reply that disagrees.",
+ "Draft a blog post introduction about {t} with a catchy title.",
+ "What would change in everyday life if {t} disappeared tomorrow?",
+ "Write a set of frequently asked questions, with answers, about {t}.",
+ "Describe {t} to someone who has never heard of it, in under 150 words.",
+ "Write a motivational message for a team working on {t}.",
+ "List the pros and cons of a career connected to {t} in a table-like format.",
+ "Tell a bedtime story for a five-year-old involving {t}.",
+]
 SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
-def prompts(n):
-    pairs = [(tp, t) for tp in templates for t in topics]
+def prompts(n, pool="first"):
+    if pool == "first":
+        pairs = [(tp, t) for tp in templates for t in topics]
+    else:
+        every = [(tp, t) for tp in templates + more_templates for t in topics + more_topics]
+        pairs = [(tp, t) for tp, t in every if tp in more_templates or t in more_topics]
     random.Random(7).shuffle(pairs)
     return [tp.format(t=t) for tp, t in pairs[:n]]
 
@@ -55,6 +99,7 @@ def main():
     ap.add_argument("--url", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--pool", choices=["first", "wide"], default="first")
     ap.add_argument("--prompts", type=int, default=400)
     ap.add_argument("--parallel", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=320)
@@ -67,7 +112,7 @@ def main():
             return p, json.load(r)["choices"][0]["message"]["content"]
 
     with open(a.out, "w") as f, cf.ThreadPoolExecutor(a.parallel) as ex:
-        for n, (p, answer) in enumerate(ex.map(ask, prompts(a.prompts)), 1):
+        for n, (p, answer) in enumerate(ex.map(ask, prompts(a.prompts, a.pool)), 1):
             f.write(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>\n")
             f.flush()
             if n % 20 == 0:

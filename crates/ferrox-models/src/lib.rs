@@ -21,6 +21,7 @@ pub mod sampling;
 pub mod speculative;
 pub mod state;
 pub mod structured;
+pub mod tree;
 pub mod validate;
 pub mod weights;
 

@@ -168,6 +168,7 @@ impl Mtp {
             pos,
             caches: std::slice::from_mut(cache),
             state,
+            tree: None,
         }];
         let m = main.config.residual_multiplier;
         self.layer.forward(x, h, t, n, 0, &mut seg, m, Experts::All);

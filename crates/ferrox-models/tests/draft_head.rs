@@ -212,6 +212,7 @@ fn rows_that_waited_while_the_lookup_copied_feed_the_head_as_if_fed_all_along() 
         caches: &mut caches,
         first_logit_row: n - 1,
         key: OWN_CACHES,
+        tree: None,
     }];
     dec.forward_multi_hidden(&mut seq, &mut logits, &mut hidden);
     let sampled = 7;

@@ -54,6 +54,7 @@ fn check(d: &Decoder, name: &str) {
             caches: c,
             first_logit_row: *first,
             key: i as u64,
+            tree: None,
         })
         .collect();
     let mut together = Vec::new();

@@ -75,6 +75,7 @@ fn a_budget_of_every_expert_is_the_full_forward() {
             caches: &mut caches,
             first_logit_row: prompt.len() - 1,
             key: OWN_CACHES,
+            tree: None,
         };
         dec.forward_experts(seq, &mut got, Experts::AtMost(experts));
         got

@@ -99,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             // No logits from the forward: the argmax below takes them a few rows at a time.
             first_logit_row: ids.len(),
             key: OWN_CACHES,
+            tree: None,
         }];
         dec.forward_multi_hidden(&mut seq, &mut logits, &mut hidden);
         for rows in hidden.chunks(HEAD_ROWS * d) {

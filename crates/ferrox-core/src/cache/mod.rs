@@ -320,6 +320,31 @@ impl KvCache {
         true
     }
 
+    /// Exchanges the stored rows of positions `a` and `b` (keys, values and auxiliary rows),
+    /// bit for bit: a draft tree's branch is put where its positions belong, for attention
+    /// over one branch and to keep the accepted one. Panics on a position not stored or a
+    /// cache whose recurrent state summarises its rows (callers check
+    /// [`rows_portable`](Self::rows_portable)).
+    pub fn swap_positions(&mut self, a: usize, b: usize) {
+        assert!(
+            self.rows_portable(),
+            "swap_positions: rows are not portable"
+        );
+        assert!(
+            a < self.len && b < self.len,
+            "swap_positions: position past the cache"
+        );
+        if a == b {
+            return;
+        }
+        self.keys.swap_rows(a, b, self.k_width());
+        self.values.swap_rows(a, b, self.v_width);
+        let w = self.aux_width;
+        for c in 0..w {
+            self.aux.swap(a * w + c, b * w + c);
+        }
+    }
+
     /// Reserves room for `n` positions in total.
     pub fn reserve(&mut self, n: usize) {
         let extra = n.saturating_sub(self.len - self.first);

@@ -471,6 +471,42 @@ impl RowStore {
         true
     }
 
+    /// Exchanges rows `a` and `b` (of `width` values) as stored, bit for bit.
+    pub(crate) fn swap_rows(&mut self, a: usize, b: usize, width: usize) {
+        assert!(
+            a < self.rows && b < self.rows,
+            "swap_rows: row past the store"
+        );
+        if a == b {
+            return;
+        }
+        let (tiled, units) = (self.tiled, self.units(width));
+        let bf = matches!(self.data, Data::Bf16(_));
+        // Storage index of unit `c` of row `r`: contiguous rows, or a lane of a tile.
+        let at = |r: usize, c: usize| match tiled {
+            false => r * units + c,
+            true if bf => r / TILE_ROWS * TILE_ROWS * width + paired(c, r % TILE_ROWS),
+            true => r / TILE_ROWS * TILE_ROWS * width + c * TILE_ROWS + r % TILE_ROWS,
+        };
+        fn swap_units<T>(
+            v: &mut [T],
+            units: usize,
+            at: impl Fn(usize, usize) -> usize,
+            a: usize,
+            b: usize,
+        ) {
+            for c in 0..units {
+                v.swap(at(a, c), at(b, c));
+            }
+        }
+        match &mut self.data {
+            Data::F32(v) => swap_units(v, units, at, a, b),
+            Data::F16(v) => swap_units(v, units, at, a, b),
+            Data::Bf16(v) => swap_units(v, units, at, a, b),
+            Data::Q8_0(v) => swap_units(v, units, at, a, b),
+        }
+    }
+
     /// Memory the stored rows take.
     pub(crate) fn bytes(&self) -> usize {
         match &self.data {

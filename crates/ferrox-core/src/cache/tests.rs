@@ -284,3 +284,52 @@ fn tiled_keys_read_back_as_rows() {
     q.set_format(q8, RowLayout::Rows).unwrap();
     assert_eq!(q.key_layout(), RowLayout::Rows);
 }
+
+/// Swapping two positions exchanges their keys and values as stored, in every type and
+/// layout (lanes of a tile too), and touches nothing else; swapping back restores the bits.
+#[test]
+fn swapped_positions_exchange_their_rows() {
+    let (nkv, hd, n) = (2, 32, 37);
+    let row = |p: usize| -> Vec<f32> {
+        (0..nkv * hd)
+            .map(|i| ((p * 7 + i * 3) % 29) as f32 / 4.0 - 3.0)
+            .collect()
+    };
+    let layouts = [RowLayout::Rows, RowLayout::Tiles];
+    for (ty, layout) in [KvType::F32, KvType::F16, KvType::Bf16, KvType::Q8_0]
+        .into_iter()
+        .flat_map(|t| layouts.map(|l| (t, l)))
+        .filter(|&(t, l)| l == RowLayout::Rows || t.tileable())
+    {
+        let mut c = KvCache::new(nkv, hd);
+        c.set_format(CacheFormat::uniform(ty), layout).unwrap();
+        for p in 0..n {
+            c.append(&row(p), &row(p + 100));
+        }
+        let read = |c: &KvCache| -> Vec<(Vec<f32>, Vec<f32>)> {
+            let mut v = vec![0f32; nkv * hd * n];
+            c.values_view().read(0, &mut v);
+            (0..n)
+                .map(|p| {
+                    let mut k = vec![0f32; nkv * hd];
+                    c.read_key(p, &mut k);
+                    (k, v[p * nkv * hd..(p + 1) * nkv * hd].to_vec())
+                })
+                .collect()
+        };
+        let before = read(&c);
+        let stored = c.clone();
+        for (a, b) in [(3, 3), (1, 17), (20, 36), (35, 16)] {
+            c.swap_positions(a, b);
+            let mut want = before.clone();
+            want.swap(a, b);
+            assert_eq!(read(&c), want, "{ty:?} {layout:?}: swap {a} {b}");
+            c.swap_positions(a, b);
+            assert_eq!(
+                (c.keys_view().len(), read(&c)),
+                (stored.keys_view().len(), before.clone()),
+                "{ty:?} {layout:?}: swapped back"
+            );
+        }
+    }
+}

@@ -306,6 +306,7 @@ mod pipeline_tests {
                         caches: c,
                         first_logit_row: 0,
                         key: k as u64,
+                        tree: None,
                     }];
                     d.forward_multi(&mut seq, &mut out);
                 }
@@ -318,6 +319,7 @@ mod pipeline_tests {
                         caches: c,
                         first_logit_row: 0,
                         key: k as u64,
+                        tree: None,
                     })
                     .collect();
                 d.forward_multi(&mut seqs, &mut out);

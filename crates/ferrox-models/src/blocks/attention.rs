@@ -10,6 +10,7 @@
 
 use super::norm::rows_chunk;
 use super::{add_bias, AttentionBlock, RmsNorm, Rope, Segment};
+use crate::tree::{place_branch, unplace_branch, Tree};
 use ferrox_core::cache::KvCache;
 use ferrox_core::kernels::{attend_rows, FlashScratch, RowBlock, Scoring, TypedKv};
 use ferrox_core::matmul::WeightMatrix;
@@ -165,6 +166,9 @@ impl StandardAttention {
         let mut r0 = 0;
         for seg in segs.iter_mut() {
             let cache = super::segment_cache(seg.caches, layer, seg.pos);
+            // A draft tree's row sits at its depth's position.
+            let (pos, tree) = (seg.pos, seg.tree);
+            let at = |r: usize| pos + tree.map_or(r, |t| t.depth(r));
             // Per row: the head norms, then RoPE at the row's position (a long block's rows
             // in parallel pieces, each row as alone).
             let (qs, ks) = (
@@ -178,16 +182,21 @@ impl StandardAttention {
                         if let Some(norm) = norm {
                             norm.forward_inplace(xi);
                         }
-                        self.rope
-                            .apply(xi, heads, hd, seg.pos + c * chunk / width + j);
+                        self.rope.apply(xi, heads, hd, at(c * chunk / width + j));
                     }
                 });
             }
             for i in r0..r0 + seg.n {
                 cache.append(&k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd]);
             }
-            let rows = r0 * qd..(r0 + seg.n) * qd;
-            self.attend(&q[rows.clone()], seg.n, seg.pos, cache, &mut att[rows]);
+            let (q, att) = (
+                &q[r0 * qd..(r0 + seg.n) * qd],
+                &mut att[r0 * qd..(r0 + seg.n) * qd],
+            );
+            match tree {
+                None => self.attend(q, seg.n, pos, cache, att),
+                Some(t) => self.attend_tree(q, t, pos, cache, att),
+            }
             r0 += seg.n;
         }
         if self.output_gate {
@@ -276,6 +285,33 @@ impl StandardAttention {
     }
 }
 
+impl StandardAttention {
+    /// Attention of a draft tree's rows (stored from `pos` on in `cache`): the leading chain
+    /// as consecutive rows; every other row after its own branch, which the cache's rows are
+    /// swapped into place for (and back), so each row attends exactly as it would alone after
+    /// its ancestors.
+    fn attend_tree(
+        &self,
+        q: &[f32],
+        tree: Tree<'_>,
+        pos: usize,
+        cache: &mut KvCache,
+        att: &mut [f32],
+    ) {
+        let qd = self.n_heads * self.head_dim;
+        let spine = tree.spine();
+        self.attend(&q[..spine * qd], spine, pos, cache, &mut att[..spine * qd]);
+        let mut path = Vec::new();
+        for r in spine..tree.rows() {
+            tree.path(r, &mut path);
+            place_branch(pos, &path, |a, b| cache.swap_positions(a, b));
+            let rows = r * qd..(r + 1) * qd;
+            self.attend(&q[rows.clone()], 1, pos + path.len(), cache, &mut att[rows]);
+            unplace_branch(pos, &path, |a, b| cache.swap_positions(a, b));
+        }
+    }
+}
+
 /// Query rows per task of long blocks: 16 rows of 7 heads share each tile of keys.
 const ROW_BLOCK: usize = 16;
 
@@ -297,5 +333,9 @@ impl AttentionBlock for StandardAttention {
             n_kv_heads: self.n_kv_heads,
             head_dim: self.head_dim,
         }
+    }
+
+    fn takes_trees(&self) -> bool {
+        true
     }
 }

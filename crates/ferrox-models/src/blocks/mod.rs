@@ -124,14 +124,17 @@ pub struct PassState {
     pub topk_width: usize,
 }
 
-/// One sequence's rows in a multi-sequence forward: `n` consecutive positions from `pos`,
-/// with that sequence's per-layer caches and its own pass state.
+/// One sequence's rows in a multi-sequence forward: `n` consecutive positions from `pos`
+/// (or a draft tree's rows stored there), with that sequence's per-layer caches and its own
+/// pass state.
 pub struct Segment<'a> {
     pub n: usize,
     pub pos: usize,
     /// One cache per layer.
     pub caches: &'a mut [KvCache],
     pub state: &'a mut PassState,
+    /// The rows as a draft tree (only blocks that [`AttentionBlock::takes_trees`] get one).
+    pub tree: Option<crate::tree::Tree<'a>>,
 }
 
 /// Layer `layer`'s cache of a segment starting at `pos`, which must hold exactly the positions
@@ -167,6 +170,7 @@ pub trait AttentionBlock: Send + Sync {
             pos,
             caches: std::slice::from_mut(cache),
             state,
+            tree: None,
         }];
         self.forward_segments(x, 0, &mut seg, out);
     }
@@ -195,6 +199,12 @@ pub trait AttentionBlock: Send + Sync {
 
     /// What this layer keeps per sequence and position.
     fn state(&self) -> crate::state::LayerState;
+
+    /// Whether the block attends over a segment's rows as a draft tree (each row after its
+    /// own branch, at its depth's position).
+    fn takes_trees(&self) -> bool {
+        false
+    }
 }
 
 /// How many routed experts a mixture-of-experts layer runs per token in one forward.

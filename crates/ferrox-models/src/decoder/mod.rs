@@ -13,6 +13,7 @@ use crate::layer::grow;
 pub use crate::layer::Layer;
 use crate::mtp::{Main, Mtp, MtpOut, Rows};
 use crate::state::LayerState;
+use crate::tree::{Tree, TreeError};
 use ferrox_core::cache::{CacheFormat, CacheFormatError, KvCache};
 use ferrox_core::matmul::WeightMatrix;
 use ferrox_tokenizer::TokenId;
@@ -67,6 +68,10 @@ pub struct SeqBatch<'a> {
     pub caches: &'a mut [KvCache],
     pub first_logit_row: usize,
     pub key: u64,
+    /// The rows as a draft tree ([`crate::tree`]; `None`: consecutive positions). Only a
+    /// decoder whose layers all attend over portable rows in this process takes one
+    /// ([`Decoder::takes_trees`]).
+    pub tree: Option<Tree<'a>>,
 }
 
 /// The [`SeqBatch::key`] of the caches a caller of `forward_into` or `hidden_states` holds.
@@ -87,6 +92,10 @@ pub enum ForwardError {
     Unrestorable { pos: usize },
     #[error("token id {id} is outside the vocabulary ({vocab} embedding rows)")]
     Token { id: TokenId, vocab: usize },
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    #[error("this model's layers cannot verify a draft tree")]
+    NoTrees,
 }
 
 /// What a forward produces for its wanted rows.
@@ -105,6 +114,7 @@ fn segment<'a>(seq: &'a mut SeqBatch<'_>, state: &'a mut PassState) -> Segment<'
         pos: seq.pos,
         caches: &mut *seq.caches,
         state,
+        tree: seq.tree,
     }
 }
 
@@ -316,6 +326,7 @@ impl Decoder {
             caches,
             first_logit_row,
             key: OWN_CACHES,
+            tree: None,
         };
         self.forward_experts(seq, logits, Experts::All);
     }
@@ -353,7 +364,23 @@ impl Decoder {
         if let Some(&id) = seq.tokens.iter().find(|&&t| t >= vocab) {
             return Err(ForwardError::Token { id, vocab });
         }
-        self.prepare_caches(seq.pos, seq.caches)
+        if let Some(tree) = seq.tree {
+            tree.fits(seq.tokens.len())?;
+            if !self.takes_trees() {
+                return Err(ForwardError::NoTrees);
+            }
+        }
+        self.prepare_caches(seq.pos, seq.caches)?;
+        if seq.tree.is_some() && !seq.caches.iter().all(KvCache::rows_portable) {
+            return Err(ForwardError::NoTrees);
+        }
+        Ok(())
+    }
+
+    /// Whether a forward may take its rows as a draft tree ([`SeqBatch::tree`]): every
+    /// layer's attention places a row's branch for it, and the layers run in this process.
+    pub fn takes_trees(&self) -> bool {
+        self.stages.is_none() && self.layers.iter().all(|l| l.attn.takes_trees())
     }
 
     /// The cache half of [`prepare_seq`](Self::prepare_seq): `caches` (one per layer of this
@@ -438,6 +465,7 @@ impl Decoder {
             caches,
             first_logit_row: first_row,
             key: OWN_CACHES,
+            tree: None,
         }];
         let mut out = Vec::new();
         self.forward_head(&mut seq, &mut out, Head::Hidden, None, Experts::All);

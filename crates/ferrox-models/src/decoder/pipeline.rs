@@ -124,6 +124,7 @@ impl Decoder {
                     pos: s.pos,
                     caches: &mut *s.caches,
                     state,
+                    tree: None,
                 }
             })
             .collect();

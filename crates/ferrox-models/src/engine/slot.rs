@@ -200,6 +200,7 @@ impl<'t> Slot<'t> {
             caches: &mut self.caches,
             first_logit_row: job.first_logit_row,
             key: self.key,
+            tree: None,
         })
     }
 

@@ -225,6 +225,7 @@ impl ModelDraft for ReducedExperts {
                 caches: &mut *caches,
                 first_logit_row: 0,
                 key: OWN_CACHES,
+                tree: None,
             };
             dec.forward_experts(seq, &mut self.logits, Experts::AtMost(self.experts));
             tok = argmax(&self.logits);

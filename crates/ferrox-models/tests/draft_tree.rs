@@ -1,0 +1,148 @@
+//! A draft tree in one forward (`SeqBatch::tree`): every row's logits are, bit for bit, those
+//! of its own branch fed as a chain after the same history, and a branch moved into place
+//! leaves the caches as feeding it would — on the tiny checkpoints whose layers take trees
+//! (bias, q/k norms, sliding windows, soft caps, sinks, experts) and on a real quantized model
+//! with every cache format. Models whose layers cannot are refused.
+
+use ferrox_core::cache::{CacheFormat, KvCache, KvType};
+use ferrox_models::decoder::{Decoder, ForwardError, SeqBatch, OWN_CACHES};
+use ferrox_models::tree::{place_branch, Tree};
+use std::path::Path;
+
+fn tiny(arch: &str) -> Decoder {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/hf-tiny")
+        .join(arch);
+    Decoder::load(&dir).unwrap_or_else(|e| panic!("{arch}: {e}"))
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Rows of a tree: 0 → 1 → 2 → 3 (the spine), 0 → 4 → 5, 1 → 6, 2 → 7, 4 → 8.
+const PARENTS: [usize; 9] = [0, 0, 1, 2, 0, 4, 1, 2, 4];
+
+fn check(d: &Decoder, name: &str) {
+    let v = d.vocab_size();
+    let history: Vec<usize> = (0..37).map(|i| (i * 71 + i * i * 7 + 3) % v).collect();
+    let rows: Vec<usize> = (0..PARENTS.len()).map(|i| (i * 131 + 11) % v).collect();
+    let tree = Tree::new(&PARENTS).unwrap();
+    let warm = || {
+        let mut c = d.new_caches();
+        d.forward_from(&history, 0, &mut c, history.len());
+        c
+    };
+    let mut caches = warm();
+    let mut seq = [SeqBatch {
+        tokens: &rows,
+        pos: history.len(),
+        caches: &mut caches,
+        first_logit_row: 0,
+        key: OWN_CACHES,
+        tree: Some(tree),
+    }];
+    let mut logits = Vec::new();
+    d.forward_multi(&mut seq, &mut logits);
+    let mut path = Vec::new();
+    for (i, got) in logits.chunks_exact(v).enumerate() {
+        tree.path(i, &mut path);
+        let chain: Vec<usize> = std::iter::once(0)
+            .chain(path.iter().copied())
+            .map(|r| rows[r])
+            .collect();
+        let mut c = warm();
+        let want = d.forward_from(&chain, history.len(), &mut c, chain.len() - 1);
+        assert_eq!(
+            bits(got),
+            bits(&want[0]),
+            "{name}: row {i} against its branch"
+        );
+        // The branch moved into place and the rest cut: the next token sees what it sees
+        // after the branch fed as a chain.
+        let mut placed = caches.clone();
+        for cache in &mut placed {
+            place_branch(history.len(), &path, |a, b| cache.swap_positions(a, b));
+            cache.truncate(history.len() + chain.len());
+        }
+        let next = (i * 17 + 5) % v;
+        let a = d.forward_token(next, history.len() + chain.len(), &mut placed);
+        let b = d.forward_token(next, history.len() + chain.len(), &mut c);
+        assert_eq!(bits(&a), bits(&b), "{name}: after branch {i} in place");
+    }
+}
+
+#[test]
+fn tree_rows_equal_their_branches_on_tiny_checkpoints() {
+    for arch in [
+        "llama",
+        "qwen2",
+        "qwen3",
+        "gemma2",
+        "gemma3_text",
+        "gpt_oss",
+        "mixtral",
+        "qwen3_moe",
+    ] {
+        let d = tiny(arch);
+        assert!(d.takes_trees(), "{arch}");
+        check(&d, arch);
+    }
+}
+
+#[test]
+fn tree_rows_equal_their_branches_on_qwen_in_every_cache_format() {
+    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
+    let mut d = Decoder::load(path).unwrap();
+    let formats = [
+        CacheFormat::default(),
+        CacheFormat::uniform(KvType::F32),
+        CacheFormat::uniform(KvType::F16),
+        CacheFormat::uniform(KvType::Bf16),
+        CacheFormat::uniform(KvType::Q8_0),
+        CacheFormat {
+            bf16_products: true,
+            ..CacheFormat::uniform(KvType::F16)
+        },
+    ];
+    for f in formats {
+        d.set_cache_format(f).unwrap();
+        check(&d, &format!("qwen2.5-coder:0.5b {f:?}"));
+    }
+}
+
+/// Latent attention, linear attention: their layers cannot take a tree, and a forward
+/// given one is refused before it runs; so is a tree that does not fit its rows.
+#[test]
+fn a_tree_the_model_cannot_take_is_refused() {
+    for arch in ["deepseek_v3", "qwen3_next"] {
+        let d = tiny(arch);
+        assert!(!d.takes_trees(), "{arch}");
+        let mut caches: Vec<KvCache> = d.new_caches();
+        let mut seq = SeqBatch {
+            tokens: &[1, 2, 3],
+            pos: 0,
+            caches: &mut caches,
+            first_logit_row: 0,
+            key: OWN_CACHES,
+            tree: Some(Tree::new(&[0, 0, 0]).unwrap()),
+        };
+        assert_eq!(
+            d.prepare_seq(&mut seq).unwrap_err(),
+            ForwardError::NoTrees,
+            "{arch}"
+        );
+    }
+    let d = tiny("llama");
+    let mut caches = d.new_caches();
+    let mut seq = SeqBatch {
+        tokens: &[1, 2, 3],
+        pos: 0,
+        caches: &mut caches,
+        first_logit_row: 0,
+        key: OWN_CACHES,
+        tree: Some(Tree::new(&[0, 0]).unwrap()),
+    };
+    let e = d.prepare_seq(&mut seq).unwrap_err();
+    assert_eq!(e.to_string(), "a draft tree of 2 parents for 3 rows");
+}
