@@ -184,6 +184,19 @@ pub fn argmax(logits: &[f32]) -> TokenId {
     best
 }
 
+/// The two largest logits' indices, the first as [`argmax`] picks it, the second the first
+/// index of the largest among the others (the first again when there is no other).
+pub fn top2(logits: &[f32]) -> (TokenId, TokenId) {
+    let best = argmax(logits);
+    let mut second = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if i != best && second.is_none_or(|s: usize| l > logits[s]) {
+            second = Some(i);
+        }
+    }
+    (best, second.unwrap_or(best))
+}
+
 /// Whether bitset `mask` allows token `t`.
 fn allowed(mask: &[u32], t: TokenId) -> bool {
     mask.get(t / 32).is_some_and(|w| w >> (t % 32) & 1 != 0)

@@ -18,7 +18,9 @@ pub enum TreeError {
 /// A draft tree's shape over the rows of one forward (see the module header).
 #[derive(Debug, Clone, Copy)]
 pub struct Tree<'a> {
+    /// Each row's parent; empty for a chain.
     parents: &'a [usize],
+    rows: usize,
 }
 
 impl<'a> Tree<'a> {
@@ -28,31 +30,45 @@ impl<'a> Tree<'a> {
         if let Some((row, &parent)) = parents.iter().enumerate().skip(1).find(|(i, p)| *p >= i) {
             return Err(TreeError::Order { row, parent });
         }
-        Ok(Tree { parents })
+        Ok(Tree {
+            parents,
+            rows: parents.len(),
+        })
+    }
+
+    /// `rows` rows, each following the one before.
+    pub fn chain(rows: usize) -> Tree<'static> {
+        Tree { parents: &[], rows }
     }
 
     /// Checks that the tree has one row per fed token.
     pub fn fits(&self, rows: usize) -> Result<(), TreeError> {
-        match self.parents.len() == rows {
+        match self.rows == rows {
             true => Ok(()),
             false => Err(TreeError::Rows {
-                parents: self.parents.len(),
+                parents: self.rows,
                 rows,
             }),
         }
     }
 
     pub fn rows(&self) -> usize {
-        self.parents.len()
+        self.rows
     }
 
     /// The row row `i > 0` follows.
     pub fn parent(&self, i: usize) -> usize {
-        self.parents[i]
+        match self.parents.is_empty() {
+            true => i - 1,
+            false => self.parents[i],
+        }
     }
 
     /// Ancestors of row `i` below the root.
     pub fn depth(&self, mut i: usize) -> usize {
+        if self.parents.is_empty() {
+            return i;
+        }
         let mut d = 0;
         while i > 0 {
             i = self.parents[i];
@@ -64,13 +80,9 @@ impl<'a> Tree<'a> {
     /// How many leading rows form a chain from the root (each follows the one before): they
     /// sit where their positions belong.
     pub fn spine(&self) -> usize {
-        1 + self
-            .parents
-            .iter()
-            .enumerate()
-            .skip(1)
-            .take_while(|&(i, &p)| p == i - 1)
-            .count()
+        (1..self.rows)
+            .find(|&i| self.parent(i) != i - 1)
+            .unwrap_or(self.rows)
     }
 
     /// The rows from the root's child down to row `i` (empty for the root), in order, into
@@ -79,14 +91,14 @@ impl<'a> Tree<'a> {
         out.clear();
         while i > 0 {
             out.push(i);
-            i = self.parents[i];
+            i = self.parent(i);
         }
         out.reverse();
     }
 
     /// The row following row `at` whose token is `token`, if any (`tokens`: each row's).
     pub fn child(&self, at: usize, token: usize, tokens: &[usize]) -> Option<usize> {
-        (at + 1..self.parents.len()).find(|&c| self.parents[c] == at && tokens[c] == token)
+        (at + 1..self.rows).find(|&c| self.parent(c) == at && tokens[c] == token)
     }
 }
 
@@ -137,6 +149,10 @@ mod tests {
             TreeError::Order { row: 2, parent: 2 }
         );
         assert!(t.fits(6).is_err() && t.fits(7).is_ok());
+        let c = Tree::chain(4);
+        assert_eq!((c.spine(), c.depth(3), c.parent(2)), (4, 3, 1));
+        assert_eq!(c.child(1, 11, &tokens), Some(2));
+        assert_eq!(c.child(1, 13, &tokens), None);
     }
 
     /// Every branch placed by swaps reads, from the root on, exactly its rows in order, and

@@ -2,11 +2,19 @@
 //! of its own branch fed as a chain after the same history, and a branch moved into place
 //! leaves the caches as feeding it would — on the tiny checkpoints whose layers take trees
 //! (bias, q/k norms, sliding windows, soft caps, sinks, experts) and on a real quantized model
-//! with every cache format. Models whose layers cannot are refused.
+//! with every cache format. Models whose layers cannot are refused. Through the engine, a
+//! drafter offering branches verifies as a tree, and the output is plain decoding's, greedy
+//! and seeded.
+
+mod common;
 
 use ferrox_core::cache::{CacheFormat, KvCache, KvType};
 use ferrox_models::decoder::{Decoder, ForwardError, SeqBatch, OWN_CACHES};
+use ferrox_models::generate::Session;
+use ferrox_models::sampling::Sampler;
+use ferrox_models::speculative::{AdaptiveDraft, Drafter};
 use ferrox_models::tree::{place_branch, Tree};
+use ferrox_tokenizer::template::{render_prompt, Message};
 use std::path::Path;
 
 fn tiny(arch: &str) -> Decoder {
@@ -44,6 +52,34 @@ fn check(d: &Decoder, name: &str) {
     }];
     let mut logits = Vec::new();
     d.forward_multi(&mut seq, &mut logits);
+    // Beside another sequence's rows in one forward (continuous batching): the same rows.
+    let (mut mine, mut other) = (warm(), d.new_caches());
+    let other_rows = [5, 6, 7];
+    let mut both = [
+        SeqBatch {
+            tokens: &other_rows,
+            pos: 0,
+            caches: &mut other,
+            first_logit_row: 0,
+            key: 1,
+            tree: None,
+        },
+        SeqBatch {
+            tokens: &rows,
+            pos: history.len(),
+            caches: &mut mine,
+            first_logit_row: 0,
+            key: 2,
+            tree: Some(tree),
+        },
+    ];
+    let mut together = Vec::new();
+    d.forward_multi(&mut both, &mut together);
+    assert_eq!(
+        bits(&together[3 * v..]),
+        bits(&logits),
+        "{name}: beside another sequence"
+    );
     let mut path = Vec::new();
     for (i, got) in logits.chunks_exact(v).enumerate() {
         tree.path(i, &mut path);
@@ -145,4 +181,95 @@ fn a_tree_the_model_cannot_take_is_refused() {
     };
     let e = d.prepare_seq(&mut seq).unwrap_err();
     assert_eq!(e.to_string(), "a draft tree of 2 parents for 3 rows");
+}
+
+/// Drafts plain decoding's own continuation with every third token wrong, and beside each
+/// draft token the right one when the chain's is wrong (else a wrong one): verification
+/// leaves the chain at a branch every few tokens.
+struct Branching {
+    prompt: usize,
+    plain: Vec<usize>,
+    vocab: usize,
+    /// Plain decoding's tokens where the last draft stands.
+    right: Vec<usize>,
+}
+
+impl Drafter for Branching {
+    fn propose_into(&mut self, history: &[usize], max: usize, out: &mut Vec<usize>) {
+        let from = (history.len() - self.prompt).min(self.plain.len());
+        let end = (from + max).min(self.plain.len());
+        self.right = self.plain[from..end].to_vec();
+        for (i, &t) in self.plain[from..end].iter().enumerate() {
+            out.push(if (from + i) % 3 == 2 {
+                (t + 1) % self.vocab
+            } else {
+                t
+            });
+        }
+    }
+
+    fn branches(&mut self, _: &AdaptiveDraft, draft: &[usize], out: &mut Vec<(usize, usize)>) {
+        for (i, (&d, &r)) in draft.iter().zip(&self.right).enumerate() {
+            out.push((i, if r != d { r } else { (d + 2) % self.vocab }));
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "branching"
+    }
+}
+
+#[test]
+fn a_session_verifying_draft_trees_equals_plain_decoding() {
+    let path = ferrox_hub::ensure_model("qwen2.5-coder:0.5b-instruct").unwrap();
+    let (dec, tok) = common::load_with_tokenizer(&path);
+    let text = render_prompt(
+        &tok,
+        &[Message::user(
+            "Name three rivers of Europe and one fact about each.",
+        )],
+        true,
+    )
+    .unwrap();
+    let prompt = tok.encode(&text, false, true);
+    for (temp, seed) in [(0.0, 0), (0.9, 7)] {
+        let p = common::batch_params(temp, seed, 40);
+        let want = common::alone(&dec, &tok, 512, &prompt, &p).tokens;
+        let mut s = Session::new(&dec, &tok, 512);
+        let drafter = Branching {
+            prompt: prompt.len(),
+            plain: want.clone(),
+            vocab: dec.vocab_size(),
+            right: Vec::new(),
+        };
+        s.set_speculation(common::fixed_speculation(Box::new(drafter), 4));
+        let mut sampler = Sampler::new(p.sampler.clone());
+        let out = s.generate(&prompt, &p.limits, &mut sampler, |_| true);
+        assert_eq!(out.tokens, want, "temperature {temp}");
+        // Branches were verified and kept: every third chain token is wrong and its branch
+        // right, so most rounds leave the chain there.
+        let st = out.spec;
+        assert!(
+            st.branches_kept > 5 && st.branches_kept == st.branches,
+            "temperature {temp}: {st:?}"
+        );
+        assert!(st.accepted > st.verify_calls, "{st:?}");
+        // The session's cache holds the kept branches where they belong: a next turn that
+        // reuses it decodes as a fresh session does.
+        let mut more = s.history().to_vec();
+        more.extend(tok.encode("\nOne more?", false, true));
+        s.set_speculation(None);
+        let p2 = common::batch_params(0.0, 0, 8);
+        let again = s.generate(
+            &more,
+            &p2.limits,
+            &mut Sampler::new(p2.sampler.clone()),
+            |_| true,
+        );
+        assert!(again.prompt_tokens < more.len(), "the prefix was reused");
+        assert_eq!(
+            again.tokens,
+            common::alone(&dec, &tok, 512, &more, &p2).tokens
+        );
+    }
 }

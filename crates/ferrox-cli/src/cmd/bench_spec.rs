@@ -98,6 +98,8 @@ struct Totals {
     verify_calls: usize,
     drafted: usize,
     accepted: usize,
+    branches: usize,
+    branches_kept: usize,
     mismatches: usize,
 }
 
@@ -109,6 +111,8 @@ impl Totals {
         self.verify_calls += o.spec.verify_calls;
         self.drafted += o.spec.drafted;
         self.accepted += o.spec.accepted;
+        self.branches += o.spec.branches;
+        self.branches_kept += o.spec.branches_kept;
         self.mismatches += mismatch as usize;
     }
     fn rate(&self) -> f64 {
@@ -342,8 +346,20 @@ fn measure(
             }
         }
     }
-    for (m, src) in modes.iter().zip(&sources).filter(|(m, _)| m.is_some()) {
+    for (mi, (m, src)) in modes.iter().zip(&sources).enumerate() {
+        if m.is_none() {
+            continue;
+        }
         eprintln!("drafts of {} by drafter: {src}", mode_label(m));
+        let (tried, kept) = totals.iter().fold((0, 0), |(n, k), t| {
+            (n + t[mi].branches, k + t[mi].branches_kept)
+        });
+        if tried > 0 {
+            eprintln!(
+                "draft trees of {}: {kept} of {tried} rejected draft tokens had their branch kept",
+                mode_label(m)
+            );
+        }
     }
     (totals, speedups)
 }

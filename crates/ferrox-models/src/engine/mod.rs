@@ -369,6 +369,8 @@ impl<'m> BatchEngine<'m> {
             rules: StopRules::new(self.tokenizer, limits),
             next: None,
             input: Vec::new(),
+            parents: Vec::new(),
+            kept: Vec::new(),
             first_logit_row: 0,
             prompt_tokens: prompt.len() - fed,
             prompt_secs: 0.0,

@@ -6,8 +6,9 @@ use super::sink::{JobEnd, Sink};
 use super::stop::{StopReason, StopRules};
 use crate::decoder::{Decoder, SeqBatch};
 use crate::sampling::{logprob, Sampler, TokenLogprob};
-use crate::speculative::{verify_rows_constrained, Observation, Speculation};
+use crate::speculative::{verify_tree, Observation, Rows, Speculation, Verdict};
 use crate::structured::Constraint;
+use crate::tree::{place_branch, Tree};
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 use std::time::Duration;
@@ -23,8 +24,13 @@ pub(super) struct Job<'t> {
     pub rules: StopRules<'t>,
     /// Chosen (sampled, counted, streamed) but not yet in the cache.
     pub next: Option<usize>,
-    /// This step's input rows: a prompt chunk, or `[next, draft...]`.
+    /// This step's input rows: a prompt chunk, or `[next, draft...]` (then branches beside
+    /// the draft, when `parents` says how the rows follow one another).
     pub input: Vec<usize>,
+    /// Each input row's parent in a draft tree (`crate::tree`); empty: a chain.
+    pub parents: Vec<usize>,
+    /// The draft rows verification kept, in order (reused step to step).
+    pub kept: Vec<usize>,
     /// Rows of `input` before the first one that needs logits.
     pub first_logit_row: usize,
     /// Prompt tokens evaluated and the forward time they took.
@@ -151,6 +157,7 @@ impl<'t> Slot<'t> {
             return 0;
         };
         job.input.clear();
+        job.parents.clear();
         if job.fork.is_some() {
             // Its prefix is still being prefilled elsewhere.
             return 0;
@@ -181,6 +188,9 @@ impl<'t> Slot<'t> {
             if let Some(c) = job.constraint.as_mut() {
                 let valid = c.valid_prefix(&job.input[1..]);
                 job.input.truncate(1 + valid);
+            } else if dec.takes_trees() && self.caches.iter().all(KvCache::rows_portable) {
+                let left = room - (job.input.len() - 1);
+                spec.branch_into(left, &mut job.input, &mut job.parents);
             }
         }
         job.input.len()
@@ -200,7 +210,7 @@ impl<'t> Slot<'t> {
             caches: &mut self.caches,
             first_logit_row: job.first_logit_row,
             key: self.key,
-            tree: None,
+            tree: (!job.parents.is_empty()).then(|| tree_of(&job.parents, job.input.len())),
         })
     }
 
@@ -226,6 +236,20 @@ impl<'t> Slot<'t> {
         let next = job.and_then(|j| j.next);
         let following =
             next.or_else(|| job.and_then(|j| j.prompt.get(self.history.len()).copied()));
+        // A draft tree's kept rows come first, as a chain's would.
+        let reordered: Vec<f32>;
+        let hidden = match job.filter(|j| !j.parents.is_empty()) {
+            Some(j) => {
+                let d = hidden.len() / j.input.len();
+                let order = std::iter::once(0).chain(j.kept.iter().copied());
+                reordered = order
+                    .flat_map(|r| &hidden[r * d..(r + 1) * d])
+                    .copied()
+                    .collect();
+                &reordered[..]
+            }
+            None => hidden,
+        };
         spec.observe(
             dec,
             Observation {
@@ -261,8 +285,11 @@ impl<'t> Slot<'t> {
         let Some(job) = self.job.as_mut() else {
             return done;
         };
-        self.history.extend_from_slice(&job.input);
         let decoding = job.next.is_some();
+        // Every input row after the fed token is a draft token (or a branch beside one).
+        let n_draft = if decoding { job.input.len() - 1 } else { 0 };
+        let fed = job.input.len() - n_draft;
+        self.history.extend_from_slice(&job.input[..fed]);
         if !decoding {
             job.fed = self.history.len();
             job.prompt_secs += secs;
@@ -271,18 +298,24 @@ impl<'t> Slot<'t> {
             // A prompt chunk short of the prompt's end: nothing to sample yet.
             return done;
         }
-        // Every input row after the fed token is a draft token.
-        let n_draft = if decoding { job.input.len() - 1 } else { 0 };
-        let draft = &job.input[job.input.len() - n_draft..];
+        // The root (the last fed token) is at `root`; the draft's rows follow in the cache.
+        let root = self.history.len() - 1;
+        let tree = tree_of(&job.parents, n_draft + 1);
+        let rows = Rows {
+            row: |i: usize| &logits[i * vocab..(i + 1) * vocab],
+            tree,
+            tokens: &job.input[fed - 1..],
+        };
         let (id, rules, top) = (job.id, &mut job.rules, job.logprobs);
         let before = job.constraint.as_ref().map(|c| c.stats);
         let mut stop = None;
-        let verdict = verify_rows_constrained(
-            logits.chunks_exact(vocab),
-            draft,
+        // Kept draft tokens join the history as they are verified.
+        let verdict = verify_tree(
+            rows,
             &mut job.sampler,
             job.constraint.as_mut(),
-            &self.history,
+            &mut self.history,
+            &mut job.kept,
             |tok, row| {
                 let lp = top.map(|n| logprob(row, tok, n));
                 stop = push_token(rules, id, tok, lp, sink);
@@ -294,11 +327,18 @@ impl<'t> Slot<'t> {
             done.masks = c.stats.masks - b.masks;
             done.mask_time = c.stats.mask_time.saturating_sub(b.mask_time);
         }
-        let keep = self.history.len() - n_draft + verdict.accepted;
+        if !job.parents.is_empty() {
+            // The kept branch moves to where its positions belong; the rest is cut.
+            for c in &mut self.caches {
+                place_branch(root, &job.kept, |a, b| c.swap_positions(a, b));
+            }
+        }
+        let (drafted, accepted, branch) = chain_verdict(tree, &job.kept, verdict);
+        let keep = self.history.len();
         self.truncate(keep);
         if decoding {
             if let Some(spec) = self.spec.as_mut() {
-                spec.record(n_draft, verdict.accepted);
+                spec.record(drafted, accepted, branch);
                 // A verify's cost is only this slot's when it ran alone.
                 if alone {
                     spec.record_cost(n_draft + 1, secs);
@@ -373,6 +413,32 @@ impl<'t> Slot<'t> {
             },
         );
     }
+}
+
+/// `rows` rows as a draft tree: a chain unless `parents` says otherwise.
+fn tree_of(parents: &[usize], rows: usize) -> Tree<'_> {
+    match parents.is_empty() {
+        true => Tree::chain(rows),
+        // `Speculation::branch_into` puts every parent before its row.
+        false => Tree::new(parents).expect("a branch follows an earlier row"),
+    }
+}
+
+/// A verified draft tree as its chain's controller sees it: the chain's draft tokens (the
+/// spine after the root), those kept, and whether a branch beside a rejected chain token was
+/// kept (`None`: no rejection had one beside it).
+fn chain_verdict(tree: Tree<'_>, kept: &[usize], verdict: Verdict) -> (usize, usize, Option<bool>) {
+    let spine = tree.spine();
+    let on_spine = kept.iter().take_while(|&&r| r < spine).count();
+    let branch = match kept.get(on_spine) {
+        Some(_) => Some(true),
+        None => {
+            let at = kept.last().copied().unwrap_or(0);
+            let beside = (spine..tree.rows()).any(|r| tree.parent(r) == at);
+            (verdict.next.is_some() && beside).then_some(false)
+        }
+    };
+    (spine - 1, on_spine, branch)
 }
 
 /// One sampled token through the stop rules and out to the sink; the stop it causes. The

@@ -111,6 +111,16 @@ impl AdaptiveDraft {
         best
     }
 
+    /// Whether one more row pays for a forward of `rows` rows expected to yield `expect`
+    /// tokens, when it adds `gain` expected tokens (a draft tree's branch): never for a
+    /// fixed-length controller, whose forwards are its chain's.
+    pub fn pays(&self, rows: usize, expect: f64, gain: f64) -> bool {
+        if self.fixed || rows == 0 || rows >= self.cost.len() {
+            return false;
+        }
+        (expect + gain) / self.cost_of(rows + 1) > expect / self.cost_of(rows)
+    }
+
     /// The draft length to ask for this round (0: decode plainly).
     pub fn next_len(&mut self) -> usize {
         // Plain decoding is the yardstick every draft length is compared with: time it first.

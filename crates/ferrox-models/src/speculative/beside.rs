@@ -12,7 +12,7 @@
 //! verify costs ([`REST`] rounds, then it drafts once more).
 
 use super::kept::Kept;
-use super::{DraftIn, Drafter, Observation};
+use super::{AdaptiveDraft, DraftIn, Drafter, Observation};
 use crate::blocks::Experts;
 use crate::decoder::{Decoder, SeqBatch, OWN_CACHES};
 use crate::sampling::argmax;
@@ -34,6 +34,11 @@ pub trait ModelDraft: Send {
     }
     /// Up to `cx.max` tokens to follow `cx.history`, appended to `out` (see [`DraftIn`]).
     fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>);
+    /// Its second choice beside each token of its last draft, in order (a draft tree's
+    /// branches); none by default.
+    fn seconds(&self) -> &[TokenId] {
+        &[]
+    }
     /// See [`Drafter::wants_hidden`], [`Drafter::observe`], [`Drafter::resume_limit`].
     fn wants_hidden(&self) -> bool {
         false
@@ -67,6 +72,9 @@ pub struct Beside<M> {
     by_model: bool,
     /// How often each part's drafts were kept (model, lookup).
     kept: [Kept; 2],
+    /// How often the model part's second choice was the token drawn where its first was
+    /// rejected.
+    seconds: Kept,
     /// The lookup's last draft was long and kept whole ([`COPYING`]).
     copying: bool,
     /// Draft rounds the model part still rests ([`REST`]), and whether its next chance to
@@ -82,6 +90,7 @@ impl<M: ModelDraft> Beside<M> {
             lookup,
             by_model: false,
             kept: [Kept::default(); 2],
+            seconds: Kept::default(),
             copying: false,
             rest: 0,
             probe: false,
@@ -140,6 +149,36 @@ impl<M: ModelDraft> Drafter for Beside<M> {
             self.lookup.verified(drafted, accepted);
         }
         self.copying = part == 1 && drafted >= COPYING && accepted == drafted;
+    }
+
+    /// The model part's second choices beside its draft, from the shallowest, while each
+    /// pays for its row: a branch beside token `i` adds a token when the first `i` are kept
+    /// (`a^i`), token `i` is not (`1 - a`) and the second choice is the token drawn there
+    /// (`q`).
+    fn branches(
+        &mut self,
+        lengths: &AdaptiveDraft,
+        draft: &[TokenId],
+        out: &mut Vec<(usize, TokenId)>,
+    ) {
+        if !self.by_model {
+            return;
+        }
+        let (a, q) = (self.kept[0].rate(), self.seconds.rate());
+        let mut expect: f64 = (0..=draft.len()).map(|k| a.powi(k as i32)).sum();
+        let mut rows = draft.len() + 1;
+        for (i, &t) in self.model.seconds().iter().enumerate().take(draft.len()) {
+            let gain = a.powi(i as i32) * (1.0 - a) * q;
+            if !lengths.pays(rows, expect, gain) {
+                break;
+            }
+            out.push((i, t));
+            (expect, rows) = (expect + gain, rows + 1);
+        }
+    }
+
+    fn branch_verified(&mut self, kept: bool) {
+        self.seconds.add(1, usize::from(kept));
     }
 
     fn source(&self) -> &'static str {
@@ -318,6 +357,60 @@ mod tests {
         };
         b.propose_with(cx, &mut out);
         out
+    }
+
+    /// A model part drafting `9, 9` with `5, 6` as its second choices.
+    struct Seconds;
+
+    impl ModelDraft for Seconds {
+        fn name(&self) -> Option<&'static str> {
+            Some("seconds")
+        }
+        fn draft(&mut self, _: DraftIn<'_>, out: &mut Vec<TokenId>) {
+            out.extend([9, 9]);
+        }
+        fn seconds(&self) -> &[TokenId] {
+            &[5, 6]
+        }
+    }
+
+    #[test]
+    fn second_choices_are_branches_while_their_rows_pay() {
+        let dec = Decoder::new_random_small(crate::arch::glm_moe_dsa::glm_5_2_tiny(), 2, 8);
+        let cost = |per_row: f64| {
+            let mut l = AdaptiveDraft::new(8);
+            (1..=9).for_each(|rows| l.record_cost(rows, 1.0 + per_row * (rows - 1) as f64));
+            l
+        };
+        let branches = |b: &mut Beside<Seconds>, lengths: &AdaptiveDraft| {
+            let draft = ask(b, &dec, lengths, 2, 8);
+            let mut out = Vec::new();
+            b.branches(lengths, &draft, &mut out);
+            out
+        };
+        let mut b = Beside::with(Seconds, Box::new(Empty));
+        // Nearly free rows: a branch beside each token (the shallowest first).
+        assert_eq!(branches(&mut b, &cost(0.001)), [(0, 5), (1, 6)]);
+        // Rows that cost as much as a forward: none (nor a draft: the part rests).
+        let mut resting = Beside::with(Seconds, Box::new(Empty));
+        assert!(branches(&mut resting, &cost(1.0)).is_empty());
+        // Second choices never kept: not worth a row of 8%, however the chain fares.
+        for _ in 0..100 {
+            b.branch_verified(false);
+        }
+        assert!(branches(&mut b, &cost(0.08)).is_empty());
+        // Kept every time the first choice is rejected, the first half of the time: at 20% a
+        // row the shallowest pays (2.25 tokens for 1.6 against 1.75 for 1.4), the deeper one
+        // (2.5 for 1.8) does not.
+        for _ in 0..100 {
+            b.branch_verified(true);
+            b.verified(2, 1);
+        }
+        assert_eq!(branches(&mut b, &cost(0.08)), [(0, 5), (1, 6)]);
+        assert_eq!(branches(&mut b, &cost(0.2)), [(0, 5)]);
+        // The lookup's draft stands (it is kept more often): no branches.
+        let mut c = Beside::with(Seconds, Box::new(Copier));
+        assert!(branches(&mut c, &cost(0.001)).is_empty());
     }
 
     #[test]

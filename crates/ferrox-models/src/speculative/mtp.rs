@@ -13,7 +13,7 @@ use super::beside::{Beside, ModelDraft};
 use super::{DraftIn, Drafter, Observation};
 use crate::decoder::Decoder;
 use crate::mtp::MtpOut;
-use crate::sampling::argmax;
+use crate::sampling::top2;
 use crate::TokenId;
 use ferrox_core::cache::KvCache;
 
@@ -37,6 +37,10 @@ pub struct MtpBlock {
     /// The block's first draft token and the history length (through the sampled token) it
     /// follows.
     first: Option<(TokenId, usize)>,
+    /// Its second choice there, then beside each token of its last draft (a draft tree's
+    /// branches).
+    second: TokenId,
+    seconds: Vec<TokenId>,
     /// Verified rows not yet taken in ([`ModelDraft::defer`]): their hidden states, from
     /// sequence position `fed` on.
     waiting: Vec<f32>,
@@ -60,6 +64,8 @@ impl MtpDrafter {
             tokens: Vec::new(),
             row: Vec::new(),
             first: None,
+            second: 0,
+            seconds: Vec::new(),
             waiting: Vec::new(),
         };
         Beside::with(block, lookup)
@@ -108,7 +114,9 @@ impl MtpBlock {
         self.fed = end;
         if o.decoding {
             let block = dec.mtp.as_ref()?;
-            self.first = Some((block.token(argmax(&self.out.logits)), c + 1));
+            let (best, second) = top2(&self.out.logits);
+            self.first = Some((block.token(best), c + 1));
+            self.second = block.token(second);
             self.row.clear();
             self.row.extend_from_slice(&self.out.hidden[(k - 1) * d..]);
         }
@@ -126,6 +134,8 @@ impl MtpBlock {
             return;
         };
         out.push(first);
+        self.seconds.clear();
+        self.seconds.push(self.second);
         let mut tok = first;
         for j in 1..max {
             // Token `fed + j` follows the state of position `fed + j - 1`.
@@ -136,8 +146,10 @@ impl MtpBlock {
             {
                 return;
             }
-            tok = block.token(argmax(&self.out.logits));
+            let (best, second) = top2(&self.out.logits);
+            tok = block.token(best);
             out.push(tok);
+            self.seconds.push(block.token(second));
             self.row.clear();
             self.row.extend_from_slice(&self.out.hidden);
         }
@@ -160,9 +172,14 @@ impl ModelDraft for MtpBlock {
     }
 
     fn draft(&mut self, cx: DraftIn<'_>, out: &mut Vec<TokenId>) {
+        self.seconds.clear();
         if let Some(first) = self.first(&cx) {
             self.chain(cx.dec, first, cx.max, out);
         }
+    }
+
+    fn seconds(&self) -> &[TokenId] {
+        &self.seconds
     }
 
     fn wants_hidden(&self) -> bool {

@@ -34,6 +34,19 @@ pub trait Drafter: Send {
     /// The verdict on the last non-empty draft: `drafted` tokens verified, `accepted` of
     /// them kept (a drafter choosing among parts learns which to trust).
     fn verified(&mut self, _drafted: usize, _accepted: usize) {}
+    /// Second choices beside the last draft, for a draft tree ([`crate::tree`]): `(i, t)`
+    /// proposes `t` in place of draft token `i` (after the same tokens), each worth the verify
+    /// row it takes at the measured costs (`lengths`, [`AdaptiveDraft::pays`]). None by default.
+    fn branches(
+        &mut self,
+        _lengths: &AdaptiveDraft,
+        _draft: &[TokenId],
+        _out: &mut Vec<(usize, TokenId)>,
+    ) {
+    }
+    /// The verdict on the last draft's branches, when verification rejected a draft token
+    /// that had one beside it: whether the branch was the token drawn there.
+    fn branch_verified(&mut self, _kept: bool) {}
     /// Which drafter made the last proposal: a drafter combining others names the one whose
     /// draft it returned (per-drafter acceptance in the server's metrics), others themselves.
     fn source(&self) -> &'static str {
@@ -111,8 +124,12 @@ pub struct SpecStats {
     pub calls: usize,
     /// Rounds that verified a non-empty draft.
     pub verify_calls: usize,
+    /// Draft tokens of the chains verified, and draft tokens kept (a kept branch counts).
     pub drafted: usize,
     pub accepted: usize,
+    /// Rejections with a branch beside the rejected token, and those where it was kept.
+    pub branches: usize,
+    pub branches_kept: usize,
 }
 
 impl SpecStats {
@@ -132,6 +149,8 @@ impl SpecStats {
             verify_calls: self.verify_calls - before.verify_calls,
             drafted: self.drafted - before.drafted,
             accepted: self.accepted - before.accepted,
+            branches: self.branches - before.branches,
+            branches_kept: self.branches_kept - before.branches_kept,
         }
     }
 }
@@ -145,6 +164,8 @@ pub struct Speculation {
     /// Time spent drafting for the coming verify (a drafter running model weights costs
     /// time the cost model must see).
     draft_secs: f64,
+    /// The drafter's branches (reused step to step).
+    alts: Vec<(usize, TokenId)>,
 }
 
 impl Speculation {
@@ -154,6 +175,7 @@ impl Speculation {
             adaptive: AdaptiveDraft::new(max_draft),
             stats: SpecStats::default(),
             draft_secs: 0.0,
+            alts: Vec::new(),
         }
     }
 
@@ -204,6 +226,33 @@ impl Speculation {
         self.draft_secs = 0.0;
     }
 
+    /// Adds the drafter's branches ([`Drafter::branches`]) beside the draft `draft_into`
+    /// appended to `input` (whose first row is the fed token): at most `room` rows after the
+    /// draft's. With any, `parents` gets every row's parent (a draft tree), else it is left
+    /// empty (a chain).
+    pub fn branch_into(&mut self, room: usize, input: &mut Vec<TokenId>, parents: &mut Vec<usize>) {
+        parents.clear();
+        let draft = input.len() - 1;
+        if draft == 0 || room == 0 {
+            return;
+        }
+        let mut alts = std::mem::take(&mut self.alts);
+        alts.clear();
+        self.drafter
+            .branches(&self.adaptive, &input[1..], &mut alts);
+        alts.retain(|&(i, t)| i < draft && input[1 + i] != t);
+        alts.truncate(room);
+        if !alts.is_empty() {
+            parents.extend((0..=draft).map(|i| i.saturating_sub(1)));
+            for &(i, t) in &alts {
+                // Draft token `i` is row `i + 1`; its sibling follows row `i`.
+                input.push(t);
+                parents.push(i);
+            }
+        }
+        self.alts = alts;
+    }
+
     /// Forgets drafting time no verify was measured with (a step shared with other slots).
     pub fn drop_draft_time(&mut self) {
         self.draft_secs = 0.0;
@@ -214,14 +263,24 @@ impl Speculation {
         self.drafter.finished(history, prompt_len);
     }
 
-    /// Books one verified decode round: `drafted` tokens proposed, `accepted` of them kept.
-    pub fn record(&mut self, drafted: usize, accepted: usize) {
+    /// Books one verified decode round: `drafted` tokens proposed, `accepted` of them kept
+    /// (counting the draft's own chain: the length controller's model), and, where
+    /// verification rejected a draft token with a branch beside it, whether the branch was
+    /// kept.
+    pub fn record(&mut self, drafted: usize, accepted: usize, branch: Option<bool>) {
         self.stats.calls += 1;
         if drafted > 0 {
             self.stats.verify_calls += 1;
             self.stats.drafted += drafted;
             self.stats.accepted += accepted;
             self.drafter.verified(drafted, accepted);
+        }
+        if let Some(kept) = branch {
+            // A kept branch is one more draft token kept.
+            self.stats.accepted += usize::from(kept);
+            self.stats.branches += 1;
+            self.stats.branches_kept += usize::from(kept);
+            self.drafter.branch_verified(kept);
         }
         self.adaptive.record(drafted, accepted);
     }

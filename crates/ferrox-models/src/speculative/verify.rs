@@ -4,6 +4,7 @@
 
 use crate::sampling::Sampler;
 use crate::structured::Constraint;
+use crate::tree::Tree;
 use crate::TokenId;
 
 /// How a verification ended: `accepted` draft tokens were kept, and either `next` (the token
@@ -15,18 +16,9 @@ pub struct Verdict {
     pub next: Option<usize>,
 }
 
-/// The one verification loop. `rows[i]` are the logits after `context[..base + i]`, where
+/// [`verify_tree`] over a chain: `rows[i]` are the logits after `context[..base + i]`, where
 /// `context` ends with the fed token followed by `draft` and `base = context.len() -
-/// draft.len()`. Row by row the sampler draws its own token `x`, exactly as plain decoding
-/// would (same history, same random draw), hands it with its row to `commit` (stop rules,
-/// streaming, log-probabilities; false stops here), and the draft token is kept iff it equals
-/// `x`.
-///
-/// With `p` the sampler's final distribution at a row, a draft token `t` is then accepted with
-/// probability `p(t)`, and after a rejection `x` is distributed as `p` without `t`,
-/// renormalised: the speculative sampling rule. Each committed token consumes exactly one draw,
-/// so for a seed the output is token for token plain decoding's whatever the drafts were;
-/// greedy is the argmax rule.
+/// draft.len()`.
 ///
 /// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
 pub fn verify_rows<'r>(
@@ -39,35 +31,79 @@ pub fn verify_rows<'r>(
     verify_rows_constrained(rows, draft, sampler, None, context, commit)
 }
 
-/// [`verify_rows`] under a grammar: row `i` is sampled among the tokens `constraint` allows
-/// after the tokens committed before it, and a token advances the constraint once `commit`
-/// has taken it. A draft token is only ever compared, never fed to the constraint, so a
-/// rejection leaves nothing to undo and the output is constrained plain decoding's.
-///
-/// When the constraint cannot go on (no mask, a token it refuses) the verification ends as
-/// if `commit` had stopped it: `next` is `None` and `constraint.error()` says why.
+/// [`verify_rows`] under a grammar (see [`verify_tree`]).
 pub fn verify_rows_constrained<'r>(
     rows: impl IntoIterator<Item = &'r [f32]>,
     draft: &[TokenId],
     sampler: &mut Sampler,
-    mut constraint: Option<&mut Constraint>,
+    constraint: Option<&mut Constraint>,
     context: &[usize],
-    mut commit: impl FnMut(usize, &[f32]) -> bool,
+    commit: impl FnMut(usize, &[f32]) -> bool,
 ) -> Verdict {
     let base = context.len() - draft.len();
-    let mut rows = rows.into_iter();
-    for i in 0..=draft.len() {
-        let row = rows
-            .next()
-            .expect("verify needs one logits row per draft token plus one");
+    let rows: Vec<&[f32]> = rows.into_iter().take(draft.len() + 1).collect();
+    assert!(
+        rows.len() > draft.len(),
+        "verify needs one logits row per draft token plus one"
+    );
+    let chain = Tree::chain(draft.len() + 1);
+    let mut ctx = context[..base].to_vec();
+    let tokens = &context[base - 1..];
+    let mut kept = Vec::new();
+    let rows = Rows {
+        row: |i| rows[i],
+        tree: chain,
+        tokens,
+    };
+    verify_tree(rows, sampler, constraint, &mut ctx, &mut kept, commit)
+}
+
+/// A draft tree's logits rows: `row(i)` is the logits after row `i`'s branch (its ancestors'
+/// tokens and its own, `tokens[i]`; row 0 is the fed token).
+pub struct Rows<'t, F> {
+    pub row: F,
+    pub tree: Tree<'t>,
+    pub tokens: &'t [TokenId],
+}
+
+/// The one verification loop, over a draft tree (a chain is one). From the root, at each
+/// row the sampler draws its own token `x` exactly as plain decoding would (same history,
+/// same random draw) and hands it with its row to `commit` (stop rules, streaming,
+/// log-probabilities; false stops here); the walk goes on to the row's child whose token is
+/// `x`, if there is one. `context` ends with the fed token; each kept draft token is pushed
+/// to it, and its row to `kept`.
+///
+/// With `p` the sampler's final distribution at a row, the draft token of one child `t` is
+/// then kept with probability `p(t)`, and of several children, whichever `x` names: a
+/// deterministic draft, verified by the speculative sampling rule. Each committed token
+/// consumes exactly one draw, so for a seed the output is token for token plain decoding's
+/// whatever the drafts were; greedy is the argmax rule.
+///
+/// Under a grammar, each row is sampled among the tokens `constraint` allows after the tokens
+/// committed before it, and a token advances the constraint once `commit` has taken it. A draft
+/// token is only ever compared, never fed to the constraint, so a rejection leaves nothing to
+/// undo. When the constraint cannot go on (no mask, a token it refuses) the verification ends
+/// as if `commit` had stopped it: `next` is `None` and `constraint.error()` says why.
+pub fn verify_tree<'r>(
+    rows: Rows<'_, impl Fn(usize) -> &'r [f32]>,
+    sampler: &mut Sampler,
+    mut constraint: Option<&mut Constraint>,
+    context: &mut Vec<usize>,
+    kept: &mut Vec<usize>,
+    mut commit: impl FnMut(usize, &[f32]) -> bool,
+) -> Verdict {
+    kept.clear();
+    let mut at = 0;
+    loop {
+        let row = (rows.row)(at);
         let stopped = Verdict {
-            accepted: i,
+            accepted: kept.len(),
             next: None,
         };
         let x = match constraint.as_deref_mut() {
-            None => sampler.sample(row, &context[..base + i]),
+            None => sampler.sample(row, context),
             Some(c) => match c.mask() {
-                Ok(mask) => sampler.sample_masked(row, &context[..base + i], Some(mask)),
+                Ok(mask) => sampler.sample_masked(row, context, Some(mask)),
                 Err(_) => return stopped,
             },
         };
@@ -79,14 +115,20 @@ pub fn verify_rows_constrained<'r>(
                 return stopped;
             }
         }
-        if draft.get(i) != Some(&x) {
-            return Verdict {
-                accepted: i,
-                next: Some(x),
-            };
+        match rows.tree.child(at, x, rows.tokens) {
+            Some(c) => {
+                context.push(x);
+                kept.push(c);
+                at = c;
+            }
+            None => {
+                return Verdict {
+                    accepted: kept.len(),
+                    next: Some(x),
+                }
+            }
         }
     }
-    unreachable!("the row after the last draft token has no draft token to match")
 }
 
 /// Verifies `draft` and returns the committed tokens: the accepted draft prefix followed by
