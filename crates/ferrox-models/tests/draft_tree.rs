@@ -147,6 +147,20 @@ fn tree_rows_equal_their_branches_on_qwen_in_every_cache_format() {
     }
 }
 
+/// Why `d` refuses tokens `[1, 2, 3]` from position 0 as the tree of `parents`.
+fn refusal(d: &Decoder, parents: &[usize]) -> ForwardError {
+    let mut caches: Vec<KvCache> = d.new_caches();
+    let mut seq = SeqBatch {
+        tokens: &[1, 2, 3],
+        pos: 0,
+        caches: &mut caches,
+        first_logit_row: 0,
+        key: OWN_CACHES,
+        tree: Some(Tree::new(parents).unwrap()),
+    };
+    d.prepare_seq(&mut seq).unwrap_err()
+}
+
 /// Latent attention, linear attention: their layers cannot take a tree, and a forward
 /// given one is refused before it runs; so is a tree that does not fit its rows.
 #[test]
@@ -154,32 +168,9 @@ fn a_tree_the_model_cannot_take_is_refused() {
     for arch in ["deepseek_v3", "qwen3_next"] {
         let d = tiny(arch);
         assert!(!d.takes_trees(), "{arch}");
-        let mut caches: Vec<KvCache> = d.new_caches();
-        let mut seq = SeqBatch {
-            tokens: &[1, 2, 3],
-            pos: 0,
-            caches: &mut caches,
-            first_logit_row: 0,
-            key: OWN_CACHES,
-            tree: Some(Tree::new(&[0, 0, 0]).unwrap()),
-        };
-        assert_eq!(
-            d.prepare_seq(&mut seq).unwrap_err(),
-            ForwardError::NoTrees,
-            "{arch}"
-        );
+        assert_eq!(refusal(&d, &[0, 0, 0]), ForwardError::NoTrees, "{arch}");
     }
-    let d = tiny("llama");
-    let mut caches = d.new_caches();
-    let mut seq = SeqBatch {
-        tokens: &[1, 2, 3],
-        pos: 0,
-        caches: &mut caches,
-        first_logit_row: 0,
-        key: OWN_CACHES,
-        tree: Some(Tree::new(&[0, 0]).unwrap()),
-    };
-    let e = d.prepare_seq(&mut seq).unwrap_err();
+    let e = refusal(&tiny("llama"), &[0, 0]);
     assert_eq!(e.to_string(), "a draft tree of 2 parents for 3 rows");
 }
 
