@@ -346,7 +346,14 @@ fn measure(
             }
         }
     }
-    for (mi, (m, src)) in modes.iter().zip(&sources).enumerate() {
+    print_sources(modes, &sources, &totals);
+    (totals, speedups)
+}
+
+/// Per speculative mode, on stderr: its draft tokens per drafter, and its draft trees'
+/// branches kept.
+fn print_sources(modes: &[Mode], sources: &[Sources], totals: &[Vec<Totals>]) {
+    for (mi, (m, src)) in modes.iter().zip(sources).enumerate() {
         if m.is_none() {
             continue;
         }
@@ -361,7 +368,6 @@ fn measure(
             );
         }
     }
-    (totals, speedups)
 }
 
 /// One mode's draft tokens per drafter over the run (a combining drafter's parts apart:

@@ -12,8 +12,10 @@
 //! [`LongestMatchDrafter`], [`RecallDrafter`] over earlier requests' outputs, [`MtpDrafter`],
 //! a mixture-of-experts model drafting for itself with fewer experts ([`ReducedExperts`])
 //! and, when asked for, a separate [`DraftModel`]), an [`AdaptiveDraft`] length controller,
-//! and [`verify_rows`], the one verification rule, lossless under any sampler (speculative
-//! sampling with a deterministic draft). [`Speculation`] bundles them per sequence.
+//! and [`verify_tree`], the one verification rule, lossless under any sampler (speculative
+//! sampling with a deterministic draft) — over a chain ([`verify_rows`]) or a draft tree
+//! (`crate::tree`: branches a drafter offers beside its draft, [`Drafter::branches`]).
+//! [`Speculation`] bundles them per sequence.
 //!
 //! Layers: the drafters and the verification rule sit below the engine, which uses them; the
 //! seed's `speculative_decode` (decode.rs) sits above `generate::Session`, which it drives.
