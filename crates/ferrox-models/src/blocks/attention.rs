@@ -74,6 +74,8 @@ struct Scratch {
     /// Output gate: the query projection's rows, and the gates split from them.
     qg: Vec<f32>,
     gate: Vec<f32>,
+    /// A draft tree row's branch.
+    path: Vec<usize>,
 }
 
 fn grow(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -195,7 +197,7 @@ impl StandardAttention {
             );
             match tree {
                 None => self.attend(q, seg.n, pos, cache, att),
-                Some(t) => self.attend_tree(q, t, pos, cache, att),
+                Some(t) => self.attend_tree(q, t, pos, cache, att, &mut s.path),
             }
             r0 += seg.n;
         }
@@ -297,17 +299,17 @@ impl StandardAttention {
         pos: usize,
         cache: &mut KvCache,
         att: &mut [f32],
+        path: &mut Vec<usize>,
     ) {
         let qd = self.n_heads * self.head_dim;
         let spine = tree.spine();
         self.attend(&q[..spine * qd], spine, pos, cache, &mut att[..spine * qd]);
-        let mut path = Vec::new();
         for r in spine..tree.rows() {
-            tree.path(r, &mut path);
-            place_branch(pos, &path, |a, b| cache.swap_positions(a, b));
+            tree.path(r, path);
+            place_branch(pos, path, |a, b| cache.swap_positions(a, b));
             let rows = r * qd..(r + 1) * qd;
             self.attend(&q[rows.clone()], 1, pos + path.len(), cache, &mut att[rows]);
-            unplace_branch(pos, &path, |a, b| cache.swap_positions(a, b));
+            unplace_branch(pos, path, |a, b| cache.swap_positions(a, b));
         }
     }
 }

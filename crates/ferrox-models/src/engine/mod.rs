@@ -7,7 +7,7 @@
 //!
 //! Each step has three phases: plan (per slot: the prompt chunk, or the next token with a draft
 //! sized by the slot's `Speculation`), one forward for all slots, commit (per slot:
-//! `speculative::verify_rows` samples every row exactly as plain decoding would and keeps draft
+//! `speculative::verify_tree` samples every row exactly as plain decoding would and keeps draft
 //! tokens that equal the sample, each committed token goes through the stop rules, rejected
 //! positions are cut). Output is therefore identical to plain decoding, greedy or seeded.
 //! Prefix reuse (a request lands in the free slot whose cache shares the longest prefix with

@@ -61,6 +61,8 @@ pub(super) struct Slot<'t> {
     pub stashed: bool,
     /// The slot's index: the name of its caches where other processes hold some of them.
     pub key: u64,
+    /// A draft tree's kept rows' hidden states, in order, for the drafter (reused).
+    pub kept_rows: Vec<f32>,
 }
 
 /// What one slot's rows of a step decided, for the engine's counters.
@@ -99,6 +101,7 @@ impl<'t> Slot<'t> {
             spec,
             stashed: false,
             key: 0,
+            kept_rows: Vec::new(),
         }
     }
 
@@ -237,16 +240,15 @@ impl<'t> Slot<'t> {
         let following =
             next.or_else(|| job.and_then(|j| j.prompt.get(self.history.len()).copied()));
         // A draft tree's kept rows come first, as a chain's would.
-        let reordered: Vec<f32>;
         let hidden = match job.filter(|j| !j.parents.is_empty()) {
             Some(j) => {
                 let d = hidden.len() / j.input.len();
-                let order = std::iter::once(0).chain(j.kept.iter().copied());
-                reordered = order
-                    .flat_map(|r| &hidden[r * d..(r + 1) * d])
-                    .copied()
-                    .collect();
-                &reordered[..]
+                self.kept_rows.clear();
+                for r in std::iter::once(0).chain(j.kept.iter().copied()) {
+                    self.kept_rows
+                        .extend_from_slice(&hidden[r * d..(r + 1) * d]);
+                }
+                &self.kept_rows[..]
             }
             None => hidden,
         };

@@ -43,7 +43,7 @@ pub use lookup::PromptLookupSpeculator;
 pub use mtp::{MtpBlock, MtpDrafter};
 pub use recall::{RecallDrafter, RecallIndex, SharedRecall, PROMPT_TAIL};
 pub use speculation::{DraftIn, Drafter, Observation, SpecStats, Speculation};
-pub use verify::{verify, verify_rows, verify_rows_constrained, verify_tree, Rows, Verdict};
+pub use verify::{verify, verify_rows, verify_tree, Rows, Verdict};
 
 #[cfg(test)]
 use crate::sampling::{Sampler, SamplerConfig};

@@ -34,12 +34,10 @@ pub struct MtpBlock {
     tokens: Vec<TokenId>,
     /// The block's state for its first draft token (what a chain continues from).
     row: Vec<f32>,
-    /// The block's first draft token and the history length (through the sampled token) it
-    /// follows.
-    first: Option<(TokenId, usize)>,
-    /// Its second choice there, then beside each token of its last draft (a draft tree's
-    /// branches).
-    second: TokenId,
+    /// The block's first draft token, its second choice there, and the history length
+    /// (through the sampled token) they follow.
+    first: Option<(TokenId, TokenId, usize)>,
+    /// Its second choice beside each token of its last draft (a draft tree's branches).
     seconds: Vec<TokenId>,
     /// Verified rows not yet taken in ([`ModelDraft::defer`]): their hidden states, from
     /// sequence position `fed` on.
@@ -64,7 +62,6 @@ impl MtpDrafter {
             tokens: Vec::new(),
             row: Vec::new(),
             first: None,
-            second: 0,
             seconds: Vec::new(),
             waiting: Vec::new(),
         };
@@ -115,8 +112,7 @@ impl MtpBlock {
         if o.decoding {
             let block = dec.mtp.as_ref()?;
             let (best, second) = top2(&self.out.logits);
-            self.first = Some((block.token(best), c + 1));
-            self.second = block.token(second);
+            self.first = Some((block.token(best), block.token(second), c + 1));
             self.row.clear();
             self.row.extend_from_slice(&self.out.hidden[(k - 1) * d..]);
         }
@@ -134,8 +130,7 @@ impl MtpBlock {
             return;
         };
         out.push(first);
-        self.seconds.clear();
-        self.seconds.push(self.second);
+        self.seconds.extend(self.first.map(|(_, second, _)| second));
         let mut tok = first;
         for j in 1..max {
             // Token `fed + j` follows the state of position `fed + j - 1`.
@@ -167,7 +162,7 @@ impl ModelDraft for MtpBlock {
     }
 
     fn first(&self, cx: &DraftIn<'_>) -> Option<TokenId> {
-        let (t, at) = self.first?;
+        let (t, _, at) = self.first?;
         (at == cx.history.len()).then_some(t)
     }
 

@@ -9,7 +9,7 @@ use ferrox_core::cache::KvCache;
 
 /// Proposes tokens likely to follow a history. Deterministic drafts only: verification treats
 /// the draft as a point mass, which is what makes the rejection rule in
-/// [`verify_rows`](super::verify_rows) exact.
+/// [`verify_tree`](super::verify_tree) exact.
 pub trait Drafter: Send {
     /// At most `max` tokens to follow `history` (empty: no guess, decode plainly).
     fn propose(&mut self, history: &[TokenId], max: usize) -> Vec<TokenId> {

@@ -16,9 +16,9 @@ pub struct Verdict {
     pub next: Option<usize>,
 }
 
-/// [`verify_tree`] over a chain: `rows[i]` are the logits after `context[..base + i]`, where
-/// `context` ends with the fed token followed by `draft` and `base = context.len() -
-/// draft.len()`.
+/// [`verify_tree`] over a chain, without a grammar: `rows[i]` are the logits after
+/// `context[..base + i]`, where `context` ends with the fed token followed by `draft` and
+/// `base = context.len() - draft.len()`.
 ///
 /// Panics when there are fewer than `draft.len() + 1` rows (a caller bug, not bad input).
 pub fn verify_rows<'r>(
@@ -28,34 +28,19 @@ pub fn verify_rows<'r>(
     context: &[usize],
     commit: impl FnMut(usize, &[f32]) -> bool,
 ) -> Verdict {
-    verify_rows_constrained(rows, draft, sampler, None, context, commit)
-}
-
-/// [`verify_rows`] under a grammar (see [`verify_tree`]).
-pub fn verify_rows_constrained<'r>(
-    rows: impl IntoIterator<Item = &'r [f32]>,
-    draft: &[TokenId],
-    sampler: &mut Sampler,
-    constraint: Option<&mut Constraint>,
-    context: &[usize],
-    commit: impl FnMut(usize, &[f32]) -> bool,
-) -> Verdict {
     let base = context.len() - draft.len();
     let rows: Vec<&[f32]> = rows.into_iter().take(draft.len() + 1).collect();
     assert!(
         rows.len() > draft.len(),
         "verify needs one logits row per draft token plus one"
     );
-    let chain = Tree::chain(draft.len() + 1);
     let mut ctx = context[..base].to_vec();
-    let tokens = &context[base - 1..];
-    let mut kept = Vec::new();
     let rows = Rows {
         row: |i| rows[i],
-        tree: chain,
-        tokens,
+        tree: Tree::chain(draft.len() + 1),
+        tokens: &context[base - 1..],
     };
-    verify_tree(rows, sampler, constraint, &mut ctx, &mut kept, commit)
+    verify_tree(rows, sampler, None, &mut ctx, &mut Vec::new(), commit)
 }
 
 /// A draft tree's logits rows: `row(i)` is the logits after row `i`'s branch (its ancestors'

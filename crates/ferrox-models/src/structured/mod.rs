@@ -6,7 +6,7 @@
 //! the engine attaches to the request: before each token the constraint gives the set of
 //! allowed tokens, the sampler draws only among them, and each committed token advances it.
 //!
-//! Exactness under speculation: `speculative::verify_rows_constrained` asks for the mask of row
+//! Exactness under speculation: `speculative::verify_tree` asks for the mask of row
 //! `i` after the tokens committed before it and advances the constraint only on commit, so a
 //! rejected draft token never touches it: constrained output with drafts is constrained output
 //! without them, token for token.
