@@ -5,7 +5,7 @@
 written as ChatML with Qwen2.5's default system prompt.
 
 Usage: draft_head_answers.py --url http://127.0.0.1:8080 --model NAME --out FILE
-       [--pool first|wide] [--prompts 400] [--parallel 6] [--max-tokens 320]
+       [--pool first|wide] [--prompts 400] [--skip 0] [--parallel 6] [--max-tokens 320]
 `--pool wide` draws from the templates and topics added after the first pool (every pairing
 with a new template or a new topic), so its prompts never repeat the first pool's.
 Standard library only.
@@ -84,14 +84,14 @@ more_templates = [
 SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
-def prompts(n, pool="first"):
+def prompts(n, pool="first", skip=0):
     if pool == "first":
         pairs = [(tp, t) for tp in templates for t in topics]
     else:
         every = [(tp, t) for tp in templates + more_templates for t in topics + more_topics]
         pairs = [(tp, t) for tp, t in every if tp in more_templates or t in more_topics]
     random.Random(7).shuffle(pairs)
-    return [tp.format(t=t) for tp, t in pairs[:n]]
+    return [tp.format(t=t) for tp, t in pairs[skip : skip + n]]
 
 
 def main():
@@ -101,6 +101,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--pool", choices=["first", "wide"], default="first")
     ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--skip", type=int, default=0, help="start after this many of the pool's prompts (a later batch: no prompt repeats)")
     ap.add_argument("--parallel", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=320)
     a = ap.parse_args()
@@ -112,7 +113,7 @@ def main():
             return p, json.load(r)["choices"][0]["message"]["content"]
 
     with open(a.out, "w") as f, cf.ThreadPoolExecutor(a.parallel) as ex:
-        for n, (p, answer) in enumerate(ex.map(ask, prompts(a.prompts, a.pool)), 1):
+        for n, (p, answer) in enumerate(ex.map(ask, prompts(a.prompts, a.pool, a.skip)), 1):
             f.write(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n{answer}<|im_end|>\n")
             f.flush()
             if n % 20 == 0:

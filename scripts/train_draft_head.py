@@ -8,7 +8,10 @@ already runs (`crates/ferrox-models/src/mtp.rs`; DeepSeek-V3 report §2.2, EAGLE
                                        itself chooses most often in the data)
 
 trained by self-distillation on `ferrox spec-data` output: the target of row i is the model's
-own greedy choice at position i + 1 (`choices[i + 1]`), so any text on the machine serves.
+own next-token distribution at position i + 1 over the sub-vocabulary (its stored state times
+the head's rows; weight `--soft`) and its greedy choice there (`choices[i + 1]`; the rest), so
+any text on the machine serves. The whole distribution teaches more per position than the
+choice alone (DistillSpec; EAGLE's and SpecForge's losses read the target's logits too).
 With `--steps S` the chain is trained too, as decoding runs it (EAGLE-3's training-time test):
 step s reads the state step s - 1 left (through `head_norm`; the GGUF says so with
 `ferrox.draft_head.chain_normed`) and attends to the rows before it as the block's cache holds
@@ -24,10 +27,10 @@ Writes a GGUF of the model's architecture holding `blk.N.*` (the layer) and `blk
 loads it with the model and drafts with it (`--drafter auto`, the server's slots).
 
 Usage: train_draft_head.py --model MODEL.gguf --data SPEC_DATA_DIR --out HEAD.gguf
-       [--vocab 32768] [--epochs 2] [--lr 3e-4] [--batch 4] [--held-out 0.05] [--type q8_0]
-       [--steps 1] [--step-weight 0.5] [--prompt-weight 1.0] [--plain-chain]
+       [--vocab 32768] [--epochs 2] [--lr 3e-4] [--batch 4] [--held-out 0.05] [--type q8_0|q5_0|q4_0|f16]
+       [--steps 1] [--step-weight 0.5] [--prompt-weight 1.0] [--soft 0.7] [--plain-chain]
        train_draft_head.py --model MODEL.gguf --data DIR --init HEAD.gguf --epochs 0 [--steps S]
-       (evaluates a head on every window of DIR)
+       (evaluates a head on every window of DIR; with --out, writes it again, e.g. as --type q4_0)
 Needs torch, numpy and gguf (pip).
 """
 
@@ -175,7 +178,9 @@ def batches(windows, tokens, choices, hidden, answer, batch, rng):
         nxt = torch.stack([torch.from_numpy(tokens[s + 1 : s + n + 1].astype(np.int64)) for s, _ in ws])
         tgt = torch.stack([torch.from_numpy(choices[s + 1 : s + n + 1].astype(np.int64)) for s, _ in ws])
         ans = torch.stack([torch.from_numpy(answer[s + 2 : s + n + 2]) for s, _ in ws])
-        yield h, nxt, tgt, ans
+        # The model's own state where each target was chosen: its logits are the soft target.
+        after = torch.stack([torch.from_numpy(hidden[s + 1 : s + n + 1].astype(np.float32)) for s, _ in ws])
+        yield h, nxt, tgt, ans, after
 
 
 def answer_rows(tokens, vocab):
@@ -199,7 +204,7 @@ def answer_rows(tokens, vocab):
 
 def shifted(x, s, fill):
     """Row i of step s reads row i + s - 1 of step 1's tensors."""
-    return F.pad(x[:, s - 1 :], (0, s - 1), value=fill) if s > 1 else x
+    return F.pad(x[:, s - 1 :], (0, 0) * (x.dim() - 2) + (0, s - 1), value=fill) if s > 1 else x
 
 
 def layer_tensor(L, key):
@@ -234,8 +239,9 @@ def main():
     ap.add_argument("--steps", type=int, default=1, help="chained draft steps trained (training-time test)")
     ap.add_argument("--step-weight", type=float, default=0.5, help="each further step's loss weight, relative")
     ap.add_argument("--prompt-weight", type=float, default=1.0, help="loss weight of rows outside assistant answers")
+    ap.add_argument("--soft", type=float, default=0.7, help="weight of the loss on the model's whole distribution (the rest on its choice)")
     ap.add_argument("--plain-chain", action="store_true", help="chain the block's state without `head_norm` (heads before chained training)")
-    ap.add_argument("--type", choices=["q8_0", "f16"], default="q8_0", help="the matrices' type")
+    ap.add_argument("--type", choices=["q8_0", "q5_0", "q4_0", "f16"], default="q8_0", help="the layer's matrices' type (the projection and the head's rows stay Q8_0 unless f16)")
     a = ap.parse_args()
     if a.out is None and a.epochs > 0:
         raise SystemExit("--out is required to train")
@@ -281,7 +287,7 @@ def main():
         model.eval()
         hit, tot = np.zeros((a.steps, 2)), np.zeros((a.steps, 2))
         with torch.no_grad():
-            for h, nxt, tgt, ans in batches(held, tokens, choices, hidden, answer, a.batch, np.random.default_rng(1)):
+            for h, nxt, tgt, ans, _ in batches(held, tokens, choices, hidden, answer, a.batch, np.random.default_rng(1)):
                 ok = torch.ones_like(tgt, dtype=torch.bool)
                 for s, lg in enumerate(model(h, nxt, a.steps, chain_normed), 1):
                     valid = torch.zeros_like(ok)
@@ -296,11 +302,22 @@ def main():
     print(f"held-out agreement before training: {evaluate()}", flush=True)
     t0, step = time.time(), 0
     for ep in range(a.epochs):
-        for h, nxt, tgt, ans in batches(train, tokens, choices, hidden, answer, a.batch, rng):
+        for h, nxt, tgt, ans, after in batches(train, tokens, choices, hidden, answer, a.batch, rng):
             loss = 0.0
             for s, lg in enumerate(model(h, nxt, a.steps, chain_normed), 1):
                 w = torch.where(shifted(ans, s, False), 1.0, a.prompt_weight).flatten()
                 ce = F.cross_entropy(lg.flatten(0, 1), sub_t[shifted(tgt, s, 0)].flatten(), ignore_index=-100, reduction="none")
+                if a.soft > 0:
+                    # Distillation on the model's whole distribution over the sub-vocabulary
+                    # (its hidden state is stored after the output norm: its logits are a
+                    # product with the head's frozen rows), not only on its choice.
+                    with torch.no_grad():
+                        p = torch.softmax(F.linear(shifted(after, s, 0.0), model.head), -1).flatten(0, 1)
+                    if step == 0 and s == 1:
+                        same = (ids_t[p.argmax(-1)] == tgt.flatten()).float().mean().item()
+                        print(f"the soft targets' argmax is the model's choice on {same:.3f} of rows", flush=True)
+                    soft = -(p * torch.log_softmax(lg.flatten(0, 1), -1)).sum(-1)
+                    ce = (1.0 - a.soft) * ce + a.soft * soft
                 valid = (sub_t[shifted(tgt, s, 0)].flatten() != -100).float()
                 valid.view(tgt.shape)[:, tgt.shape[1] - s + 1 :] = 0.0
                 loss = loss + a.step_weight ** (s - 1) * (ce * w * valid).sum() / (w * valid).sum().clamp(min=1.0)
@@ -312,7 +329,7 @@ def main():
             if step % 50 == 0:
                 print(f"step {step}/{steps} loss {loss.item():.3f} ({time.time() - t0:.0f} s)", flush=True)
         print(f"epoch {ep + 1}: held-out agreement {evaluate()}", flush=True)
-    if a.epochs == 0:
+    if a.out is None:
         return
 
     L = cfg["blocks"]
@@ -331,11 +348,13 @@ def main():
     out[f"blk.{L}.nextn.draft_vocab"] = torch.from_numpy(vocab_ids.astype(np.float32))
     for name, v in out.items():
         v = v.detach().float().numpy()
-        # Matrices as Q8_0 (a quarter of float32's bytes to read per draft: drafting must be
-        # nearly free) or float16; vectors as float32.
-        if v.ndim == 2 and a.type == "q8_0" and v.shape[-1] % 32 == 0:
-            q = quantize(v, gguf.GGMLQuantizationType.Q8_0)
-            w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        # Matrices quantized (drafting must be nearly free: every byte is read per draft; the
+        # projection and the head's rows, which decide the token, stay Q8_0) or float16;
+        # vectors as float32.
+        ty = a.type if ".nextn." not in name or a.type == "f16" else "q8_0"
+        if v.ndim == 2 and ty != "f16" and v.shape[-1] % 32 == 0:
+            qt = getattr(gguf.GGMLQuantizationType, ty.upper())
+            w.add_tensor(name, quantize(v, qt), raw_dtype=qt)
         else:
             w.add_tensor(name, v.astype(np.float16) if v.ndim == 2 else v)
     w.write_header_to_file()
