@@ -27,7 +27,7 @@ Writes a GGUF of the model's architecture holding `blk.N.*` (the layer) and `blk
 loads it with the model and drafts with it (`--drafter auto`, the server's slots).
 
 Usage: train_draft_head.py --model MODEL.gguf --data SPEC_DATA_DIR --out HEAD.gguf
-       [--vocab 32768] [--epochs 2] [--lr 3e-4] [--batch 4] [--held-out 0.05] [--type q8_0|q5_0|q4_0|f16]
+       [--vocab 32768] [--epochs 2] [--lr 3e-4] [--batch 4] [--held-out 0.05] [--type q4_0|q5_0|q8_0|f16]
        [--steps 1] [--step-weight 0.5] [--prompt-weight 1.0] [--soft 0.7] [--plain-chain]
        train_draft_head.py --model MODEL.gguf --data DIR --init HEAD.gguf --epochs 0 [--steps S]
        (evaluates a head on every window of DIR; with --out, writes it again, e.g. as --type q4_0)
@@ -241,7 +241,7 @@ def main():
     ap.add_argument("--prompt-weight", type=float, default=1.0, help="loss weight of rows outside assistant answers")
     ap.add_argument("--soft", type=float, default=0.7, help="weight of the loss on the model's whole distribution (the rest on its choice)")
     ap.add_argument("--plain-chain", action="store_true", help="chain the block's state without `head_norm` (heads before chained training)")
-    ap.add_argument("--type", choices=["q8_0", "q5_0", "q4_0", "f16"], default="q8_0", help="the layer's matrices' type (the projection and the head's rows stay Q8_0 unless f16)")
+    ap.add_argument("--type", choices=["q4_0", "q5_0", "q8_0", "f16"], default="q4_0", help="the layer's matrices' type (the projection and the head's rows stay Q8_0 unless f16; Q4_0 measured faster than Q8_0 at -0.4 points of agreement)")
     a = ap.parse_args()
     if a.out is None and a.epochs > 0:
         raise SystemExit("--out is required to train")
