@@ -174,12 +174,13 @@ def batches(windows, tokens, choices, hidden, answer, batch, rng):
     for i in range(0, len(order), batch):
         ws = [windows[j] for j in order[i : i + batch]]
         n = min(int(l) for _, l in ws) - 1
-        h = torch.stack([torch.from_numpy(hidden[s : s + n].astype(np.float32)) for s, _ in ws])
+        # States of rows 0..n: the head reads rows 0..n-1; row i + 1 is where the model chose
+        # row i's target, so its logits are that target's distribution (the soft target).
+        states = torch.stack([torch.from_numpy(hidden[s : s + n + 1].astype(np.float32)) for s, _ in ws])
+        h, after = states[:, :n], states[:, 1:]
         nxt = torch.stack([torch.from_numpy(tokens[s + 1 : s + n + 1].astype(np.int64)) for s, _ in ws])
         tgt = torch.stack([torch.from_numpy(choices[s + 1 : s + n + 1].astype(np.int64)) for s, _ in ws])
         ans = torch.stack([torch.from_numpy(answer[s + 2 : s + n + 2]) for s, _ in ws])
-        # The model's own state where each target was chosen: its logits are the soft target.
-        after = torch.stack([torch.from_numpy(hidden[s + 1 : s + n + 1].astype(np.float32)) for s, _ in ws])
         yield h, nxt, tgt, ans, after
 
 
@@ -304,18 +305,21 @@ def main():
     for ep in range(a.epochs):
         for h, nxt, tgt, ans, after in batches(train, tokens, choices, hidden, answer, a.batch, rng):
             loss = 0.0
+            if a.soft > 0:
+                # Distillation on the model's whole distribution over the sub-vocabulary (its
+                # state is stored after the output norm: its logits are a product with the
+                # head's frozen rows), not only on its choice. Step s's targets are step 1's,
+                # shifted.
+                with torch.no_grad():
+                    target = torch.softmax(F.linear(after, model.head), -1)
+                if step == 0:
+                    same = (ids_t[target.argmax(-1)] == tgt).float().mean().item()
+                    print(f"the soft targets' argmax is the model's choice on {same:.3f} of rows", flush=True)
             for s, lg in enumerate(model(h, nxt, a.steps, chain_normed), 1):
                 w = torch.where(shifted(ans, s, False), 1.0, a.prompt_weight).flatten()
                 ce = F.cross_entropy(lg.flatten(0, 1), sub_t[shifted(tgt, s, 0)].flatten(), ignore_index=-100, reduction="none")
                 if a.soft > 0:
-                    # Distillation on the model's whole distribution over the sub-vocabulary
-                    # (its hidden state is stored after the output norm: its logits are a
-                    # product with the head's frozen rows), not only on its choice.
-                    with torch.no_grad():
-                        p = torch.softmax(F.linear(shifted(after, s, 0.0), model.head), -1).flatten(0, 1)
-                    if step == 0 and s == 1:
-                        same = (ids_t[p.argmax(-1)] == tgt.flatten()).float().mean().item()
-                        print(f"the soft targets' argmax is the model's choice on {same:.3f} of rows", flush=True)
+                    p = shifted(target, s, 0.0).flatten(0, 1)
                     soft = -(p * torch.log_softmax(lg.flatten(0, 1), -1)).sum(-1)
                     ce = (1.0 - a.soft) * ce + a.soft * soft
                 valid = (sub_t[shifted(tgt, s, 0)].flatten() != -100).float()
